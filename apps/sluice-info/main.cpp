@@ -1,0 +1,115 @@
+// sluice-info: what Sluice is configured to do and what this machine offers (like ucx_info).
+//
+//   sluice-info -c [-f] [--markdown]   configuration variables (-f: with type, default, doc)
+//   sluice-info -t                     topology: NUMA nodes, CPUs, memory, RDMA devices
+//   sluice-info -d                     UCX transports and devices
+//   sluice-info -v                     versions
+// Exit status: 0 success, 1 configuration error, 2 bad arguments.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <sluice/config.h>
+#include <sluice/info.h>
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: sluice-info [-c [-f] [--markdown]] [-t] [-d] [-v] [-h]\n"
+               "  -c          print every SLUICE_* variable with its current value\n"
+               "  -f          with -c: also its type, default and documentation\n"
+               "  --markdown  with -c: print the variables as a markdown table\n"
+               "  -t          print the topology (NUMA nodes, CPUs, RDMA devices)\n"
+               "  -d          print the UCX transports and devices available\n"
+               "  -v          print the Sluice and UCX versions\n");
+}
+
+std::string md_escape(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else out += c;
+  }
+  return out;
+}
+
+void print_config(const sluice::Config& config, bool full, bool markdown) {
+  auto vars = sluice::describe(config);
+  if (markdown) {
+    std::printf("| variable | component | type | default | description |\n");
+    std::printf("|---|---|---|---|---|\n");
+    for (const auto& v : vars) {
+      std::printf("| `%s` | %s | %s | `%s` | %s |\n", v.name.c_str(), v.component.c_str(),
+                  md_escape(v.type).c_str(),
+                  v.default_value.empty() ? " " : md_escape(v.default_value).c_str(),
+                  md_escape(v.doc).c_str());
+    }
+    return;
+  }
+  for (const auto& v : vars) {
+    if (full) {
+      std::printf("#\n# %s\n#\n# type:    %s\n# default: %s\n#\n", v.doc.c_str(), v.type.c_str(),
+                  v.default_value.c_str());
+    }
+    std::printf("%s=%s\n", v.name.c_str(), v.value.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool config = false, full = false, markdown = false, topo = false, devices = false,
+       versions = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "-c") config = true;
+    else if (a == "-f") full = true;
+    else if (a == "--markdown") markdown = true;
+    else if (a == "-t") topo = true;
+    else if (a == "-d") devices = true;
+    else if (a == "-v") versions = true;
+    else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "sluice-info: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!(config || topo || devices || versions)) {
+    if (full || markdown) {
+      std::fprintf(stderr, "sluice-info: -f and --markdown go with -c\n");
+      usage(stderr);
+      return 2;
+    }
+    versions = topo = true;
+  }
+  auto cfg = sluice::Config::from_env();
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "sluice-info: configuration error: %s\n",
+                 std::string(cfg.status().message()).c_str());
+    return 1;
+  }
+  if (versions) std::printf("# Sluice %s, UCX %s\n", sluice::version(), sluice::ucx_version().c_str());
+  if (config) print_config(*cfg, full, markdown);
+  if (topo) {
+    auto r = sluice::topology_report();
+    if (!r.ok()) {
+      std::fprintf(stderr, "sluice-info: %s\n", std::string(r.status().message()).c_str());
+      return 1;
+    }
+    std::fputs(r->c_str(), stdout);
+  }
+  if (devices) {
+    auto r = sluice::transport_report(*cfg);
+    if (!r.ok()) {
+      std::fprintf(stderr, "sluice-info: %s\n", std::string(r.status().message()).c_str());
+      return 1;
+    }
+    std::fputs(r->c_str(), stdout);
+  }
+  return 0;
+}

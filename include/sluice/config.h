@@ -1,0 +1,127 @@
+// sluice/config.h — Sluice's configuration: every SLUICE_* variable, parsed once.
+//
+// Model: Config::from_env() reads the environment (plus scoped test overrides) once, checks
+// each value and the relations between them, and returns a typed struct; nothing in Sluice
+// reads the environment afterwards. Context::create() calls it; applications may build a
+// Config themselves, change fields in code, and pass it in ContextOptions.
+//
+// Units: sizes accept 512, 8K, 4M, 1G (powers of 1024; a trailing B or iB is allowed);
+// durations accept 500ns, 10us, 5ms, 2s, 1m; `auto` and `inf` where a variable says so.
+// Booleans accept y/n/yes/no/1/0/on/off/true/false.
+//
+// `sluice-info -c -f` prints every variable with its current value, default and doc;
+// docs/configuration.md is the same table.
+//
+// Thread safety: Config is a plain value. from_env() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sluice/status.h>
+
+namespace sluice {
+
+enum class LogLevel : int { kError = 0, kWarn, kInfo, kDebug, kTrace };
+enum class HugePages : int { kNo, kTry, kYes };
+
+// Where an engine's pools live (SLUICE_NUMA).
+struct NumaPolicy {
+  enum class Kind { kAuto, kNic, kNode };
+  Kind kind = Kind::kAuto;
+  int node = -1;  // with kNode
+};
+
+using Duration = std::chrono::nanoseconds;
+inline constexpr Duration kInfinite = Duration::max();
+
+struct Config {
+  // core
+  LogLevel log_level = LogLevel::kWarn;
+  bool stats = false;
+  // am: eager / rendezvous
+  std::optional<std::size_t> eager_max;  // nullopt: auto, chosen from the transports
+  bool rndv = true;
+  std::size_t max_message = std::size_t{1} << 30;
+  // flow
+  std::uint32_t credits = 32;
+  std::uint32_t rx_posted = 16;
+  std::uint32_t send_queue_max = 4096;
+  std::uint32_t rpc_slots = 32;
+  // mem
+  std::size_t send_pool_max = std::size_t{256} << 20;
+  std::size_t recv_pool_max = std::size_t{256} << 20;
+  std::size_t pool_chunk = std::size_t{2} << 20;
+  std::vector<std::size_t> pool_classes = {std::size_t{64} << 10, std::size_t{1} << 20,
+                                           std::size_t{4} << 20};
+  HugePages hugepages = HugePages::kTry;
+  NumaPolicy numa;
+  // liveness
+  Duration peer_timeout = std::chrono::seconds(10);
+  Duration heartbeat = std::chrono::seconds(1);
+  Duration connect_timeout = std::chrono::seconds(10);
+  // transport
+  std::string tls;  // empty: UCX's own choice
+  // boot
+  std::string boot = "auto";
+  int rank = -1;  // set by sluice-run (SLUICE_RANK); -1 when absent
+  int size = -1;
+  int local_rank = -1;
+  std::string boot_addr;
+  std::string boot_token;
+  // testing
+  std::string fault;  // SLUICE_FAULT: armed fault points (test builds)
+
+  // Reads and checks every SLUICE_* variable. Errors (InvalidArgument) name the variable,
+  // the value and what is allowed. Unknown SLUICE_* variables are warned about once per
+  // process, with the closest known name.
+  static absl::StatusOr<Config> from_env();
+
+  // Cross-field checks (eager limit against slot sizes, pool maxima against chunks).
+  absl::Status validate() const;
+
+  // The eager limit in bytes, `auto` resolved for the given transports (8 KiB today).
+  std::size_t eager_limit() const;
+};
+
+// One configuration variable, for printing (sluice-info -c).
+struct ConfigVar {
+  std::string name;
+  std::string component;  // core, mem, flow, am, transport, boot, launcher, test
+  std::string type;       // "size", "duration", "bool", "int [2, 65535]", "enum: a|b|c", ...
+  std::string default_value;
+  std::string doc;
+  std::string value;  // current value, formatted
+};
+
+// Every variable with the value it has in `config`.
+std::vector<ConfigVar> describe(const Config& config);
+
+// Test helper: makes `name` read as `value` (or as unset, with nullopt) for Config::from_env()
+// until destroyed, then restores the previous state. Never touches the process environment.
+class ScopedConfigOverride {
+ public:
+  ScopedConfigOverride(std::string name, std::optional<std::string> value);
+  ~ScopedConfigOverride();
+  ScopedConfigOverride(const ScopedConfigOverride&) = delete;
+  ScopedConfigOverride& operator=(const ScopedConfigOverride&) = delete;
+
+ private:
+  std::string name_;
+  bool had_previous_;
+  std::optional<std::string> previous_;
+};
+
+// Parsers, exposed for tests and tools. Errors are InvalidArgument with a short reason.
+absl::StatusOr<std::size_t> parse_size(std::string_view text);
+absl::StatusOr<Duration> parse_duration(std::string_view text);
+absl::StatusOr<bool> parse_bool(std::string_view text);
+std::string format_size(std::size_t bytes);
+std::string format_duration(Duration d);
+
+}  // namespace sluice

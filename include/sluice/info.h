@@ -1,0 +1,21 @@
+// sluice/info.h — what this build and this machine offer (used by sluice-info).
+#pragma once
+
+#include <string>
+
+#include <sluice/config.h>
+#include <sluice/status.h>
+
+namespace sluice {
+
+// Sluice's version, "major.minor.patch".
+const char* version();
+// The UCX library version in use, "1.13.1".
+std::string ucx_version();
+// NUMA nodes, CPUs, memory and RDMA devices with their nodes.
+absl::StatusOr<std::string> topology_report();
+// The UCX transports and devices available under `config` (SLUICE_TLS applies), as UCX
+// itself reports them.
+absl::StatusOr<std::string> transport_report(const Config& config);
+
+}  // namespace sluice

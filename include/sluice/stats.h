@@ -1,0 +1,70 @@
+// sluice/stats.h — named counters and high-water marks.
+//
+// A Stats registry belongs to one engine and is written only by the engine's thread: a counter
+// is a plain integer, so counting costs one add on the hot path. Read it on the engine thread
+// (Engine::stats(), or from a function given to Engine::post()).
+//
+// Names are dotted paths: "am.eager.msgs_sent", "mem.recv.eager.hwm", "flow.credit_stalls".
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+class Counter {
+ public:
+  void add(std::uint64_t n = 1) { value_ += n; }
+  void set(std::uint64_t v) { value_ = v; }  // for gauges (slots free, peers connected)
+  std::uint64_t value() const { return value_; }
+
+ private:
+  std::uint64_t value_ = 0;
+};
+
+class HighWater {
+ public:
+  void update(std::uint64_t v) {
+    if (v > value_) value_ = v;
+  }
+  std::uint64_t value() const { return value_; }
+
+ private:
+  std::uint64_t value_ = 0;
+};
+
+class Stats {
+ public:
+  struct Entry {
+    std::string name;
+    std::uint64_t value;
+  };
+
+  // Returns the counter named `name`, creating it at 0. The reference stays valid for the
+  // registry's lifetime; keep it rather than looking the name up on a hot path.
+  Counter& counter(std::string_view name);
+  HighWater& high_water(std::string_view name);
+
+  // The current value of `name`, 0 when it does not exist.
+  std::uint64_t value(std::string_view name) const;
+
+  std::vector<Entry> snapshot() const;  // sorted by name
+  std::string to_text() const;          // "name value" lines
+  std::string to_json() const;          // {"name": value, ...}
+
+ private:
+  struct Named {
+    std::string name;
+    Counter counter;
+    HighWater hwm;
+    bool is_hwm;
+  };
+  Named* find(std::string_view name);
+  const Named* find(std::string_view name) const;
+  std::deque<Named> entries_;  // deque: references stay valid as it grows
+};
+
+}  // namespace sluice

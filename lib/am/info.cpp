@@ -1,0 +1,23 @@
+#include <sluice/info.h>
+
+#include "sluice_build_config.h"
+#include "topo/topology.h"
+#include "transport/ucx.h"
+
+namespace sluice {
+
+const char* version() { return SLUICE_VERSION; }
+
+absl::StatusOr<std::string> topology_report() {
+  SLUICE_ASSIGN_OR_RETURN(auto topo, detail::Topology::load());
+  return topo->report();
+}
+
+std::string ucx_version() { return detail::ucx_library_version(); }
+
+absl::StatusOr<std::string> transport_report(const Config& config) {
+  SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::UcxContext::create(config));
+  return ctx->describe();
+}
+
+}  // namespace sluice

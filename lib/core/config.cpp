@@ -1,0 +1,158 @@
+// Config::from_env, cross-field validation, scoped overrides, unknown-variable warnings.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <absl/strings/str_format.h>
+
+#include "core/config_table.h"
+#include "core/log.h"
+
+extern char** environ;
+
+namespace sluice {
+namespace detail {
+namespace {
+
+std::mutex g_override_mutex;
+// name -> value; a mapped nullopt means "reads as unset".
+std::map<std::string, std::optional<std::string>>& overrides() {
+  static std::map<std::string, std::optional<std::string>> map;
+  return map;
+}
+
+// Every SLUICE_* name present in the environment or the overrides.
+std::set<std::string> present_names() {
+  std::set<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.rfind("SLUICE_", 0) != 0) continue;
+    names.emplace(kv.substr(0, kv.find('=')));
+  }
+  std::lock_guard lock(g_override_mutex);
+  for (auto& [name, value] : overrides()) {
+    if (value) names.insert(name);
+    else names.erase(name);
+  }
+  return names;
+}
+
+void warn_unknown_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& name : present_names()) {
+      bool known = false;
+      for (const auto& v : config_table()) known = known || name == v.name;
+      if (!known) {
+        SLUICE_LOG(kWarn, "config", "unknown variable %s (did you mean %s?)", name,
+                   closest_config_name(name));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::optional<std::string> config_lookup(const char* name) {
+  {
+    std::lock_guard lock(g_override_mutex);
+    auto it = overrides().find(name);
+    if (it != overrides().end()) return it->second;
+  }
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace detail
+
+absl::StatusOr<Config> Config::from_env() {
+  detail::warn_unknown_once();
+  Config config;
+  for (const auto& var : detail::config_table()) {
+    std::optional<std::string> value = detail::config_lookup(var.name);
+    if (!value) continue;
+    absl::Status s = var.parse(*value, config);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s=%s: %s; allowed: %s", var.name,
+                                                        *value, s.message(), var.type));
+    }
+  }
+  detail::set_log_level(config.log_level);
+  if (config.rank >= 0) detail::set_log_rank(config.rank);
+  SLUICE_RETURN_IF_ERROR(config.validate());
+  return config;
+}
+
+std::size_t Config::eager_limit() const {
+  // auto: UCX 1.13 switches from eager copy to rendezvous at 8256 B on shared memory
+  // (sysv + cma) and 8185 B on TCP (docs/flow-control.md); 8 KiB sits just below both.
+  return eager_max.value_or(std::size_t{8} << 10);
+}
+
+absl::Status Config::validate() const {
+  const std::size_t eager_slot = eager_limit() + 64;  // wire header room, see lib/wire
+  if (recv_pool_max < eager_slot) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_RECV_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
+        format_size(recv_pool_max), format_size(eager_slot)));
+  }
+  if (send_pool_max < eager_slot) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_SEND_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
+        format_size(send_pool_max), format_size(eager_slot)));
+  }
+  if (pool_chunk > recv_pool_max || pool_chunk > send_pool_max) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_POOL_CHUNK=%s is larger than a pool budget (SLUICE_SEND_POOL_MAX=%s, "
+        "SLUICE_RECV_POOL_MAX=%s)",
+        format_size(pool_chunk), format_size(send_pool_max), format_size(recv_pool_max)));
+  }
+  for (std::size_t cls : pool_classes) {
+    if (cls <= eager_limit()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SLUICE_POOL_CLASSES has %s, not above the eager limit SLUICE_EAGER_MAX=%s",
+          format_size(cls), format_size(eager_limit())));
+    }
+  }
+  if (heartbeat >= peer_timeout && peer_timeout != kInfinite) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
+        format_duration(heartbeat), format_duration(peer_timeout)));
+  }
+  if (rank >= 0 && size >= 0 && rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", rank, size));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ConfigVar> describe(const Config& config) {
+  std::vector<ConfigVar> out;
+  for (const auto& v : detail::config_table()) {
+    out.push_back({v.name, v.component, v.type, v.default_value, v.doc, v.show(config)});
+  }
+  return out;
+}
+
+ScopedConfigOverride::ScopedConfigOverride(std::string name, std::optional<std::string> value)
+    : name_(std::move(name)) {
+  std::lock_guard lock(detail::g_override_mutex);
+  auto& map = detail::overrides();
+  auto it = map.find(name_);
+  had_previous_ = it != map.end();
+  if (had_previous_) previous_ = it->second;
+  map[name_] = std::move(value);
+}
+
+ScopedConfigOverride::~ScopedConfigOverride() {
+  std::lock_guard lock(detail::g_override_mutex);
+  auto& map = detail::overrides();
+  if (had_previous_) map[name_] = previous_;
+  else map.erase(name_);
+}
+
+}  // namespace sluice

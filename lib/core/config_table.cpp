@@ -1,0 +1,363 @@
+// Every SLUICE_* variable, one declarative table per component.
+#include "core/config_table.h"
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <vector>
+
+#include "core/strings.h"
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+
+namespace sluice::detail {
+namespace {
+
+using Field = ConfigVarSpec;
+
+template <typename T>
+absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
+  std::string_view t = sluice::detail::trim(text);
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || ec == std::errc::result_out_of_range) {
+    if (ec == std::errc::result_out_of_range) return absl::InvalidArgumentError("out of range");
+    return absl::InvalidArgumentError("not an integer");
+  }
+  if (ec != std::errc() || end != t.data() + t.size())
+    return absl::InvalidArgumentError("not an integer");
+  if (v < static_cast<std::int64_t>(lo) || v > static_cast<std::int64_t>(hi))
+    return absl::InvalidArgumentError("out of range");
+  return static_cast<T>(v);
+}
+
+template <typename T>
+Field int_var(const char* name, const char* comp, const char* def, const char* doc,
+              T Config::*field, T lo, T hi) {
+  return {name, comp, absl::StrFormat("int [%d, %d]", lo, hi), def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            auto v = parse_int<T>(s, lo, hi);
+            if (!v.ok()) return v.status();
+            c.*field = *v;
+            return absl::OkStatus();
+          },
+          [=](const Config& c) { return std::to_string(c.*field); }};
+}
+
+Field size_var(const char* name, const char* comp, const char* def, const char* doc,
+               std::size_t Config::*field, std::size_t lo) {
+  return {name, comp, absl::StrFormat("size >= %s", format_size(lo)), def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            auto v = parse_size(s);
+            if (!v.ok()) return v.status();
+            if (*v < lo) return absl::InvalidArgumentError("below the minimum");
+            c.*field = *v;
+            return absl::OkStatus();
+          },
+          [=](const Config& c) { return format_size(c.*field); }};
+}
+
+Field duration_var(const char* name, const char* comp, const char* def, const char* doc,
+                   Duration Config::*field, bool allow_inf) {
+  return {name, comp, allow_inf ? "duration | inf" : "duration", def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            if (allow_inf && sluice::detail::lower(sluice::detail::trim(s)) == "inf") {
+              c.*field = kInfinite;
+              return absl::OkStatus();
+            }
+            auto v = parse_duration(s);
+            if (!v.ok()) return v.status();
+            if (v->count() <= 0) return absl::InvalidArgumentError("must be greater than 0");
+            c.*field = *v;
+            return absl::OkStatus();
+          },
+          [=](const Config& c) { return format_duration(c.*field); }};
+}
+
+Field bool_var(const char* name, const char* comp, const char* def, const char* doc,
+               bool Config::*field) {
+  return {name, comp, "bool", def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            auto v = parse_bool(s);
+            if (!v.ok()) return v.status();
+            c.*field = *v;
+            return absl::OkStatus();
+          },
+          [=](const Config& c) { return std::string(c.*field ? "y" : "n"); }};
+}
+
+template <typename E>
+Field enum_var(const char* name, const char* comp, const char* def, const char* doc,
+               E Config::*field, std::vector<std::pair<const char*, E>> values) {
+  std::vector<std::string> names;
+  for (auto& [n, v] : values) names.emplace_back(n);
+  return {name, comp, "enum: " + absl::StrJoin(names, "|"), def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            std::string lower = sluice::detail::lower(sluice::detail::trim(s));
+            for (auto& [n, v] : values) {
+              if (lower == n) {
+                c.*field = v;
+                return absl::OkStatus();
+              }
+            }
+            return absl::InvalidArgumentError("not one of the allowed values");
+          },
+          [=](const Config& c) -> std::string {
+            for (auto& [n, v] : values)
+              if (c.*field == v) return n;
+            return "?";
+          }};
+}
+
+Field string_var(const char* name, const char* comp, const char* type, const char* def,
+                 const char* doc, std::string Config::*field) {
+  return {name, comp, type, def, doc,
+          [=](std::string_view s, Config& c) -> absl::Status {
+            c.*field = std::string(s);
+            return absl::OkStatus();
+          },
+          [=](const Config& c) { return c.*field; }};
+}
+
+std::vector<Field> core_vars() {
+  return {
+      enum_var("SLUICE_LOG_LEVEL", "core", "warn",
+               "Log level: messages at this level and more severe go to stderr.",
+               &Config::log_level,
+               {{"error", LogLevel::kError}, {"warn", LogLevel::kWarn},
+                {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug},
+                {"trace", LogLevel::kTrace}}),
+      bool_var("SLUICE_STATS", "core", "n",
+               "Print every engine's counters to stderr when it is destroyed.",
+               &Config::stats),
+  };
+}
+
+std::vector<Field> am_vars() {
+  return {
+      {"SLUICE_EAGER_MAX", "am", "size | auto", "auto",
+       "Largest payload sent eagerly (header and payload in one tagged message); larger "
+       "payloads go by rendezvous, zero-copy. auto: 8K, UCX's own eager/rendezvous switch on "
+       "shared memory (see docs/flow-control.md).",
+       [](std::string_view s, Config& c) -> absl::Status {
+         if (sluice::detail::lower(sluice::detail::trim(s)) == "auto") {
+           c.eager_max.reset();
+           return absl::OkStatus();
+         }
+         auto v = parse_size(s);
+         if (!v.ok()) return v.status();
+         if (*v > (std::size_t{1} << 20)) return absl::InvalidArgumentError("above 1M");
+         c.eager_max = *v;
+         return absl::OkStatus();
+       },
+       [](const Config& c) {
+         return c.eager_max ? format_size(*c.eager_max) : std::string("auto");
+       }},
+      bool_var("SLUICE_RNDV", "am", "y",
+               "Rendezvous for large payloads. n: cut them into eager pieces copied through "
+               "send and receive pool slots (the bounce-buffer baseline for benchmarks).",
+               &Config::rndv),
+      size_var("SLUICE_MAX_MESSAGE", "am", "1G",
+               "Largest payload a peer may announce; a larger announcement is refused with "
+               "InvalidArgument before anything is allocated.",
+               &Config::max_message, 1),
+  };
+}
+
+std::vector<Field> flow_vars() {
+  return {
+      int_var<std::uint32_t>("SLUICE_CREDITS", "flow", "32",
+                             "Eager credits granted to each peer: messages it may have in "
+                             "flight to this engine, each backed by a reserved receive slot.",
+                             &Config::credits, 2, 65535),
+      int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "16",
+                             "Wildcard receives kept posted per engine (every arriving eager "
+                             "message scans them; keep 16-32).",
+                             &Config::rx_posted, 1, 1024),
+      int_var<std::uint32_t>("SLUICE_SEND_QUEUE_MAX", "flow", "4096",
+                             "Messages a peer's send queue holds while waiting for credits; "
+                             "beyond it sends return WouldBlock.",
+                             &Config::send_queue_max, 1, 1 << 24),
+      int_var<std::uint32_t>("SLUICE_RPC_SLOTS", "flow", "32",
+                             "RPC request slots a server grants each client; a slot is busy "
+                             "until its reply's send has completed.",
+                             &Config::rpc_slots, 1, 65535),
+  };
+}
+
+std::vector<Field> mem_vars() {
+  return {
+      size_var("SLUICE_SEND_POOL_MAX", "mem", "256M",
+               "Budget of an engine's send pool (registered memory for outgoing eager and "
+               "copied messages).",
+               &Config::send_pool_max, 4096),
+      size_var("SLUICE_RECV_POOL_MAX", "mem", "256M",
+               "Budget of an engine's receive pool (posted receives, credits granted to "
+               "peers, rendezvous landing slots).",
+               &Config::recv_pool_max, 4096),
+      size_var("SLUICE_POOL_CHUNK", "mem", "2M",
+               "Pools start with one chunk and grow by chunks of this size (rounded up to "
+               "whole slots and pages) up to their budget.",
+               &Config::pool_chunk, 4096),
+      {"SLUICE_POOL_CLASSES", "mem", "list of sizes", "64K,1M,4M",
+       "Slot sizes of the receive pool's large classes (rendezvous landing slots), besides "
+       "the eager class.",
+       [](std::string_view s, Config& c) -> absl::Status {
+         std::vector<std::size_t> out;
+         for (std::string_view part : sluice::detail::split(s, ',')) {
+           auto v = parse_size(part);
+           if (!v.ok()) return v.status();
+           if (*v < 1024) return absl::InvalidArgumentError("a class below 1K");
+           out.push_back(*v);
+         }
+         std::sort(out.begin(), out.end());
+         out.erase(std::unique(out.begin(), out.end()), out.end());
+         if (out.size() > 8) return absl::InvalidArgumentError("more than 8 classes");
+         c.pool_classes = std::move(out);
+         return absl::OkStatus();
+       },
+       [](const Config& c) {
+         std::vector<std::string> parts;
+         for (auto v : c.pool_classes) parts.push_back(format_size(v));
+         return absl::StrJoin(parts, ",");
+       }},
+      enum_var("SLUICE_HUGEPAGES", "mem", "try",
+               "2 MiB huge pages for pool arenas: try (fall back to 4 KiB pages), yes (fail "
+               "when none are available), no.",
+               &Config::hugepages,
+               {{"try", HugePages::kTry}, {"yes", HugePages::kYes}, {"no", HugePages::kNo}}),
+      {"SLUICE_NUMA", "mem", "auto | nic | node number", "auto",
+       "NUMA node of an engine's pools: auto (node of the CPU running the engine), nic "
+       "(node of its RDMA device, else auto), or a node number.",
+       [](std::string_view s, Config& c) -> absl::Status {
+         std::string v = sluice::detail::lower(sluice::detail::trim(s));
+         if (v == "auto") {
+           c.numa = {NumaPolicy::Kind::kAuto, -1};
+         } else if (v == "nic") {
+           c.numa = {NumaPolicy::Kind::kNic, -1};
+         } else {
+           auto n = parse_int<int>(v, 0, 4095);
+           if (!n.ok()) return absl::InvalidArgumentError("not auto, nic or a node number");
+           c.numa = {NumaPolicy::Kind::kNode, *n};
+         }
+         return absl::OkStatus();
+       },
+       [](const Config& c) -> std::string {
+         switch (c.numa.kind) {
+           case NumaPolicy::Kind::kAuto: return "auto";
+           case NumaPolicy::Kind::kNic: return "nic";
+           case NumaPolicy::Kind::kNode: return std::to_string(c.numa.node);
+         }
+         return "?";
+       }},
+  };
+}
+
+std::vector<Field> liveness_vars() {
+  return {
+      duration_var("SLUICE_PEER_TIMEOUT", "flow", "10s",
+                   "A peer silent this long (no message, no heartbeat answer) is declared "
+                   "dead; its operations complete with Unavailable.",
+                   &Config::peer_timeout, true),
+      duration_var("SLUICE_HEARTBEAT", "flow", "1s",
+                   "Interval of heartbeats to peers that have been idle this long.",
+                   &Config::heartbeat, false),
+      duration_var("SLUICE_CONNECT_TIMEOUT", "flow", "10s",
+                   "Deadline for connecting and handshaking with a peer, and for bootstrap "
+                   "fences.",
+                   &Config::connect_timeout, true),
+  };
+}
+
+std::vector<Field> transport_vars() {
+  return {
+      string_var("SLUICE_TLS", "transport", "string", "",
+                 "UCX transports to use, passed to UCX as UCX_TLS (e.g. tcp, sm, "
+                 "sysv,cma,tcp). Empty: UCX's own choice.",
+                 &Config::tls),
+  };
+}
+
+std::vector<Field> boot_vars() {
+  return {
+      {"SLUICE_BOOT", "boot", "auto | pmix | sluice-run | file:PATH | single", "auto",
+       "How ranks find each other: auto picks pmix (under mpirun/srun), then sluice-run, "
+       "then a single rank. file:PATH uses a directory shared by the ranks (with "
+       "SLUICE_RANK and SLUICE_SIZE).",
+       [](std::string_view s, Config& c) -> absl::Status {
+         std::string v(sluice::detail::trim(s));
+         if (v == "auto" || v == "pmix" || v == "sluice-run" || v == "single" ||
+             (v.rfind("file:", 0) == 0 && v.size() > 5)) {
+           c.boot = v;
+           return absl::OkStatus();
+         }
+         return absl::InvalidArgumentError("not auto, pmix, sluice-run, single or file:PATH");
+       },
+       [](const Config& c) { return c.boot; }},
+      int_var<int>("SLUICE_RANK", "launcher", "-1",
+                   "This process's rank (set by sluice-run, or by hand with SLUICE_BOOT=file).",
+                   &Config::rank, -1, (1 << 24) - 2),
+      int_var<int>("SLUICE_SIZE", "launcher", "-1",
+                   "Number of ranks in the job (set by sluice-run, or by hand with "
+                   "SLUICE_BOOT=file).",
+                   &Config::size, -1, (1 << 24) - 1),
+      int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1",
+                   "Rank among the processes on this host (set by sluice-run).",
+                   &Config::local_rank, -1, (1 << 24) - 2),
+      string_var("SLUICE_BOOT_ADDR", "launcher", "path", "",
+                 "Unix socket of sluice-run's bootstrap service (set by sluice-run).",
+                 &Config::boot_addr),
+      string_var("SLUICE_BOOT_TOKEN", "launcher", "hex string", "",
+                 "Per-job secret every bootstrap request carries (set by sluice-run).",
+                 &Config::boot_token),
+      string_var("SLUICE_FAULT", "test", "list of fault points", "",
+                 "Fault points to arm, for fault-injection tests (see docs/reliability.md). "
+                 "Empty in production.",
+                 &Config::fault),
+  };
+}
+
+std::vector<Field> build_table() {
+  std::vector<Field> all;
+  for (auto part : {core_vars(), am_vars(), flow_vars(), mem_vars(), liveness_vars(),
+                    transport_vars(), boot_vars()}) {
+    for (auto& f : part) all.push_back(std::move(f));
+  }
+  return all;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::span<const ConfigVarSpec> config_table() {
+  static const std::vector<Field> table = build_table();
+  return table;
+}
+
+std::string closest_config_name(std::string_view name) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& v : config_table()) {
+    std::size_t d = edit_distance(name, v.name);
+    if (d < best_d) {
+      best_d = d;
+      best = v.name;
+    }
+  }
+  return best;
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,34 @@
+// The declarative table of configuration variables (internal).
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <sluice/config.h>
+
+namespace sluice::detail {
+
+// One SLUICE_* variable: {name, type, default, doc, parser, printer}. The parser stores the
+// parsed value into the Config; an error names only the reason (the caller adds the variable).
+struct ConfigVarSpec {
+  const char* name;
+  const char* component;
+  std::string type;
+  const char* default_value;
+  const char* doc;
+  std::function<absl::Status(std::string_view, Config&)> parse;
+  std::function<std::string(const Config&)> show;
+};
+
+// All variables, grouped by component in declaration order.
+std::span<const ConfigVarSpec> config_table();
+
+// The closest known variable name to `name` (edit distance), for "did you mean".
+std::string closest_config_name(std::string_view name);
+
+// Reads a variable from the scoped overrides, then the environment. The only getenv in Sluice.
+std::optional<std::string> config_lookup(const char* name);
+
+}  // namespace sluice::detail

@@ -1,0 +1,464 @@
+#include "transport/ucx.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+#include <absl/strings/str_format.h>
+
+#include "core/log.h"
+
+namespace sluice::detail {
+namespace {
+
+ucp_context_h ctx_of(void* p) { return static_cast<ucp_context_h>(p); }
+ucp_worker_h worker_of(void* p) { return static_cast<ucp_worker_h>(p); }
+ucp_ep_h ep_of(void* p) { return static_cast<ucp_ep_h>(p); }
+
+// The error callback and its argument, kept alive with the endpoint.
+struct ErrorHandler {
+  UcxEndpoint::ErrorCallback fn;
+  void* arg;
+};
+
+void ep_error_trampoline(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* h = static_cast<ErrorHandler*>(arg);
+  h->fn(h->arg, static_cast<int>(status));
+}
+
+void send_trampoline(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<TransportOp*>(user_data);
+  op->request = nullptr;
+  ucp_request_free(request);
+  op->on_complete(op, ucx_status_code(status), 0, 0);
+}
+
+void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                     void* user_data) {
+  auto* op = static_cast<TransportOp*>(user_data);
+  op->request = nullptr;
+  ucp_request_free(request);
+  std::size_t length = status == UCS_OK ? info->length : 0;
+  Tag tag = status == UCS_OK ? info->sender_tag : 0;
+  op->on_complete(op, ucx_status_code(status), length, tag);
+}
+
+PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
+  if (r == nullptr) return {Post::kDone};
+  if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
+  op->request = r;
+  return {Post::kPending};
+}
+
+// CMA moves rendezvous payloads between local processes with one copy; it needs ptrace
+// permission between them (Yama, seccomp in containers). A child reading its parent's memory
+// is refused under the same rules that refuse two sibling ranks.
+bool cma_works() {
+  static bool works = [] {
+    volatile std::uint64_t probe = 0x5c1e5c1e5c1e5c1eULL;
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) return false;
+    if (child == 0) {
+      std::uint64_t out = 0;
+      iovec local{&out, sizeof(out)};
+      iovec remote{const_cast<std::uint64_t*>(&probe), sizeof(probe)};
+      ssize_t n = process_vm_readv(parent, &local, 1, &remote, 1, 0);
+      _exit(n == sizeof(out) && out == 0x5c1e5c1e5c1e5c1eULL ? 0 : 1);
+    }
+    int wstatus = 0;
+    while (waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  }();
+  return works;
+}
+
+}  // namespace
+
+absl::StatusCode ucx_status_code(int s) {
+  switch (static_cast<ucs_status_t>(s)) {
+    case UCS_OK: return absl::StatusCode::kOk;
+    case UCS_ERR_CANCELED: return absl::StatusCode::kCancelled;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT: return absl::StatusCode::kDeadlineExceeded;
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT: return absl::StatusCode::kResourceExhausted;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR: return absl::StatusCode::kInvalidArgument;
+    case UCS_ERR_MESSAGE_TRUNCATED: return absl::StatusCode::kOutOfRange;
+    case UCS_ERR_UNSUPPORTED: return absl::StatusCode::kUnimplemented;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_NO_DEVICE:
+    case UCS_ERR_BUSY: return absl::StatusCode::kUnavailable;
+    default: return absl::StatusCode::kInternal;
+  }
+}
+
+const char* ucx_status_name(int s) { return ucs_status_string(static_cast<ucs_status_t>(s)); }
+
+absl::Status ucx_status(int s, std::string_view what) {
+  if (s == UCS_OK) return absl::OkStatus();
+  return absl::Status(ucx_status_code(s), absl::StrFormat("%s: %s", what, ucx_status_name(s)));
+}
+
+std::string ucx_library_version() {
+  unsigned major, minor, release;
+  ucp_get_version(&major, &minor, &release);
+  return absl::StrFormat("%u.%u.%u", major, minor, release);
+}
+
+// ---- context ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& config) {
+  ucp_config_t* cfg = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read"));
+  struct Release {
+    ucp_config_t* c;
+    ~Release() { ucp_config_release(c); }
+  } release{cfg};
+  // Peer error mode drops shared memory and CMA for local peers unless their own error
+  // handling is on (UCX_NOTES.md): without these, local traffic falls back to TCP loopback.
+  for (const char* name : {"SYSV_ERROR_HANDLING", "POSIX_ERROR_HANDLING", "CMA_MEMORY_INVALIDATE"}) {
+    ucs_status_t s = ucp_config_modify(cfg, name, "y");
+    if (s != UCS_OK) SLUICE_LOG(kWarn, "transport", "cannot set UCX_%s=y: %s", name, ucs_status_string(s));
+  }
+  std::string tls = config.tls;
+  if (!cma_works()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      SLUICE_LOG(kWarn, "transport",
+                 "cma does not work between processes here (ptrace permission, see "
+                 "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
+    });
+    if (tls.empty()) tls = "^cma";
+  }
+  if (!tls.empty()) {
+    SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()),
+                                      absl::StrFormat("SLUICE_TLS=%s", tls)));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;
+  ucp_context_h ctx = nullptr;
+  ucs_status_t s = ucp_init(&params, cfg, &ctx);
+  if (s != UCS_OK) {
+    return ucx_status(s, tls.empty() ? std::string("ucp_init")
+                                     : absl::StrFormat("ucp_init with SLUICE_TLS=%s", tls));
+  }
+  std::unique_ptr<UcxContext> out(new UcxContext());
+  out->context_ = ctx;
+  return out;
+}
+
+UcxContext::~UcxContext() {
+  if (context_ != nullptr) ucp_cleanup(ctx_of(context_));
+}
+
+std::string UcxContext::describe() const {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return "cannot describe transports\n";
+  ucp_context_print_info(ctx_of(context_), f);
+  std::fclose(f);
+  std::string out(buf, len);
+  std::free(buf);
+  return out;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+absl::StatusOr<UcxMemory> UcxMemory::map(const UcxContext& ctx, void* addr, std::size_t len) {
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  p.address = addr;
+  p.length = len;
+  ucp_mem_h memh = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_mem_map(ctx_of(ctx.handle()), &p, &memh),
+                                    absl::StrFormat("ucp_mem_map of %u bytes", len)));
+  UcxMemory m;
+  m.context_ = ctx.handle();
+  m.memh_ = memh;
+  return m;
+}
+
+UcxMemory::UcxMemory(UcxMemory&& o) noexcept : context_(o.context_), memh_(o.memh_) {
+  o.memh_ = nullptr;
+}
+
+UcxMemory& UcxMemory::operator=(UcxMemory&& o) noexcept {
+  if (this != &o) {
+    reset();
+    context_ = o.context_;
+    memh_ = o.memh_;
+    o.memh_ = nullptr;
+  }
+  return *this;
+}
+
+UcxMemory::~UcxMemory() { reset(); }
+
+void UcxMemory::reset() {
+  if (memh_ != nullptr) ucp_mem_unmap(ctx_of(context_), static_cast<ucp_mem_h>(memh_));
+  memh_ = nullptr;
+}
+
+// ---- endpoint --------------------------------------------------------------------------
+
+UcxEndpoint::UcxEndpoint(UcxEndpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) {
+  o.ep_ = nullptr;
+}
+
+UcxEndpoint& UcxEndpoint::operator=(UcxEndpoint&& o) noexcept {
+  if (this != &o) {
+    if (ep_ != nullptr) {
+      void* r = start_close(true);
+      if (r != nullptr) ucp_request_free(r);
+    }
+    ep_ = o.ep_;
+    worker_ = o.worker_;
+    o.ep_ = nullptr;
+  }
+  return *this;
+}
+
+UcxEndpoint::~UcxEndpoint() {
+  if (ep_ != nullptr) {
+    void* r = start_close(true);
+    if (r != nullptr) ucp_request_free(r);
+  }
+}
+
+PostResult UcxEndpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
+                                  void* memh) const {
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = send_trampoline;
+  p.user_data = op;
+  if (memh != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = static_cast<ucp_mem_h>(memh);
+  }
+  return from_status_ptr(ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p), op);
+}
+
+void* UcxEndpoint::start_close(bool force) {
+  if (ep_ == nullptr) return nullptr;
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep_of(ep_), &p);
+  ep_ = nullptr;
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) return nullptr;
+  return r;
+}
+
+// ---- worker ----------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::create(const UcxContext& ctx) {
+  ucp_worker_params_t p{};
+  p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  p.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h w = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_create(ctx_of(ctx.handle()), &p, &w), "ucp_worker_create"));
+  std::unique_ptr<UcxWorker> out(new UcxWorker());
+  out->worker_ = w;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_efd(w, &out->efd_), "ucp_worker_get_efd"));
+  ucp_address_t* addr = nullptr;
+  std::size_t len = 0;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_address(w, &addr, &len), "ucp_worker_get_address"));
+  out->address_.assign(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(w, addr);
+  return out;
+}
+
+UcxWorker::~UcxWorker() {
+  if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
+}
+
+
+absl::StatusOr<UcxEndpoint> UcxWorker::connect(std::string_view address,
+                                               UcxEndpoint::ErrorCallback on_error, void* arg) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (worker address)");
+}
+
+absl::StatusOr<UcxEndpoint> UcxWorker::connect_sockaddr(const std::string& host, int port,
+                                                        UcxEndpoint::ErrorCallback on_error,
+                                                        void* arg) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot resolve %s:%d: %s", host, port, gai_strerror(rc)));
+  }
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = res->ai_addr;
+  p.sockaddr.addrlen = res->ai_addrlen;
+  auto ep = make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (sockaddr)");
+  freeaddrinfo(res);
+  return ep;
+}
+
+absl::StatusOr<UcxEndpoint> UcxWorker::accept(void* conn_request,
+                                              UcxEndpoint::ErrorCallback on_error, void* arg) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+  p.conn_request = static_cast<ucp_conn_request_h>(conn_request);
+  return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (accept)");
+}
+
+absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
+                                                    UcxEndpoint::ErrorCallback on_error,
+                                                    void* arg, const char* what) {
+  ucp_ep_params_t& p = *static_cast<ucp_ep_params_t*>(params);
+  // The handler struct must outlive the endpoint; endpoints live as long as the engine that
+  // owns `arg`, so it is kept in a process-lifetime arena of small structs.
+  static std::mutex mu;
+  static std::deque<ErrorHandler> handlers;
+  ErrorHandler* h;
+  {
+    std::lock_guard lock(mu);
+    h = &handlers.emplace_back(ErrorHandler{on_error, arg});
+  }
+  p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = ep_error_trampoline;
+  p.err_handler.arg = h;
+  ucp_ep_h ep = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_ep_create(worker_of(worker), &p, &ep), what));
+  UcxEndpoint out;
+  out.ep_ = ep;
+  out.worker_ = worker;
+  return out;
+}
+
+PostResult UcxWorker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+                                void* memh) {
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.cb.recv = recv_trampoline;
+  p.user_data = op;
+  if (memh != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = static_cast<ucp_mem_h>(memh);
+  }
+  return from_status_ptr(ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p), op);
+}
+
+void UcxWorker::cancel(TransportOp* op) {
+  if (op->request != nullptr) ucp_request_cancel(worker_of(worker_), op->request);
+}
+
+bool UcxWorker::progress() { return ucp_worker_progress(worker_of(worker_)) != 0; }
+
+bool UcxWorker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
+
+void UcxWorker::signal() { ucp_worker_signal(worker_of(worker_)); }
+
+absl::Status UcxWorker::wait_request(void* request,
+                                     std::chrono::steady_clock::time_point deadline) {
+  if (request == nullptr) return absl::OkStatus();
+  ucs_status_t s;
+  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ucp_request_cancel(worker_of(worker_), request);
+      ucp_request_free(request);
+      return absl::DeadlineExceededError("request did not complete before its deadline");
+    }
+    progress();
+  }
+  ucp_request_free(request);
+  return ucx_status(s, "request");
+}
+
+// ---- listener --------------------------------------------------------------------------
+
+namespace {
+struct ListenerHandler {
+  UcxListener::RequestCallback fn;
+  void* arg;
+};
+void conn_trampoline(ucp_conn_request_h req, void* arg) {
+  auto* h = static_cast<ListenerHandler*>(arg);
+  h->fn(h->arg, req);
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::create(UcxWorker& worker,
+                                                                 const std::string& host,
+                                                                 int port, RequestCallback cb,
+                                                                 void* arg) {
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (host.empty() || host == "*" || host == "0.0.0.0") {
+    sin.sin_addr.s_addr = INADDR_ANY;
+  } else {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* res = nullptr;
+    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0) return absl::InvalidArgumentError(absl::StrFormat("cannot resolve %s: %s", host, gai_strerror(rc)));
+    sin.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
+  static std::mutex mu;
+  static std::deque<ListenerHandler> handlers;
+  ListenerHandler* h;
+  {
+    std::lock_guard lock(mu);
+    h = &handlers.emplace_back(ListenerHandler{cb, arg});
+  }
+  ucp_listener_params_t p{};
+  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sin);
+  p.sockaddr.addrlen = sizeof(sin);
+  p.conn_handler.cb = conn_trampoline;
+  p.conn_handler.arg = h;
+  ucp_listener_h l = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_listener_create(worker_of(worker.handle()), &p, &l),
+                                    absl::StrFormat("listen on %s:%d", host, port)));
+  std::unique_ptr<UcxListener> out(new UcxListener());
+  out->listener_ = l;
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  if (ucp_listener_query(l, &attr) == UCS_OK)
+    out->port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
+  return out;
+}
+
+UcxListener::~UcxListener() {
+  if (listener_ != nullptr) ucp_listener_destroy(static_cast<ucp_listener_h>(listener_));
+}
+
+void UcxListener::reject(void* conn_request) {
+  ucp_listener_reject(static_cast<ucp_listener_h>(listener_),
+                      static_cast<ucp_conn_request_h>(conn_request));
+}
+
+}  // namespace sluice::detail

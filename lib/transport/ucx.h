@@ -1,0 +1,182 @@
+// UCX wrappers (internal): the only layer that includes UCX headers.
+//
+// Move-only owners for the UCX context, worker, endpoint, listener and memory registration;
+// the one converter from UCX statuses to Sluice statuses; tagged send and receive with one
+// completion path for both immediate and callback completion.
+//
+// Completion model: an operation is described by a TransportOp the caller owns and keeps
+// alive until it completes. post_* returns kDone when UCX completed the operation in place
+// (the op's callback is NOT called), kPending when the callback will run later (from inside
+// Worker::progress()), or an error status (nothing is pending). Callbacks run on the worker's
+// thread, inside progress(); they should record the completion and return.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <sluice/config.h>
+#include <sluice/status.h>
+
+namespace sluice::detail {
+
+using Tag = std::uint64_t;
+inline constexpr Tag kFullMask = ~Tag{0};
+
+// The one conversion from a UCX status (passed as its integer value) to a Sluice status.
+absl::StatusCode ucx_status_code(int ucs_status);
+absl::Status ucx_status(int ucs_status, std::string_view what);
+const char* ucx_status_name(int ucs_status);
+
+struct TransportOp;
+using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::size_t length,
+                                   Tag sender_tag);
+
+struct TransportOp {
+  TransportCallback on_complete = nullptr;
+  void* request = nullptr;  // the UCX request while pending, for cancel
+};
+
+enum class Post { kDone, kPending, kError };
+
+struct PostResult {
+  Post kind;
+  absl::StatusCode code = absl::StatusCode::kOk;  // with kError
+  std::size_t length = 0;                           // with kDone receives
+  Tag sender_tag = 0;                               // with kDone receives
+};
+
+class UcxWorker;
+
+class UcxContext {
+ public:
+  // Creates a UCP context for tag matching with peer error handling, with the shared-memory
+  // transports' error handling switched on (so local peers keep sysv/posix/cma), and UCX_TLS
+  // from config.tls. Checks once per process that CMA works between processes and, when it
+  // does not, says so and leaves cma out.
+  static absl::StatusOr<std::unique_ptr<UcxContext>> create(const Config& config);
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+
+  void* handle() const { return context_; }
+  // What UCX reports about its transports and devices.
+  std::string describe() const;
+
+ private:
+  UcxContext() = default;
+  void* context_ = nullptr;
+};
+
+// A registered memory region: ucp_mem_map(address, length), unmapped on destruction.
+class UcxMemory {
+ public:
+  static absl::StatusOr<UcxMemory> map(const UcxContext& ctx, void* addr, std::size_t len);
+  UcxMemory() = default;
+  UcxMemory(UcxMemory&& other) noexcept;
+  UcxMemory& operator=(UcxMemory&& other) noexcept;
+  ~UcxMemory();
+  void* handle() const { return memh_; }  // ucp_mem_h
+
+ private:
+  void reset();
+  void* context_ = nullptr;
+  void* memh_ = nullptr;
+};
+
+// An endpoint towards one remote worker. Destroying it force-closes it.
+class UcxEndpoint {
+ public:
+  using ErrorCallback = void (*)(void* arg, int ucs_status);
+  UcxEndpoint() = default;
+  UcxEndpoint(UcxEndpoint&& other) noexcept;
+  UcxEndpoint& operator=(UcxEndpoint&& other) noexcept;
+  ~UcxEndpoint();
+
+  bool valid() const { return ep_ != nullptr; }
+  void* handle() const { return ep_; }
+
+  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
+                       void* memh) const;
+  // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
+  // Returns a request to wait for with UcxWorker::wait_request, or nullptr when done.
+  void* start_close(bool force);
+
+ private:
+  friend class UcxWorker;
+  void* ep_ = nullptr;
+  void* worker_ = nullptr;
+};
+
+class UcxWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<UcxWorker>> create(const UcxContext& ctx);
+  ~UcxWorker();
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  void* handle() const { return worker_; }
+  // The packed address other processes connect to.
+  const std::string& address() const { return address_; }
+
+  // Endpoint towards a worker address, in peer error mode; `on_error(arg, status)` runs inside
+  // progress() when UCX declares the endpoint failed.
+  absl::StatusOr<UcxEndpoint> connect(std::string_view address, UcxEndpoint::ErrorCallback on_error,
+                                      void* arg);
+  // Endpoint to a listener at host:port through UCX's sockaddr connection manager.
+  absl::StatusOr<UcxEndpoint> connect_sockaddr(const std::string& host, int port,
+                                               UcxEndpoint::ErrorCallback on_error, void* arg);
+  // Endpoint from a connection request delivered to a listener.
+  absl::StatusOr<UcxEndpoint> accept(void* conn_request, UcxEndpoint::ErrorCallback on_error,
+                                     void* arg);
+
+  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+                       void* memh);
+  // Cancels a pending operation; its callback then runs with kCancelled.
+  void cancel(TransportOp* op);
+
+  // Progresses communication; returns whether anything happened.
+  bool progress();
+  // Event-driven waiting: the fd to poll, and arm() which returns false when events are
+  // already pending (progress again instead of sleeping).
+  int event_fd() const { return efd_; }
+  bool arm();
+  // Wakes a thread sleeping on the event fd (any thread).
+  void signal();
+  // Progresses until `request` (from UcxEndpoint::start_close) completes or `deadline`.
+  absl::Status wait_request(void* request, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  UcxWorker() = default;
+  static absl::StatusOr<UcxEndpoint> make_endpoint(void* worker, void* params,
+                                                   UcxEndpoint::ErrorCallback on_error,
+                                                   void* arg, const char* what);
+  void* worker_ = nullptr;
+  int efd_ = -1;
+  std::string address_;
+};
+
+// A listener on host:port (port 0 picks one). New connections arrive as requests through
+// `on_request(arg, conn_request)`, inside the worker's progress().
+class UcxListener {
+ public:
+  using RequestCallback = void (*)(void* arg, void* conn_request);
+  static absl::StatusOr<std::unique_ptr<UcxListener>> create(UcxWorker& worker,
+                                                             const std::string& host, int port,
+                                                             RequestCallback cb, void* arg);
+  ~UcxListener();
+  int port() const { return port_; }
+  void reject(void* conn_request);
+
+ private:
+  UcxListener() = default;
+  void* listener_ = nullptr;
+  int port_ = 0;
+};
+
+std::string ucx_library_version();
+
+}  // namespace sluice::detail
