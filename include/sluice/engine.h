@@ -1,0 +1,155 @@
+// sluice/engine.h — engines, peers, handlers, sends and calls.
+//
+// Model: an Engine owns one UCX worker, its send and receive pools, its peers, its handler
+// table and its timers. Exactly one thread drives it (progress(), run_until(), wait()); every
+// other method is called on that thread too, except post(), which any thread may call to hand
+// it work. Several engines per process are the way to use several cores.
+//
+// Peers: in rank mode, peer(rank) names the engine with the same index in process `rank`
+// (engines are created collectively, in the same order, by every rank); the endpoint and the
+// handshake happen on first use. Messages to one peer are delivered in send order.
+//
+// Completions (SendCallback, ReplyCallback) run on the engine thread from inside progress(),
+// never from inside the call that started the operation, and exactly once.
+//
+// Flow control: a sender spends one credit per message; credits are receive slots the peer
+// reserved for it. Without credits, messages wait in the peer's send queue (at most
+// SLUICE_SEND_QUEUE_MAX), after which sends return kWouldBlock: progress, then retry.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <sluice/config.h>
+#include <sluice/message.h>
+#include <sluice/pool.h>
+#include <sluice/stats.h>
+#include <sluice/status.h>
+
+namespace sluice {
+
+namespace detail {
+class EngineCore;
+}
+
+inline constexpr HandlerId kMaxHandlers = 1024;
+// Largest user header of a message.
+inline constexpr std::size_t kMaxUserHeader = 1024;
+
+using Clock = std::chrono::steady_clock;
+using SendCallback = std::function<void(absl::Status)>;
+using Handler = std::function<void(Message&)>;
+// Chooses where a rendezvous payload lands: given the announcement (header() valid, payload()
+// empty, payload_size known), return a buffer of at least `size` bytes that stays valid until
+// the handler runs, or an empty span for a receive-pool slot.
+using PayloadSink = std::function<std::span<std::byte>(const Message& announcement, std::size_t size)>;
+// RPC completion: OK with the reply, or the error (DeadlineExceeded, Cancelled, Unavailable,
+// ResourceExhausted from the server's slot table, Unimplemented, Internal...) and an empty
+// Message.
+using ReplyCallback = std::function<void(absl::Status, Message& reply)>;
+using CallId = std::uint64_t;
+
+struct HandlerOptions {
+  // Deliver without waiting for earlier rendezvous payloads from the same peer.
+  bool unordered = false;
+  PayloadSink sink;
+};
+
+struct CallOptions {
+  Duration timeout = kInfinite;
+  // When not empty, the reply payload lands here directly (posted before the request leaves);
+  // Message::payload() of the reply then views it. A larger reply fails with OutOfRange.
+  std::span<std::byte> reply_buffer;
+};
+
+class Peer {
+ public:
+  int rank() const { return rank_; }
+  bool alive() const;
+
+  // Sends an active message to `handler` on the peer. `header` (at most kMaxUserHeader bytes)
+  // is copied at once. Payloads up to the eager limit are copied into a send-pool slot;
+  // larger ones go by rendezvous straight from `payload`, which must stay valid and unchanged
+  // until on_done runs (like MPI_Isend).
+  // Returns kOk (on_done will run once), kWouldBlock (send queue or send pool full: progress,
+  // then retry), kInvalidArgument (sizes), kUnavailable (peer dead). on_done does not run when
+  // the call returns anything but kOk.
+  Result send(HandlerId handler, std::span<const std::byte> header,
+              std::span<const std::byte> payload, SendCallback on_done = {});
+  // send(), but the payload is copied first: the caller's buffer is free when this returns.
+  Result send_copy(HandlerId handler, std::span<const std::byte> header,
+                   std::span<const std::byte> payload, SendCallback on_done = {});
+  // Calls `method` on the peer; `on_reply` runs once. Requests beyond the slots the server
+  // granted wait in this peer's queue. Same returns as send(); `id` (optional) receives the
+  // call's id for Engine::cancel().
+  Result call(HandlerId method, std::span<const std::byte> header,
+              std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
+              CallId* id = nullptr);
+
+ private:
+  friend class detail::EngineCore;
+  Peer(detail::EngineCore* e, std::uint32_t id, int rank) : engine_(e), id_(id), rank_(rank) {}
+  detail::EngineCore* engine_;
+  std::uint32_t id_;
+  int rank_;
+};
+
+struct EngineOptions {
+  // SLUICE_NUMA unless set: -1 auto, or a node number.
+  int numa_node = -2;
+};
+
+class Engine {
+ public:
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const;
+  int size() const;
+  int id() const;
+
+  // Installs `fn` for `id` (< kMaxHandlers). AlreadyExists when one is installed.
+  absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options = {});
+  absl::Status unregister_handler(HandlerId id);
+
+  // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range.
+  Peer* peer(int rank);
+
+  // Progresses communication once and runs due completions and handlers. Returns whether
+  // anything happened.
+  bool progress();
+  // Progresses until `done()` is true (returns true) or `deadline` passes (returns false).
+  bool run_until(const std::function<bool()>& done, Clock::time_point deadline = Clock::time_point::max());
+  // Sleeps until there is something to do or `deadline` (efd + ucp_worker_arm: an idle engine
+  // uses no CPU), then progresses.
+  void wait(Clock::time_point deadline);
+  // Runs `fn` on the engine thread from inside progress(). Any thread; wakes a waiting engine.
+  void post(std::function<void()> fn);
+
+  // Cancels a call: it completes once with Cancelled (unless it completed already).
+  void cancel(CallId id);
+
+  // A registered send-pool slot of at least `size` bytes, for messages built in place.
+  Result try_get_send_slot(std::size_t size, Slot* out);
+
+  // Counters (updated on read with the pool and queue gauges). Engine thread only.
+  const Stats& stats();
+  PoolStats pool_stats(Direction d) const;
+  // Operations the transport still holds (sends in flight, exact receives posted).
+  std::size_t outstanding_sends() const;
+  std::size_t posted_exact_receives() const;
+  std::size_t eager_limit() const;
+
+ private:
+  friend class Context;
+  explicit Engine(std::unique_ptr<detail::EngineCore> core);
+  std::unique_ptr<detail::EngineCore> core_;
+};
+
+}  // namespace sluice

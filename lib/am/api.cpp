@@ -1,0 +1,168 @@
+// The public classes: Context, Engine, Peer, Message forward to the engine core.
+#include <sluice/context.h>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice {
+
+// ---- Message ---------------------------------------------------------------------------------
+
+Message::Message(Message&& o) noexcept { *this = std::move(o); }
+
+Message& Message::operator=(Message&& o) noexcept {
+  if (this == &o) return *this;
+  release();
+  engine_ = o.engine_;
+  peer_ = o.peer_;
+  source_ = o.source_;
+  incarnation_ = o.incarnation_;
+  handler_ = o.handler_;
+  request_ = o.request_;
+  replied_ = o.replied_;
+  credit_ = o.credit_;
+  rpc_id_ = o.rpc_id_;
+  reply_capacity_ = o.reply_capacity_;
+  reply_buf_ = o.reply_buf_;
+  holds_rpc_slot_ = o.holds_rpc_slot_;
+  reply_flag_ = o.reply_flag_;
+  status_ = o.status_;
+  seq_ = o.seq_;
+  announced_ = o.announced_;
+  slot_ = std::move(o.slot_);
+  landing_ = std::move(o.landing_);
+  heap_ = std::move(o.heap_);
+  header_ = o.header_;
+  payload_ = o.payload_;
+  o.engine_ = nullptr;
+  o.header_ = {};
+  o.payload_ = {};
+  return *this;
+}
+
+Message::~Message() { release(); }
+
+void Message::release() {
+  if (engine_ != nullptr) engine_->release(*this);
+  slot_.release();
+  landing_.release();
+  heap_.reset();
+  header_ = {};
+  payload_ = {};
+}
+
+Peer* Message::peer() const { return engine_ ? engine_->peer_handle(peer_) : nullptr; }
+
+Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload) {
+  if (engine_ == nullptr) return Result::kInvalidArgument;
+  return engine_->reply(*this, header, payload, 0);
+}
+
+Result Message::reply_error(const absl::Status& status) {
+  if (engine_ == nullptr || status.ok()) return Result::kInvalidArgument;
+  std::string text(status.message());
+  if (text.size() > 512) text.resize(512);
+  return engine_->reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
+                        static_cast<std::uint16_t>(status.code()));
+}
+
+// ---- Peer ----------------------------------------------------------------------------------
+
+bool Peer::alive() const { return engine_->peer_alive(id_); }
+
+Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                  SendCallback on_done) {
+  return engine_->send(id_, h, header, payload, std::move(on_done), false);
+}
+
+Result Peer::send_copy(HandlerId h, std::span<const std::byte> header,
+                       std::span<const std::byte> payload, SendCallback on_done) {
+  return engine_->send(id_, h, header, payload, std::move(on_done), true);
+}
+
+Result Peer::call(HandlerId method, std::span<const std::byte> header,
+                  std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
+                  CallId* id) {
+  return engine_->call(id_, method, header, payload, options, std::move(on_reply), id);
+}
+
+// ---- Engine --------------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
+Engine::~Engine() = default;
+int Engine::rank() const { return core_->rank(); }
+int Engine::size() const { return core_->size(); }
+int Engine::id() const { return core_->id(); }
+absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
+  return core_->register_handler(id, std::move(fn), std::move(options));
+}
+absl::Status Engine::unregister_handler(HandlerId id) { return core_->unregister_handler(id); }
+Peer* Engine::peer(int rank) { return core_->peer(rank); }
+bool Engine::progress() { return core_->progress(); }
+bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    core_->progress();
+  }
+  return true;
+}
+void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
+void Engine::post(std::function<void()> fn) { core_->post(std::move(fn)); }
+void Engine::cancel(CallId id) { core_->cancel(id); }
+Result Engine::try_get_send_slot(std::size_t size, Slot* out) { return core_->try_get_send_slot(size, out); }
+const Stats& Engine::stats() { return core_->stats(); }
+PoolStats Engine::pool_stats(Direction d) const { return core_->pool_stats(d); }
+std::size_t Engine::outstanding_sends() const { return core_->outstanding_sends(); }
+std::size_t Engine::posted_exact_receives() const { return core_->posted_exact_receives(); }
+std::size_t Engine::eager_limit() const { return core_->eager_limit(); }
+
+// ---- Context -------------------------------------------------------------------------------
+
+namespace detail {
+class ContextState {
+ public:
+  Config config;
+  std::unique_ptr<Topology> topo;
+  std::unique_ptr<UcxContext> ucx;
+  std::unique_ptr<Bootstrap> boot;
+  int engines = 0;
+};
+}  // namespace detail
+
+absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options) {
+  std::unique_ptr<Context> ctx(new Context());
+  ctx->state_ = std::make_unique<detail::ContextState>();
+  auto& s = *ctx->state_;
+  if (options.config) {
+    s.config = *options.config;
+    SLUICE_RETURN_IF_ERROR(s.config.validate());
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(s.config, Config::from_env());
+  }
+  SLUICE_ASSIGN_OR_RETURN(s.topo, detail::Topology::load());
+  if (options.bootstrap) {
+    s.boot = std::move(options.bootstrap);
+  } else {
+    SLUICE_ASSIGN_OR_RETURN(s.boot, make_bootstrap(s.config));
+  }
+  detail::set_log_rank(s.boot->rank());
+  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::UcxContext::create(s.config));
+  return ctx;
+}
+
+Context::~Context() = default;
+const Config& Context::config() const { return state_->config; }
+int Context::rank() const { return state_->boot->rank(); }
+int Context::size() const { return state_->boot->size(); }
+Bootstrap& Context::bootstrap() { return *state_->boot; }
+
+absl::StatusOr<std::unique_ptr<Engine>> Context::create_engine(EngineOptions options) {
+  auto& s = *state_;
+  auto core = std::make_unique<detail::EngineCore>(s.config, s.topo.get(), s.ucx.get(), s.boot.get(), s.engines++);
+  SLUICE_RETURN_IF_ERROR(core->init(options.numa_node));
+  return std::unique_ptr<Engine>(new Engine(std::move(core)));
+}
+
+}  // namespace sluice

@@ -1,0 +1,410 @@
+// Engine lifecycle, progress, op pool, timers, peer failure; the public forwarding layer.
+#include "am/engine_core.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <random>
+
+#include <absl/strings/str_format.h>
+
+#include "core/log.h"
+
+namespace sluice::detail {
+
+namespace {
+std::uint64_t random_incarnation() {
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return v == 0 ? 1 : v;
+}
+}  // namespace
+
+EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxContext* ucx,
+                       Bootstrap* boot, int engine_id)
+    : config_(config),
+      topo_(topo),
+      ucx_(ucx),
+      boot_(boot),
+      engine_id_(engine_id),
+      incarnation_(random_incarnation()),
+      eager_limit_(config.eager_limit()),
+      handlers_(kMaxHandlers) {
+  auto& s = stats_;
+  c_ = Counters{&s.counter("am.msgs_sent"),        &s.counter("am.bytes_sent"),
+                &s.counter("am.msgs_received"),    &s.counter("am.bytes_received"),
+                &s.counter("am.rndv_sent"),        &s.counter("am.rndv_received"),
+                &s.counter("am.bounce_copied_bytes"), &s.counter("flow.credit_stalls"),
+                &s.counter("flow.would_block"),    &s.counter("wire.parse_errors"),
+                &s.counter("am.duplicates_dropped"), &s.counter("am.dropped_from_dead_peers"),
+                &s.counter("am.unknown_handler"),  &s.counter("am.handler_errors"),
+                &s.counter("peers.failed"),        &s.counter("ctrl.sent"),
+                &s.counter("ctrl.received"),       &s.counter("flow.credit_messages"),
+                &s.counter("peers.heartbeats"),    &s.counter("rpc.calls"),
+                &s.counter("rpc.replies"),         &s.counter("rpc.late_replies"),
+                &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
+                &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm")};
+}
+
+absl::Status EngineCore::init(int numa_node_option) {
+  SLUICE_ASSIGN_OR_RETURN(worker_, UcxWorker::create(*ucx_));
+  NumaPolicy policy = config_.numa;
+  if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
+  SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(policy, *topo_, current_cpu()));
+  arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk};
+  std::size_t slot = eager_slot_size(eager_limit_);
+  SLUICE_ASSIGN_OR_RETURN(send_pool_, Pool::create(Direction::kSend, config_, slot, arena_source_));
+  SLUICE_ASSIGN_OR_RETURN(recv_pool_, Pool::create(Direction::kRecv, config_, slot, arena_source_));
+  SLUICE_RETURN_IF_ERROR(recv_pool_->eager().reserve(config_.rx_posted));
+  SLUICE_RETURN_IF_ERROR(recv_pool_->eager().prime());
+
+  int n = boot_->size();
+  peers_.resize(static_cast<std::size_t>(n));
+  addresses_.resize(static_cast<std::size_t>(n));
+  std::string key = absl::StrFormat("sluice.engine.%d", engine_id_);
+  SLUICE_RETURN_IF_ERROR(boot_->put(key, worker_->address()));
+  SLUICE_RETURN_IF_ERROR(boot_->fence());
+  for (int r = 0; r < n; ++r) {
+    SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
+  }
+  for (std::uint32_t i = 0; i < config_.rx_posted; ++i) rx_ops_.push_back(new_op(OpKind::kRx, 0));
+  post_receives();
+  SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u",
+             engine_id_, rank(), n, node, eager_limit_);
+  return absl::OkStatus();
+}
+
+EngineCore::~EngineCore() {
+  auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
+  // Orderly close: tell live peers, let queued work fail, flush what is in flight.
+  for (auto& p : peers_) {
+    if (p && p->state == PeerState::kReady) send_ctrl(*p, wire::kBye, {});
+  }
+  while (tx_inflight_ > 0 && Clock::now() < deadline) progress();
+  for (auto& p : peers_) {
+    if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
+  }
+  for (Op* op : rx_ops_) worker_->cancel(op);
+  while ((tx_inflight_ > 0 || exact_posted_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
+  for (Op* op : rx_ops_) {
+    if (op->request != nullptr) {
+      worker_->cancel(op);
+    }
+  }
+  for (int i = 0; i < 100 && !done_.empty(); ++i) progress();
+  // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
+  for (auto& op : op_storage_) {
+    op.slot.release();
+    op.pending = Message();
+  }
+  for (auto& p : peers_) {
+    if (!p) continue;
+    p->window.clear();
+    p->frag = Message();
+    p->ep = UcxEndpoint();
+  }
+  if (config_.stats) {
+    std::string text = stats().to_text();
+    std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
+  }
+  worker_->progress();
+}
+
+// ---- ops ---------------------------------------------------------------------------------
+
+Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
+  Op* op = free_ops_;
+  if (op != nullptr) [[likely]] {
+    free_ops_ = op->next_free;
+  } else {
+    op = &op_storage_.emplace_back();
+    op->engine = this;
+    op->on_complete = &EngineCore::on_transport;
+  }
+  op->kind = kind;
+  op->peer = peer;
+  return op;
+}
+
+void EngineCore::free_op(Op* op) {
+  op->slot.release();
+  op->heap.reset();
+  op->on_done = nullptr;
+  op->payload = nullptr;
+  op->payload_len = 0;
+  op->payload_memh = nullptr;
+  op->releases_rpc_slot = false;
+  op->call_id = 0;
+  op->tag = 0;
+  op->request = nullptr;
+  op->next_free = free_ops_;
+  free_ops_ = op;
+}
+
+void EngineCore::on_transport(TransportOp* t, absl::StatusCode code, std::size_t length, Tag tag) {
+  Op* op = static_cast<Op*>(t);
+  op->engine->done_.push_back({op, code, length, tag});
+}
+
+void EngineCore::on_ep_error(void* arg, int ucs_status) {
+  auto* p = static_cast<PeerData*>(arg);
+  (void)ucs_status;
+  // Recorded here, handled after progress returns: never change peer state inside UCX.
+  p->fail_reason = absl::StrFormat("transport error: %s", ucx_status_name(ucs_status));
+  p->handle->engine_->failed_eps_.push_back(p->id);
+}
+
+void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+  switch (op->kind) {
+    case OpKind::kSend:
+    case OpKind::kSendPayload: on_send_done(op, code); break;
+    case OpKind::kCtrl: on_ctrl_done(op, code); break;
+    case OpKind::kRx: on_rx(op, code, length, tag); break;
+    case OpKind::kRndvRx: on_rndv_done(op, code, length); break;
+    case OpKind::kReplyRx: on_reply_rx_done(op, code, length); break;
+  }
+}
+
+void EngineCore::drain_completions() {
+  if (draining_) return;  // a handler progressing the engine: the outer loop drains
+  draining_ = true;
+  for (std::size_t i = 0; i < done_.size(); ++i) {
+    Completion c = done_[i];
+    complete(c.op, c.code, c.length, c.tag);
+  }
+  done_.clear();
+  draining_ = false;
+  while (!failed_eps_.empty()) {
+    std::uint32_t id = failed_eps_.back();
+    failed_eps_.pop_back();
+    PeerData& p = *peers_[id];
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+  }
+}
+
+void EngineCore::run_posted() {
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard lock(post_mu_);
+    fns.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : fns) fn();
+}
+
+bool EngineCore::progress() {
+  bool any = worker_->progress();
+  if (!done_.empty()) {
+    any = true;
+    drain_completions();
+  }
+  if (has_posted_.load(std::memory_order_acquire)) [[unlikely]] {
+    any = true;
+    run_posted();
+  }
+  post_receives();
+  Clock::time_point now = Clock::now();
+  if (now >= next_timer_) [[unlikely]] timers(now);
+  return any;
+}
+
+void EngineCore::wait(Clock::time_point deadline) {
+  if (progress()) return;
+  if (!worker_->arm()) return;  // events pending: progress instead of sleeping
+  if (has_posted_.load(std::memory_order_acquire)) return;
+  Clock::time_point until = std::min(deadline, next_timer_);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  if (ms > 0) {
+    pollfd p{worker_->event_fd(), POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, 1000)));
+  }
+  progress();
+}
+
+void EngineCore::post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(post_mu_);
+    posted_.push_back(std::move(fn));
+    has_posted_.store(true, std::memory_order_release);
+  }
+  worker_->signal();
+}
+
+// ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
+
+void EngineCore::timers(Clock::time_point now) {
+  Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
+                                     std::chrono::milliseconds(1));
+  next_timer_ = now + tick;
+  for (auto& pp : peers_) {
+    if (!pp) continue;
+    PeerData& p = *pp;
+    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite &&
+        now >= p.hello_deadline) {
+      fail_peer(p, absl::StatusCode::kDeadlineExceeded,
+                absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s",
+                                format_duration(config_.connect_timeout)));
+      continue;
+    }
+    if (p.state != PeerState::kReady) continue;
+    Duration silent = now - p.last_heard;
+    if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
+      fail_peer(p, absl::StatusCode::kUnavailable,
+                absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
+                                format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+                                format_duration(config_.peer_timeout)));
+      continue;
+    }
+    if (silent >= config_.heartbeat && (!p.ping_outstanding || now - p.ping_sent >= config_.heartbeat)) {
+      p.ping_outstanding = true;
+      p.ping_sent = now;
+      c_.heartbeats->add();
+      send_ctrl(p, wire::kPing, {});
+    }
+  }
+  if (!calls_.empty()) expire_calls(now);
+}
+
+// ---- peers ---------------------------------------------------------------------------------
+
+PeerData* EngineCore::peer_by_rank(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(peers_.size())) return nullptr;
+  auto& slot = peers_[static_cast<std::size_t>(rank)];
+  if (!slot) {
+    slot = std::make_unique<PeerData>();
+    slot->id = static_cast<std::uint32_t>(rank);
+    slot->rank = rank;
+    slot->handle.reset(new Peer(this, slot->id, rank));
+    slot->server_slots = SlotTable(config_.rpc_slots);
+  }
+  return slot.get();
+}
+
+Peer* EngineCore::peer(int rank) {
+  PeerData* p = peer_by_rank(rank);
+  return p ? p->handle.get() : nullptr;
+}
+
+Peer* EngineCore::peer_handle(std::uint32_t id) { return peers_[id]->handle.get(); }
+
+bool EngineCore::peer_alive(std::uint32_t id) const {
+  return peers_[id] && peers_[id]->state != PeerState::kDead;
+}
+
+absl::Status EngineCore::ensure_endpoint(PeerData& p) {
+  if (p.ep.valid()) return absl::OkStatus();
+  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
+  return absl::OkStatus();
+}
+
+void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
+  if (p.state == PeerState::kDead) return;
+  bool orderly = code == absl::StatusCode::kCancelled;
+  if (!orderly) {
+    c_.peers_failed->add();
+    SLUICE_LOG(kWarn, "am", "peer rank %d failed: %s; its operations complete with %s", p.rank,
+               reason, absl::StatusCodeToString(code));
+  } else {
+    SLUICE_LOG(kDebug, "am", "peer rank %d closed: %s", p.rank, reason);
+  }
+  p.state = PeerState::kDead;
+  p.fail_reason = reason;
+  absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
+                      absl::StrFormat("peer rank %d: %s", p.rank, reason));
+  // Queued messages never reached the transport: complete them here, once.
+  for (auto* q : {&p.queue, &p.call_queue}) {
+    while (!q->empty()) {
+      Pending m = q->front();
+      q->pop_front();
+      Op* last = m.payload ? m.payload : m.header;
+      if (last->on_done) last->on_done(status);
+      if (last->releases_rpc_slot) release_call_slot(p);
+      free_op(m.header);
+      if (m.payload) free_op(m.payload);
+    }
+  }
+  // In-flight sends complete through the force close (their callbacks see an error).
+  if (p.ep.valid()) {
+    void* req = p.ep.start_close(true);
+    if (req != nullptr) (void)worker_->wait_request(req, Clock::now() + std::chrono::seconds(1));
+  }
+  p.window.clear();
+  p.frag = Message();
+  p.blocked = false;
+  // Exact receives posted for this peer's payloads: cancel; their completions clean up.
+  for (auto& op : op_storage_) {
+    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id &&
+        op.request != nullptr) {
+      worker_->cancel(&op);
+    }
+  }
+  // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
+  std::vector<CallId> ids;
+  for (auto& [id, call] : calls_)
+    if (call.peer == p.id) ids.push_back(id);
+  for (CallId id : ids) finish_call(id, status);
+  if (p.granted != 0) {
+    recv_pool_->eager().unreserve(p.granted);
+    p.granted = 0;
+  }
+  p.server_slots = SlotTable(config_.rpc_slots);
+  p.calls_outstanding = 0;
+}
+
+void EngineCore::count_drop(const char* what) {
+  c_.dropped_dead->add();
+  SLUICE_LOG_RATE_LIMITED(kInfo, "am", "dropped a message: %s", what);
+}
+
+// ---- handlers, stats ------------------------------------------------------------------------
+
+absl::Status EngineCore::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
+  if (id >= kMaxHandlers) {
+    return absl::InvalidArgumentError(absl::StrFormat("handler id %d is not below %d", id, kMaxHandlers));
+  }
+  if (!fn) return absl::InvalidArgumentError("empty handler function");
+  if (handlers_[id].fn) return absl::AlreadyExistsError(absl::StrFormat("handler %d is already registered", id));
+  handlers_[id] = {std::move(fn), std::move(options)};
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::unregister_handler(HandlerId id) {
+  if (id >= kMaxHandlers || !handlers_[id].fn) {
+    return absl::NotFoundError(absl::StrFormat("no handler %d is registered", id));
+  }
+  handlers_[id] = {};
+  return absl::OkStatus();
+}
+
+Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
+  PoolClass* cls = send_pool_->class_for(size);
+  if (cls == nullptr) return Result::kInvalidArgument;
+  return cls->try_get(out);
+}
+
+const Stats& EngineCore::stats() {
+  for (auto* pool : {send_pool_.get(), recv_pool_.get()}) {
+    PoolStats ps = pool->stats();
+    std::string d = to_string(ps.direction);
+    stats_.counter("mem." + d + ".mapped_bytes").set(ps.mapped_bytes);
+    stats_.counter("mem." + d + ".hwm_bytes").set(ps.high_water_bytes);
+    for (const auto& c : ps.classes) {
+      std::string base = "mem." + c.name;
+      stats_.counter(base + ".slots_total").set(c.slots_total);
+      stats_.counter(base + ".slots_free").set(c.slots_free);
+      stats_.counter(base + ".hwm").set(c.high_water);
+      stats_.counter(base + ".growth").set(c.growth_events);
+      stats_.counter(base + ".exhausted").set(c.exhaustion_events);
+      stats_.counter(base + ".cross_thread_returns").set(c.cross_thread_returns);
+    }
+  }
+  stats_.counter("am.tx_inflight").set(tx_inflight_);
+  stats_.counter("am.rx_exact_posted").set(exact_posted_);
+  return stats_;
+}
+
+PoolStats EngineCore::pool_stats(Direction d) const {
+  return d == Direction::kSend ? send_pool_->stats() : recv_pool_->stats();
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,283 @@
+// The engine's state and protocol (internal). One thread owns all of it.
+//
+// Files: engine_core.cpp (lifecycle, progress, timers, peer failure), handshake.cpp (HELLO,
+// control messages), send.cpp (send path, credits), recv.cpp (receive path, ordering,
+// rendezvous, dispatch), rpc.cpp (calls, replies, slot tables).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+#include <sluice/bootstrap.h>
+#include <sluice/engine.h>
+
+#include "flow/flow.h"
+#include "mem/pool.h"
+#include "topo/topology.h"
+#include "transport/ucx.h"
+#include "wire/wire.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+
+enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx };
+
+// A transport operation of this engine; pooled, never allocated on the hot path once warm.
+struct Op : TransportOp {
+  EngineCore* engine = nullptr;
+  OpKind kind = OpKind::kSend;
+  std::uint32_t peer = 0;
+  std::uint64_t incarnation = 0;
+  Slot slot;                           // packed message (sends) or receive slot (rx)
+  std::unique_ptr<std::byte[]> heap;   // send_copy of a payload larger than any class
+  const std::byte* payload = nullptr;  // rendezvous payload to send
+  std::size_t payload_len = 0;
+  void* payload_memh = nullptr;
+  std::size_t message_len = 0;         // packed bytes in slot
+  std::uint64_t tag = 0;
+  SendCallback on_done;
+  bool releases_rpc_slot = false;      // the last op of a reply: frees the server slot
+  std::uint64_t call_id = 0;           // kReplyRx
+  std::uint16_t ctrl_kind = 0;         // kCtrl
+  Message pending;                     // kRndvRx: the announcement waiting for its payload
+  bool ordered = false;                // kRndvRx: later messages wait for this one
+  Op* next_free = nullptr;
+};
+
+struct Completion {
+  Op* op;
+  absl::StatusCode code;
+  std::size_t length;
+  std::uint64_t tag;
+};
+
+// A message waiting for credits (or for the handshake) in a peer's send queue.
+struct Pending {
+  Op* header;   // packed eager message or rendezvous announcement
+  Op* payload;  // rendezvous payload, or nullptr
+};
+
+// A received message with its decoded header, waiting for its turn in sequence order.
+struct Incoming {
+  Message message;
+  wire::Header header;
+};
+
+enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
+
+struct Call {
+  std::uint32_t peer;
+  ReplyCallback on_reply;
+  Clock::time_point deadline;
+  std::span<std::byte> reply_buffer;
+  Op* reply_rx = nullptr;       // posted exact receive for the reply payload
+  bool payload_landed = false;
+  std::size_t payload_len = 0;
+  bool header_arrived = false;
+  Message reply;                // reply header (waiting for the payload to land)
+  bool finishing = false;       // cancelled or expired, waiting for reply_rx to be cancelled
+  absl::Status final_status;
+};
+
+struct PeerData {
+  std::uint32_t id = 0;
+  int rank = -1;
+  PeerState state = PeerState::kNew;
+  bool hello_sent = false;
+  bool hello_received = false;
+  std::uint64_t incarnation = 0;  // the peer's
+  std::uint64_t epoch = 0;        // bumped when the peer restarts; ops carry it
+  UcxEndpoint ep;
+  std::unique_ptr<Peer> handle;
+  SendCredits credits;
+  CreditReturn owed;
+  std::uint32_t granted = 0;  // receive slots reserved for this peer
+  std::uint64_t next_seq = 1;
+  ReorderWindow<Incoming> window;
+  std::deque<Pending> queue;
+  std::deque<Pending> call_queue;  // requests beyond the server's slots
+  std::uint32_t rpc_slots = 0;     // granted by the peer (server)
+  std::uint32_t calls_outstanding = 0;
+  SlotTable server_slots;          // what we grant the peer as a server
+  bool blocked = false;            // an ordered rendezvous is landing
+  Message frag;                    // bounce mode: payload being reassembled
+  std::size_t frag_received = 0;
+  Clock::time_point last_heard{};
+  Clock::time_point hello_deadline{};
+  bool ping_outstanding = false;
+  Clock::time_point ping_sent{};
+  std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
+  std::array<bool, 7> ctrl_busy{};
+  bool credit_again = false;
+  std::string fail_reason;
+};
+
+struct HandlerEntry {
+  Handler fn;
+  HandlerOptions options;
+};
+
+class EngineCore {
+ public:
+  EngineCore(const Config& config, const Topology* topo, const UcxContext* ucx, Bootstrap* boot,
+             int engine_id);
+  ~EngineCore();
+  absl::Status init(int numa_node_option);
+
+  // --- public API, forwarded from Engine/Peer/Message ---
+  absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options);
+  absl::Status unregister_handler(HandlerId id);
+  Peer* peer(int rank);
+  bool progress();
+  void wait(Clock::time_point deadline);
+  void post(std::function<void()> fn);
+  Result send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
+              std::span<const std::byte> payload, SendCallback cb, bool copy);
+  Result call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
+              std::span<const std::byte> payload, CallOptions options, ReplyCallback cb, CallId* id);
+  void cancel(CallId id);
+  Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
+               std::uint16_t status);
+  void release(Message& m);
+  bool peer_alive(std::uint32_t peer) const;
+  Peer* peer_handle(std::uint32_t peer);
+  Result try_get_send_slot(std::size_t size, Slot* out);
+  const Stats& stats();
+  PoolStats pool_stats(Direction d) const;
+  std::size_t outstanding_sends() const { return tx_inflight_; }
+  std::size_t posted_exact_receives() const { return exact_posted_; }
+  std::size_t eager_limit() const { return eager_limit_; }
+  int rank() const { return boot_->rank(); }
+  int size() const { return boot_->size(); }
+  int id() const { return engine_id_; }
+
+  // Transport callback trampolines.
+  static void on_transport(TransportOp* op, absl::StatusCode code, std::size_t length, Tag tag);
+  static void on_ep_error(void* arg, int ucs_status);
+
+ private:
+  // engine_core.cpp
+  Op* new_op(OpKind kind, std::uint32_t peer);
+  void free_op(Op* op);
+  void complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
+  void drain_completions();
+  void run_posted();
+  void timers(Clock::time_point now);
+  void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
+  absl::Status ensure_endpoint(PeerData& p);
+  // handshake.cpp
+  void start_handshake(PeerData& p);
+  bool send_hello(PeerData& p);
+  void send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux = 0);
+  void handle_ctrl(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
+  void handle_hello(PeerData& p, const wire::Hello& hello);
+  void on_ctrl_done(Op* op, absl::StatusCode code);
+  void maybe_ready(PeerData& p);
+  // send.cpp
+  Result enqueue(PeerData& p, Op* header, Op* payload);
+  Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+              std::span<const std::byte> inline_payload, std::uint32_t payload_len,
+              std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out);
+  void transmit(PeerData& p, const Pending& m);
+  void flush(PeerData& p);
+  void on_send_done(Op* op, absl::StatusCode code);
+  void maybe_return_credits(PeerData& p);
+  Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                         std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
+                         std::uint64_t rpc_id, std::uint64_t aux);
+  Result prepare_payload(Op* op, std::span<const std::byte> payload, bool copy);
+  // recv.cpp
+  void post_receives();
+  void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
+  void deliver(PeerData& p);
+  void process(PeerData& p, Message& m, const wire::Header& h);
+  void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
+  void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
+  void dispatch(PeerData& p, Message& m);
+  void finish_incoming(PeerData& p, Message& m);
+  std::span<std::byte> choose_landing(Message& m, std::size_t size);
+  std::size_t unposted_ = 0;
+  void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
+  // rpc.cpp
+  void on_request(PeerData& p, Message& m);
+  void on_reply(PeerData& p, Message& m, const wire::Header& h);
+  void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
+  void finish_call(CallId id, absl::Status status);
+  void expire_calls(Clock::time_point now);
+  void release_call_slot(PeerData& p);
+
+  PeerData* peer_by_rank(int rank);
+  void count_drop(const char* what);
+
+  const Config config_;
+  const Topology* topo_;
+  const UcxContext* ucx_;
+  Bootstrap* boot_;
+  int engine_id_;
+  std::uint64_t incarnation_;
+  std::size_t eager_limit_;
+  std::unique_ptr<UcxWorker> worker_;
+  std::unique_ptr<Pool> send_pool_;
+  std::unique_ptr<Pool> recv_pool_;
+  ArenaSource arena_source_;
+  std::vector<std::unique_ptr<PeerData>> peers_;  // by rank
+  std::vector<std::string> addresses_;            // by rank
+  std::vector<HandlerEntry> handlers_;
+  std::vector<Op*> rx_ops_;
+  std::deque<Op> op_storage_;
+  Op* free_ops_ = nullptr;
+  std::vector<Completion> done_;
+  std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
+  bool draining_ = false;
+  absl::flat_hash_map<CallId, Call> calls_;
+  CallId next_call_ = 1;
+  std::size_t tx_inflight_ = 0;
+  std::size_t exact_posted_ = 0;
+  Clock::time_point next_timer_{};
+  std::mutex post_mu_;
+  std::vector<std::function<void()>> posted_;
+  std::atomic<bool> has_posted_{false};
+  Stats stats_;
+  struct Counters {
+    Counter* msgs_sent;
+    Counter* bytes_sent;
+    Counter* msgs_received;
+    Counter* bytes_received;
+    Counter* rndv_sent;
+    Counter* rndv_received;
+    Counter* bounce_bytes;
+    Counter* credit_stalls;
+    Counter* would_block;
+    Counter* parse_errors;
+    Counter* duplicates;
+    Counter* dropped_dead;
+    Counter* unknown_handler;
+    Counter* handler_errors;
+    Counter* peers_failed;
+    Counter* ctrl_sent;
+    Counter* ctrl_received;
+    Counter* credit_msgs;
+    Counter* heartbeats;
+    Counter* rpc_calls;
+    Counter* rpc_replies;
+    Counter* rpc_late_replies;
+    Counter* rpc_slot_refused;
+    Counter* rpc_deadline;
+    Counter* rpc_cancelled;
+    HighWater* queue_hwm;
+  } c_{};
+  friend class ::sluice::Message;
+};
+
+// The status code carried on the wire (absl codes fit in 16 bits).
+inline absl::StatusCode code_from_wire(std::uint16_t v) {
+  return v > 16 ? absl::StatusCode::kUnknown : static_cast<absl::StatusCode>(v);
+}
+
+}  // namespace sluice::detail

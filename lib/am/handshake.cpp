@@ -1,0 +1,194 @@
+// HELLO both ways, control messages (credits, heartbeat, bye, reject).
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+void EngineCore::start_handshake(PeerData& p) {
+  if (p.state != PeerState::kNew) return;
+  absl::Status s = ensure_endpoint(p);
+  if (!s.ok()) {
+    fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
+    return;
+  }
+  p.state = PeerState::kConnecting;
+  p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                          : Clock::now() + config_.connect_timeout;
+  send_hello(p);
+}
+
+bool EngineCore::send_hello(PeerData& p) {
+  if (p.hello_sent) return true;
+  // Credits are receive slots set aside for this peer; never promise what the budget lacks.
+  std::uint32_t grant = config_.credits;
+  while (grant >= 2 && !recv_pool_->eager().reserve(grant).ok()) grant /= 2;
+  if (grant < 2) {
+    std::string why = absl::StrFormat(
+        "cannot reserve the minimum of 2 credits (%u B receive slots) for rank %d: receive "
+        "budget exhausted; raise SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
+        recv_pool_->eager().slot_size(), p.rank);
+    SLUICE_LOG(kError, "flow", "%s", why);
+    send_ctrl(p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()),
+                                          std::min<std::size_t>(why.size(), 128)));
+    fail_peer(p, absl::StatusCode::kResourceExhausted, why);
+    return false;
+  }
+  if (grant < config_.credits) {
+    SLUICE_LOG(kInfo, "flow", "rank %d granted %u credits, not %u: receive budget", p.rank, grant, config_.credits);
+  }
+  p.granted = grant;
+  p.owed.grant(grant);
+  wire::Hello hello{static_cast<std::uint32_t>(rank()), static_cast<std::uint32_t>(engine_id_),
+                    static_cast<std::uint32_t>(eager_limit_), grant, config_.rpc_slots,
+                    static_cast<std::uint32_t>(rank()), incarnation_};
+  std::array<std::byte, wire::kHelloSize> body;
+  wire::encode_hello(hello, body.data());
+  p.hello_sent = true;
+  send_ctrl(p, wire::kHello, body, incarnation_);
+  return true;
+}
+
+void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body,
+                           std::uint64_t aux) {
+  if (!p.ep.valid()) return;
+  if (p.ctrl_busy[kind]) {
+    if (kind == wire::kCredit) p.credit_again = true;  // resend when the previous completes
+    return;
+  }
+  std::byte* buf = p.ctrl_buf[kind].data();
+  wire::Header h;
+  h.flags = wire::kFlagCtrl;
+  h.handler = kind;
+  h.user_header_len = static_cast<std::uint16_t>(body.size());
+  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? p.owed.take() : 0;
+  h.ack = p.window.delivered();
+  h.aux = aux;
+  wire::encode(h, buf);
+  if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
+  Op* op = new_op(OpKind::kCtrl, p.id);
+  op->ctrl_kind = kind;
+  op->incarnation = p.epoch;
+  p.ctrl_busy[kind] = true;
+  c_.ctrl_sent->add();
+  ++tx_inflight_;
+  PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(),
+                                wire::make_tag(wire::kCtrl, static_cast<std::uint32_t>(rank()), 0), nullptr);
+  if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, 0, 0});
+  else if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
+}
+
+void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
+  --tx_inflight_;
+  PeerData& p = *peers_[op->peer];
+  p.ctrl_busy[op->ctrl_kind] = false;
+  std::uint16_t kind = op->ctrl_kind;
+  bool stale = op->incarnation != p.epoch;
+  free_op(op);
+  if (stale) return;
+  if (code != absl::StatusCode::kOk) {
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "control message failed");
+    return;
+  }
+  if (kind == wire::kCredit && p.credit_again && p.state == PeerState::kReady) {
+    p.credit_again = false;
+    if (p.owed.owed() != 0) {
+      c_.credit_msgs->add();
+      send_ctrl(p, wire::kCredit, {});
+    }
+  }
+}
+
+void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const std::byte> body) {
+  c_.ctrl_received->add();
+  if (h.handler == wire::kHello) {
+    wire::Hello hello;
+    if (wire::decode_hello(body, &hello) != wire::Parse::kOk || hello.rank != static_cast<std::uint32_t>(p.rank)) {
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from rank %d rejected", p.rank);
+      return;
+    }
+    handle_hello(p, hello);
+    return;
+  }
+  if (p.state == PeerState::kDead) {
+    count_drop("control message from a dead peer");
+    return;
+  }
+  if (h.handler == wire::kReject) {
+    std::string why(reinterpret_cast<const char*>(body.data()), body.size());
+    SLUICE_LOG(kError, "am", "rank %d refused the connection: %s", p.rank, why);
+    fail_peer(p, absl::StatusCode::kUnavailable, "refused by the peer: " + why);
+    return;
+  }
+  if (p.state != PeerState::kReady) {
+    count_drop("control message before the handshake");
+    return;
+  }
+  if (h.credits != 0 && !p.credits.give_back(h.credits)) {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d returned %u credits, more than granted", p.rank, h.credits);
+  }
+  switch (h.handler) {
+    case wire::kCredit: break;
+    case wire::kPing: send_ctrl(p, wire::kPong, {}); break;
+    case wire::kPong: p.ping_outstanding = false; break;
+    case wire::kBye: fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)"); return;
+    default:
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from rank %d", h.handler, p.rank);
+      return;
+  }
+  flush(p);
+}
+
+void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
+  if (p.hello_received && hello.incarnation == p.incarnation) {
+    c_.duplicates->add();
+    return;
+  }
+  if (p.state == PeerState::kDead && hello.incarnation == p.incarnation) {
+    count_drop("hello from a dead incarnation");
+    return;
+  }
+  if (p.hello_received || p.state == PeerState::kDead) {
+    // A restarted peer: whatever was towards the old incarnation is over.
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
+    SLUICE_LOG(kInfo, "am", "rank %d restarted (new incarnation), reconnecting", p.rank);
+    ++p.epoch;  // completions of the old incarnation's operations are ignored
+    p.state = PeerState::kNew;
+    p.hello_sent = p.hello_received = false;
+    p.credits = SendCredits();
+    p.owed = CreditReturn();
+    p.next_seq = 1;
+    p.window = ReorderWindow<Incoming>();
+    p.rpc_slots = 0;
+    p.ping_outstanding = false;
+    handle_hello(p, hello);
+    return;
+  }
+  if (hello.credits < 2) {
+    fail_peer(p, absl::StatusCode::kResourceExhausted,
+              absl::StrFormat("rank %d granted %u credits, fewer than the minimum of 2", p.rank, hello.credits));
+    return;
+  }
+  p.hello_received = true;
+  p.incarnation = hello.incarnation;
+  p.credits.grant(hello.credits);
+  p.rpc_slots = hello.rpc_slots;
+  p.last_heard = Clock::now();
+  if (p.state == PeerState::kNew) start_handshake(p);
+  maybe_ready(p);
+}
+
+void EngineCore::maybe_ready(PeerData& p) {
+  if (p.state != PeerState::kConnecting || !p.hello_sent || !p.hello_received) return;
+  p.state = PeerState::kReady;
+  p.last_heard = Clock::now();
+  SLUICE_LOG(kDebug, "am", "rank %d ready: %u credits each way granted/received %u/%u", p.rank,
+             p.granted, p.credits.granted(), p.rpc_slots);
+  flush(p);
+}
+
+}  // namespace sluice::detail

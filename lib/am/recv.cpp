@@ -1,0 +1,270 @@
+// The receive path: wildcard receives, parsing, in-order delivery, rendezvous landing,
+// bounce-mode reassembly, handler dispatch, message release and credit return.
+#include <cstring>
+#include <exception>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+void EngineCore::post_receives() {
+  if (unposted_ == 0) [[likely]] return;
+  PoolClass& cls = recv_pool_->eager();
+  for (Op* op : rx_ops_) {
+    if (op->slot || op->request != nullptr) continue;
+    if (cls.try_get(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
+    PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(), wire::kWildcardTag,
+                                      wire::kWildcardMask, op->slot.memh());
+    if (r.kind == Post::kError) {
+      SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
+      op->slot.release();
+      return;
+    }
+    --unposted_;
+  }
+}
+
+void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+  Slot slot = std::move(op->slot);
+  ++unposted_;
+  if (code != absl::StatusCode::kOk) [[unlikely]] {
+    if (code != absl::StatusCode::kCancelled) {
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receive failed: %s (a message larger than a slot?)",
+                              absl::StatusCodeToString(code));
+    }
+    return;
+  }
+  std::span<const std::byte> bytes(slot.data(), length);
+  PeerData* p = peer_by_rank(static_cast<int>(wire::tag_slot(tag)));
+  wire::Header h;
+  wire::Parse pr = wire::decode(bytes, &h);
+  if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s",
+                            wire::tag_slot(tag), p == nullptr ? "no such rank" : wire::to_string(pr));
+    if (p != nullptr && (pr == wire::Parse::kBadVersion || pr == wire::Parse::kBadMagic) &&
+        p->state != PeerState::kDead) {
+      std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d",
+                                        wire::to_string(pr), wire::kVersion);
+      if (p->ep.valid() || ensure_endpoint(*p).ok())
+        send_ctrl(*p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
+      fail_peer(*p, absl::StatusCode::kUnavailable, why);
+    }
+    return;
+  }
+  p->last_heard = Clock::now();
+  if (h.flags & wire::kFlagCtrl) {
+    handle_ctrl(*p, h, bytes.subspan(wire::kHeaderSize, h.user_header_len));
+    return;
+  }
+  if (p->state != PeerState::kReady) [[unlikely]] {
+    count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+    return;
+  }
+  c_.msgs_received->add();
+  c_.bytes_received->add(length);
+  bool returned = h.credits != 0;
+  if (returned && !p->credits.give_back(h.credits)) {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d returned %u credits, more than granted", p->rank, h.credits);
+  }
+  Incoming in;
+  Message& m = in.message;
+  m.engine_ = this;
+  m.peer_ = p->id;
+  m.source_ = p->rank;
+  m.incarnation_ = p->epoch;
+  m.handler_ = h.handler;
+  m.request_ = (h.flags & wire::kFlagRequest) != 0;
+  m.reply_flag_ = (h.flags & wire::kFlagReply) != 0;
+  m.reply_buf_ = (h.flags & wire::kFlagReplyBuf) != 0;
+  m.reply_capacity_ = h.aux;
+  m.rpc_id_ = h.rpc_id;
+  m.status_ = h.status;
+  m.seq_ = h.seq;
+  m.announced_ = h.payload_len;
+  m.credit_ = true;
+  std::byte* d = slot.data();
+  m.header_ = std::span<const std::byte>(d + wire::kHeaderSize, h.user_header_len);
+  std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
+  m.payload_ = std::span<std::byte>(d + wire::kHeaderSize + h.user_header_len, inl);
+  m.slot_ = std::move(slot);
+  in.header = h;
+  wire::Header copy = h;
+  switch (p->window.offer(copy.seq, std::move(in), p->granted + 64)) {
+    case Arrival::kDeliver:
+    case Arrival::kEarly: break;
+    case Arrival::kDuplicate:
+      c_.duplicates->add();
+      in.message.credit_ = false;
+      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "rank %d: dropped duplicate or stale sequence %u (expected %u)",
+                              p->rank, copy.seq, p->window.expected());
+      break;
+  }
+  deliver(*p);
+  if (returned) flush(*p);
+}
+
+void EngineCore::deliver(PeerData& p) {
+  Incoming in;
+  while (!p.blocked && p.state == PeerState::kReady && p.window.next(&in)) {
+    process(p, in.message, in.header);
+    in.message = Message();
+  }
+}
+
+void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
+  if (h.flags & wire::kFlagFrag) {
+    assemble_fragment(p, std::move(m), h);
+    return;
+  }
+  bool reply_into_buffer = (h.flags & wire::kFlagReply) && (h.flags & wire::kFlagReplyBuf);
+  if ((h.flags & wire::kFlagRndv) && !reply_into_buffer) {
+    bool ordered = true;
+    if (m.handler_ < kMaxHandlers && !m.reply_flag_) ordered = !handlers_[m.handler_].options.unordered;
+    start_rndv(p, std::move(m), h.payload_len, ordered);
+    return;
+  }
+  finish_incoming(p, m);
+}
+
+void EngineCore::finish_incoming(PeerData& p, Message& m) {
+  if (m.reply_flag_) on_reply(p, m, {});
+  else if (m.request_) on_request(p, m);
+  else dispatch(p, m);
+}
+
+std::span<std::byte> EngineCore::choose_landing(Message& m, std::size_t size) {
+  if (m.handler_ < kMaxHandlers && !m.reply_flag_) {
+    const HandlerEntry& he = handlers_[m.handler_];
+    if (he.options.sink) {
+      std::span<std::byte> dest = he.options.sink(m, size);
+      if (dest.size() >= size) return dest.first(size);
+      if (!dest.empty()) {
+        SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
+                                m.handler_, dest.size(), size);
+      }
+    }
+  }
+  if (PoolClass* cls = recv_pool_->class_for(size)) {
+    if (cls->try_get(&m.landing_) == Result::kOk) return std::span(m.landing_.data(), size);
+  }
+  m.heap_.reset(new std::byte[size]);
+  return std::span(m.heap_.get(), size);
+}
+
+void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered) {
+  if (size > config_.max_message) {
+    fail_peer(p, absl::StatusCode::kInvalidArgument,
+              absl::StrFormat("announced a %u-byte payload, above SLUICE_MAX_MESSAGE=%s", size,
+                              format_size(config_.max_message)));
+    return;
+  }
+  std::span<std::byte> dest = choose_landing(m, size);
+  m.payload_ = dest;
+  Op* op = new_op(OpKind::kRndvRx, p.id);
+  op->incarnation = p.epoch;
+  op->ordered = ordered;
+  std::uint64_t tag = wire::make_tag(wire::kRndv, static_cast<std::uint32_t>(p.rank), m.seq_);
+  void* memh = m.landing_ ? m.landing_.memh() : nullptr;
+  op->pending = std::move(m);
+  if (ordered) p.blocked = true;
+  ++exact_posted_;
+  PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
+  if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
+}
+
+void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
+  --exact_posted_;
+  PeerData& p = *peers_[op->peer];
+  Message m = std::move(op->pending);
+  bool stale = op->incarnation != p.epoch;
+  bool ordered = op->ordered;
+  free_op(op);
+  if (stale) return;  // a partial payload never reaches a handler
+  if (ordered) p.blocked = false;
+  if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
+    m.credit_ = false;
+    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
+      fail_peer(p, absl::StatusCode::kUnavailable,
+                absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
+    }
+    return;
+  }
+  c_.rndv_received->add();
+  finish_incoming(p, m);
+  m = Message();
+  deliver(p);
+}
+
+void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
+  std::size_t piece = m.payload_.size();
+  if (h.aux == 0) {
+    if (p.frag.valid()) {
+      c_.parse_errors->add();
+      p.frag = Message();
+    }
+    std::span<const std::byte> first = m.payload_;
+    std::span<std::byte> dest = choose_landing(m, h.payload_len);
+    std::memcpy(dest.data(), first.data(), piece);
+    m.payload_ = dest;
+    p.frag = std::move(m);
+    p.frag_received = piece;
+  } else {
+    if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: fragment at %u out of place", p.rank, h.aux);
+      return;
+    }
+    std::memcpy(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+    p.frag_received += piece;
+  }
+  c_.bounce_bytes->add(piece);
+  if (p.frag_received == p.frag.payload_.size()) {
+    Message done = std::move(p.frag);
+    p.frag_received = 0;
+    finish_incoming(p, done);
+  }
+}
+
+void EngineCore::dispatch(PeerData& p, Message& m) {
+  (void)p;
+  if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) [[unlikely]] {
+    c_.unknown_handler->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
+                            m.source_, m.handler_);
+    return;
+  }
+  try {
+    handlers_[m.handler_].fn(m);
+  } catch (const std::exception& e) {
+    c_.handler_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, e.what());
+  } catch (...) {
+    c_.handler_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw a non-standard exception", m.handler_);
+  }
+}
+
+void EngineCore::release(Message& m) {
+  if (m.request_ && !m.replied_) {
+    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+  }
+  m.slot_.release();
+  m.landing_.release();
+  m.heap_.reset();
+  if (m.credit_) {
+    PeerData& p = *peers_[m.peer_];
+    if (p.epoch == m.incarnation_ && p.state == PeerState::kReady) {
+      p.owed.released();
+      maybe_return_credits(p);
+    }
+  }
+  m.engine_ = nullptr;
+}
+
+}  // namespace sluice::detail

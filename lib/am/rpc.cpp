@@ -1,0 +1,269 @@
+// RPC: calls with deadlines and cancellation, replies into caller buffers, slot tables.
+#include <cstring>
+#include <exception>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
+                        std::span<const std::byte> payload, CallOptions options, ReplyCallback cb,
+                        CallId* id_out) {
+  PeerData& p = *peers_[peer];
+  if (p.state == PeerState::kDead) return Result::kUnavailable;
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb)
+    return Result::kInvalidArgument;
+  if (p.queue.size() + p.call_queue.size() >= config_.send_queue_max) {
+    c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  CallId id = next_call_++;
+  std::uint8_t flags = wire::kFlagRequest;
+  if (!options.reply_buffer.empty()) flags |= wire::kFlagReplyBuf;
+  std::uint64_t aux = options.reply_buffer.size();
+  Op* hop = nullptr;
+  Op* pop = nullptr;
+  bool fragmented = false;
+  Result r;
+  if (header.size() + payload.size() <= eager_limit_) {
+    r = pack(p, flags, method, header, payload, static_cast<std::uint32_t>(payload.size()), id, aux, 0, &hop);
+  } else if (config_.rndv) {
+    r = pack(p, flags | wire::kFlagRndv, method, header, {}, static_cast<std::uint32_t>(payload.size()), id, aux, 0, &hop);
+    if (r == Result::kOk) {
+      pop = new_op(OpKind::kSendPayload, p.id);
+      r = prepare_payload(pop, payload, false);
+      if (r != Result::kOk) {
+        free_op(hop);
+        free_op(pop);
+      }
+    }
+  } else {
+    fragmented = true;
+    r = Result::kOk;
+  }
+  if (r != Result::kOk) return r;
+  Call& c = calls_[id];
+  c.peer = p.id;
+  c.on_reply = std::move(cb);
+  c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
+  c.reply_buffer = options.reply_buffer;
+  if (!options.reply_buffer.empty()) {
+    // The exact receive for the reply payload is posted before the request leaves.
+    Op* rx = new_op(OpKind::kReplyRx, p.id);
+    rx->call_id = id;
+    rx->incarnation = p.epoch;
+    c.reply_rx = rx;
+    ++exact_posted_;
+    PostResult pr = worker_->post_recv(rx, options.reply_buffer.data(), options.reply_buffer.size(),
+                                       wire::make_tag(wire::kReply, static_cast<std::uint32_t>(p.rank), id),
+                                       kFullMask, nullptr);
+    if (pr.kind == Post::kError) done_.push_back({rx, pr.code, 0, 0});
+  }
+  c_.rpc_calls->add();
+  if (id_out) *id_out = id;
+  if (fragmented) {
+    ++p.calls_outstanding;
+    return send_fragmented(p, method, header, payload, {}, flags, id, aux);
+  }
+  if (p.state == PeerState::kReady && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
+    ++p.calls_outstanding;
+    return enqueue(p, hop, pop);
+  }
+  if (p.state == PeerState::kNew) start_handshake(p);
+  p.call_queue.push_back({hop, pop});
+  return Result::kOk;
+}
+
+void EngineCore::release_call_slot(PeerData& p) {
+  if (p.calls_outstanding > 0) --p.calls_outstanding;
+  flush(p);
+}
+
+void EngineCore::on_request(PeerData& p, Message& m) {
+  if (!p.server_slots.try_acquire()) [[unlikely]] {
+    // Beyond the slots granted: refused before any work is done.
+    c_.rpc_slot_refused->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "rank %d exceeded its %u rpc slots; request refused",
+                            p.rank, p.server_slots.capacity());
+    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
+    return;
+  }
+  m.holds_rpc_slot_ = true;
+  if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) {
+    c_.unknown_handler->add();
+    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
+    return;
+  }
+  try {
+    handlers_[m.handler_].fn(m);
+  } catch (const std::exception& e) {
+    c_.handler_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kError, "rpc", "method %d threw: %s", m.handler_, e.what());
+    if (m.valid() && !m.replied_) {
+      std::string what = e.what();
+      (void)reply(m, {}, std::span(reinterpret_cast<const std::byte*>(what.data()), std::min<std::size_t>(what.size(), 512)),
+                  static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+    }
+  } catch (...) {
+    c_.handler_errors->add();
+    if (m.valid() && !m.replied_) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+  }
+}
+
+Result EngineCore::reply(Message& m, std::span<const std::byte> header,
+                         std::span<const std::byte> payload, std::uint16_t status) {
+  if (!m.request_ || m.replied_) return Result::kInvalidArgument;
+  PeerData& p = *peers_[m.peer_];
+  if (p.state == PeerState::kDead || p.epoch != m.incarnation_) {
+    m.replied_ = true;
+    return Result::kUnavailable;
+  }
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) return Result::kInvalidArgument;
+  std::uint8_t flags = wire::kFlagReply;
+  Op* hop = nullptr;
+  Op* pop = nullptr;
+  Result r;
+  if (m.reply_buf_ && status == 0) {
+    if (payload.size() > m.reply_capacity_) {
+      status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
+      header = {};
+      payload = {};
+    }
+  }
+  if (m.reply_buf_ && status == 0 && !payload.empty()) {
+    // Straight into the buffer the caller posted: exact tag on the call id.
+    r = pack(p, flags | wire::kFlagRndv | wire::kFlagReplyBuf, m.handler_, header, {},
+             static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
+    if (r != Result::kOk) return r;
+    pop = new_op(OpKind::kSendPayload, p.id);
+    r = prepare_payload(pop, payload, true);
+    if (r != Result::kOk) {
+      free_op(hop);
+      free_op(pop);
+      return r;
+    }
+    m.replied_ = true;
+    pop->releases_rpc_slot = m.holds_rpc_slot_;
+    pop->tag = wire::make_tag(wire::kReply, static_cast<std::uint32_t>(rank()), m.rpc_id_);
+    c_.rpc_replies->add();
+    return enqueue(p, hop, pop);
+  }
+  if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
+  if (header.size() + payload.size() <= eager_limit_) {
+    r = pack(p, flags, m.handler_, header, payload, static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
+  } else if (config_.rndv) {
+    r = pack(p, flags | wire::kFlagRndv, m.handler_, header, {}, static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
+    if (r == Result::kOk) {
+      pop = new_op(OpKind::kSendPayload, p.id);
+      r = prepare_payload(pop, payload, true);
+      if (r != Result::kOk) {
+        free_op(hop);
+        free_op(pop);
+      }
+    }
+  } else {
+    m.replied_ = true;
+    return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0);
+  }
+  if (r != Result::kOk) return r;
+  m.replied_ = true;
+  (pop ? pop : hop)->releases_rpc_slot = m.holds_rpc_slot_;
+  c_.rpc_replies->add();
+  return enqueue(p, hop, pop);
+}
+
+void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
+  release_call_slot(p);
+  auto it = calls_.find(m.rpc_id_);
+  if (it == calls_.end() || it->second.finishing) {
+    c_.rpc_late_replies->add();
+    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from rank %d for call %u discarded", p.rank, m.rpc_id_);
+    return;
+  }
+  Call& c = it->second;
+  absl::StatusCode code = code_from_wire(m.status_);
+  if (code != absl::StatusCode::kOk) {
+    std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
+    if (text.empty()) text = absl::StrFormat("rank %d answered call %u with %s", p.rank, m.rpc_id_, absl::StatusCodeToString(code));
+    finish_call(m.rpc_id_, absl::Status(code, text));
+    return;
+  }
+  if (m.reply_buf_) {
+    c.header_arrived = true;
+    c.payload_len = m.announced_;
+    CallId id = m.rpc_id_;
+    c.reply = std::move(m);
+    if (c.payload_len == 0 || c.payload_landed) {
+      c.reply.payload_ = c.reply_buffer.first(c.payload_len);
+      finish_call(id, absl::OkStatus());
+    }
+    return;
+  }
+  c.reply = std::move(m);
+  finish_call(c.reply.rpc_id_, absl::OkStatus());
+}
+
+void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
+  --exact_posted_;
+  CallId id = op->call_id;
+  free_op(op);
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return;
+  Call& c = it->second;
+  c.reply_rx = nullptr;
+  if (c.finishing) {
+    finish_call(id, c.final_status);
+    return;
+  }
+  if (code != absl::StatusCode::kOk) {
+    finish_call(id, absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kUnavailable,
+                                 absl::StrFormat("reply payload of call %u failed: %s", id, absl::StatusCodeToString(code))));
+    return;
+  }
+  c.payload_landed = true;
+  c.payload_len = length;
+  if (c.header_arrived) {
+    c.reply.payload_ = c.reply_buffer.first(length);
+    finish_call(id, absl::OkStatus());
+  }
+}
+
+void EngineCore::finish_call(CallId id, absl::Status status) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return;
+  Call& c = it->second;
+  if (c.reply_rx != nullptr) {
+    // The transport may still write into the caller's buffer: complete once it cannot.
+    c.finishing = true;
+    c.final_status = status;
+    worker_->cancel(c.reply_rx);
+    return;
+  }
+  ReplyCallback cb = std::move(c.on_reply);
+  Message reply = std::move(c.reply);
+  calls_.erase(it);
+  if (!status.ok()) reply = Message();
+  cb(status, reply);
+}
+
+void EngineCore::expire_calls(Clock::time_point now) {
+  std::vector<CallId> expired;
+  for (auto& [id, c] : calls_)
+    if (!c.finishing && c.deadline <= now) expired.push_back(id);
+  for (CallId id : expired) {
+    c_.rpc_deadline->add();
+    finish_call(id, absl::DeadlineExceededError(absl::StrFormat("call %u passed its deadline", id)));
+  }
+}
+
+void EngineCore::cancel(CallId id) {
+  auto it = calls_.find(id);
+  if (it == calls_.end() || it->second.finishing) return;
+  c_.rpc_cancelled->add();
+  finish_call(id, absl::CancelledError(absl::StrFormat("call %u cancelled", id)));
+}
+
+}  // namespace sluice::detail

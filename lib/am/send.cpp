@@ -1,0 +1,223 @@
+// The send path: packing into send-pool slots, sequencing, credits, the send queue.
+#include <cstring>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
+                        std::span<const std::byte> header,
+                        std::span<const std::byte> inline_payload, std::uint32_t payload_len,
+                        std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out) {
+  std::size_t total = wire::kHeaderSize + header.size() + inline_payload.size();
+  PoolClass& cls = send_pool_->eager();
+  if (total > cls.slot_size()) return Result::kInvalidArgument;
+  Slot slot;
+  if (cls.try_get(&slot) != Result::kOk) [[unlikely]] {
+    c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  wire::Header wh;
+  wh.flags = flags;
+  wh.handler = h;
+  wh.user_header_len = static_cast<std::uint16_t>(header.size());
+  wh.payload_len = payload_len;
+  wh.status = status;
+  wh.rpc_id = rpc_id;
+  wh.aux = aux;
+  std::byte* d = slot.data();
+  wire::encode(wh, d);
+  if (!header.empty()) std::memcpy(d + wire::kHeaderSize, header.data(), header.size());
+  if (!inline_payload.empty())
+    std::memcpy(d + wire::kHeaderSize + header.size(), inline_payload.data(), inline_payload.size());
+  Op* op = new_op(OpKind::kSend, p.id);
+  op->slot = std::move(slot);
+  op->message_len = total;
+  *out = op;
+  return Result::kOk;
+}
+
+Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, bool copy) {
+  op->payload_len = payload.size();
+  if (!copy) {
+    op->payload = payload.data();
+    return Result::kOk;
+  }
+  if (PoolClass* cls = send_pool_->class_for(payload.size())) {
+    Slot slot;
+    if (cls->try_get(&slot) != Result::kOk) {
+      c_.would_block->add();
+      return Result::kWouldBlock;
+    }
+    std::memcpy(slot.data(), payload.data(), payload.size());
+    op->payload = slot.data();
+    op->payload_memh = slot.memh();
+    op->slot = std::move(slot);
+    return Result::kOk;
+  }
+  // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
+  op->heap.reset(new std::byte[payload.size()]);
+  std::memcpy(op->heap.get(), payload.data(), payload.size());
+  op->payload = op->heap.get();
+  return Result::kOk;
+}
+
+Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
+                        std::span<const std::byte> payload, SendCallback cb, bool copy) {
+  PeerData& p = *peers_[peer];
+  if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
+    return Result::kInvalidArgument;
+  if (p.queue.size() >= config_.send_queue_max) [[unlikely]] {
+    c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  if (header.size() + payload.size() <= eager_limit_) [[likely]] {
+    Op* op;
+    Result r = pack(p, 0, h, header, payload, static_cast<std::uint32_t>(payload.size()), 0, 0, 0, &op);
+    if (r != Result::kOk) return r;
+    op->on_done = std::move(cb);
+    return enqueue(p, op, nullptr);
+  }
+  if (!config_.rndv) return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
+  Op* hop;
+  Result r = pack(p, wire::kFlagRndv, h, header, {}, static_cast<std::uint32_t>(payload.size()), 0, 0, 0, &hop);
+  if (r != Result::kOk) return r;
+  Op* pop = new_op(OpKind::kSendPayload, p.id);
+  r = prepare_payload(pop, payload, copy);
+  if (r != Result::kOk) {
+    free_op(hop);
+    free_op(pop);
+    return r;
+  }
+  pop->on_done = std::move(cb);
+  return enqueue(p, hop, pop);
+}
+
+Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                                   std::span<const std::byte> payload, SendCallback cb,
+                                   std::uint8_t flags, std::uint64_t rpc_id, std::uint64_t aux) {
+  // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
+  // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
+  // pool is empty this progresses the engine until earlier pieces have gone.
+  (void)aux;
+  std::size_t offset = 0;
+  bool first = true;
+  while (offset < payload.size()) {
+    std::span<const std::byte> uh = first ? header : std::span<const std::byte>();
+    std::size_t room = eager_limit_ - uh.size();
+    std::size_t piece = std::min(room, payload.size() - offset);
+    Op* op = nullptr;
+    Result r;
+    auto deadline = Clock::now() + (config_.connect_timeout == kInfinite ? std::chrono::hours(24) : config_.connect_timeout);
+    while ((r = pack(p, static_cast<std::uint8_t>(flags | wire::kFlagFrag), h, uh,
+                     payload.subspan(offset, piece), static_cast<std::uint32_t>(payload.size()),
+                     rpc_id, offset, 0, &op)) == Result::kWouldBlock) {
+      if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
+      if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
+      progress();
+    }
+    if (r != Result::kOk) return r;
+    c_.bounce_bytes->add(piece);
+    offset += piece;
+    if (offset == payload.size()) op->on_done = std::move(cb);
+    if (first && p.state == PeerState::kDead) {
+      free_op(op);
+      return Result::kUnavailable;
+    }
+    first = false;
+    (void)enqueue(p, op, nullptr);
+  }
+  return Result::kOk;
+}
+
+Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
+  std::uint64_t seq = p.next_seq++;
+  wire::patch_seq(header->slot.data(), seq);
+  auto me = static_cast<std::uint32_t>(rank());
+  header->tag = wire::make_tag(wire::kEager, me, seq);
+  header->incarnation = p.epoch;
+  if (payload != nullptr) {
+    if (payload->tag == 0) payload->tag = wire::make_tag(wire::kRndv, me, seq);
+    payload->incarnation = p.epoch;
+  }
+  if (p.state == PeerState::kNew) start_handshake(p);
+  if (p.state == PeerState::kReady && p.queue.empty() && p.credits.try_consume()) [[likely]] {
+    transmit(p, {header, payload});
+    return Result::kOk;
+  }
+  if (p.state == PeerState::kDead) {
+    free_op(header);
+    if (payload) free_op(payload);
+    return Result::kUnavailable;
+  }
+  if (p.state == PeerState::kReady) c_.credit_stalls->add();
+  p.queue.push_back({header, payload});
+  c_.queue_hwm->update(p.queue.size());
+  return Result::kOk;
+}
+
+void EngineCore::transmit(PeerData& p, const Pending& m) {
+  wire::patch_piggyback(m.header->slot.data(), p.owed.take(), p.window.delivered());
+  c_.msgs_sent->add();
+  c_.bytes_sent->add(m.header->message_len + (m.payload ? m.payload->payload_len : 0));
+  ++tx_inflight_;
+  PostResult r = p.ep.post_send(m.header, m.header->slot.data(), m.header->message_len,
+                                m.header->tag, m.header->slot.memh());
+  if (r.kind != Post::kPending) done_.push_back({m.header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+  if (m.payload != nullptr) {
+    // The payload stays at the sender until the receiver posts the matching exact receive.
+    c_.rndv_sent->add();
+    ++tx_inflight_;
+    r = p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag,
+                       m.payload->payload_memh);
+    if (r.kind != Post::kPending) done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+  }
+}
+
+void EngineCore::flush(PeerData& p) {
+  if (p.state != PeerState::kReady) return;
+  while (!p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
+    Pending m = p.call_queue.front();
+    p.call_queue.pop_front();
+    ++p.calls_outstanding;
+    (void)enqueue(p, m.header, m.payload);
+  }
+  while (!p.queue.empty() && p.credits.try_consume()) {
+    Pending m = p.queue.front();
+    p.queue.pop_front();
+    transmit(p, m);
+  }
+}
+
+void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
+  --tx_inflight_;
+  PeerData& p = *peers_[op->peer];
+  bool stale = op->incarnation != p.epoch;
+  if (code != absl::StatusCode::kOk && !stale && p.state != PeerState::kDead) {
+    fail_peer(p, absl::StatusCode::kUnavailable,
+              absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+  }
+  if (op->on_done) {
+    if (code == absl::StatusCode::kOk) {
+      op->on_done(absl::OkStatus());
+    } else {
+      op->on_done(absl::UnavailableError(absl::StrFormat(
+          "peer rank %d: %s", p.rank, p.fail_reason.empty() ? "send failed" : p.fail_reason)));
+    }
+  }
+  if (op->releases_rpc_slot && !stale) p.server_slots.release();
+  free_op(op);
+}
+
+void EngineCore::maybe_return_credits(PeerData& p) {
+  if (p.state == PeerState::kReady && p.owed.explicit_due()) {
+    c_.credit_msgs->add();
+    send_ctrl(p, wire::kCredit, {});
+  }
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,114 @@
+#include "wire/wire.h"
+
+namespace sluice::detail::wire {
+namespace {
+
+template <typename T>
+void put(std::byte* p, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+template <typename T>
+T get(const std::byte* p) {
+  T v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(p[i]) << (8 * i));
+  return v;
+}
+
+}  // namespace
+
+const char* to_string(Parse p) {
+  switch (p) {
+    case Parse::kOk: return "ok";
+    case Parse::kTooShort: return "message shorter than a header";
+    case Parse::kBadMagic: return "bad magic";
+    case Parse::kBadVersion: return "unsupported protocol version";
+    case Parse::kBadFlags: return "bad flags";
+    case Parse::kBadLength: return "lengths disagree with the bytes received";
+  }
+  return "?";
+}
+
+void encode(const Header& h, std::byte* out) {
+  put<std::uint16_t>(out + 0, kMagic);
+  put<std::uint8_t>(out + 2, kVersion);
+  put<std::uint8_t>(out + 3, h.flags);
+  put<std::uint16_t>(out + 4, h.handler);
+  put<std::uint16_t>(out + 6, h.user_header_len);
+  put<std::uint32_t>(out + 8, h.payload_len);
+  put<std::uint16_t>(out + 12, h.credits);
+  put<std::uint16_t>(out + 14, h.status);
+  put<std::uint64_t>(out + 16, h.seq);
+  put<std::uint64_t>(out + 24, h.ack);
+  put<std::uint64_t>(out + 32, h.rpc_id);
+  put<std::uint64_t>(out + 40, h.aux);
+}
+
+void patch_seq(std::byte* out, std::uint64_t seq) { put<std::uint64_t>(out + 16, seq); }
+
+void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack) {
+  put<std::uint16_t>(out + 12, credits);
+  put<std::uint64_t>(out + 24, ack);
+}
+
+Parse decode(std::span<const std::byte> bytes, Header* out) {
+  if (bytes.size() < kHeaderSize) return Parse::kTooShort;
+  const std::byte* p = bytes.data();
+  if (get<std::uint16_t>(p) != kMagic) return Parse::kBadMagic;
+  if (get<std::uint8_t>(p + 2) != kVersion) return Parse::kBadVersion;
+  Header h;
+  h.flags = get<std::uint8_t>(p + 3);
+  h.handler = get<std::uint16_t>(p + 4);
+  h.user_header_len = get<std::uint16_t>(p + 6);
+  h.payload_len = get<std::uint32_t>(p + 8);
+  h.credits = get<std::uint16_t>(p + 12);
+  h.status = get<std::uint16_t>(p + 14);
+  h.seq = get<std::uint64_t>(p + 16);
+  h.ack = get<std::uint64_t>(p + 24);
+  h.rpc_id = get<std::uint64_t>(p + 32);
+  h.aux = get<std::uint64_t>(p + 40);
+  if ((h.flags & ~kKnownFlags) != 0) return Parse::kBadFlags;
+  if ((h.flags & kFlagRequest) && (h.flags & kFlagReply)) return Parse::kBadFlags;
+  if ((h.flags & kFlagCtrl) && (h.flags & (kFlagRndv | kFlagRequest | kFlagReply | kFlagFrag)))
+    return Parse::kBadFlags;
+  if ((h.flags & kFlagFrag) && (h.flags & kFlagRndv)) return Parse::kBadFlags;
+  std::size_t body = bytes.size() - kHeaderSize;
+  if (h.flags & kFlagFrag) {
+    if (h.user_header_len > body) return Parse::kBadLength;
+    std::uint64_t piece = body - h.user_header_len;
+    if (piece == 0 || h.aux > h.payload_len || piece > h.payload_len - h.aux) return Parse::kBadLength;
+    *out = h;
+    return Parse::kOk;
+  }
+  std::size_t inline_payload = (h.flags & kFlagRndv) ? 0 : h.payload_len;
+  // 64-bit sums: no overflow from 16- and 32-bit fields.
+  if (static_cast<std::uint64_t>(h.user_header_len) + inline_payload != body) return Parse::kBadLength;
+  if ((h.flags & kFlagRndv) && h.payload_len == 0) return Parse::kBadLength;
+  *out = h;
+  return Parse::kOk;
+}
+
+void encode_hello(const Hello& h, std::byte* out) {
+  put<std::uint32_t>(out + 0, h.rank);
+  put<std::uint32_t>(out + 4, h.engine_id);
+  put<std::uint32_t>(out + 8, h.eager_max);
+  put<std::uint32_t>(out + 12, h.credits);
+  put<std::uint32_t>(out + 16, h.rpc_slots);
+  put<std::uint32_t>(out + 20, h.reply_slot);
+  put<std::uint64_t>(out + 24, h.incarnation);
+}
+
+Parse decode_hello(std::span<const std::byte> bytes, Hello* out) {
+  if (bytes.size() != kHelloSize) return Parse::kBadLength;
+  const std::byte* p = bytes.data();
+  out->rank = get<std::uint32_t>(p + 0);
+  out->engine_id = get<std::uint32_t>(p + 4);
+  out->eager_max = get<std::uint32_t>(p + 8);
+  out->credits = get<std::uint32_t>(p + 12);
+  out->rpc_slots = get<std::uint32_t>(p + 16);
+  out->reply_slot = get<std::uint32_t>(p + 20);
+  out->incarnation = get<std::uint64_t>(p + 24);
+  return Parse::kOk;
+}
+
+}  // namespace sluice::detail::wire

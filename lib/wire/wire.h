@@ -1,0 +1,121 @@
+// Wire format (internal): tag layout and the header of eager and control messages.
+// docs/wire-protocol.md is the normative description; this file implements it.
+//
+// Tag (64 bits):
+//   63    60 59                 36 35                          0
+//   ┌───────┬─────────────────────┬─────────────────────────────┐
+//   │ class │ sender slot (24)    │ sequence / transfer id (36) │
+//   └───────┴─────────────────────┴─────────────────────────────┘
+//   class 1 EAGER, 3 CTRL: received by the wildcard receives (mask = bit 60 only, set);
+//   class 2 RNDV payload, 4 REPLY payload: received with an exact tag (full mask).
+//
+// Header (48 bytes, little-endian), followed by the user header, then (eager only) payload:
+//   0  u16 magic 0x51CE      2  u8 version      3  u8 flags
+//   4  u16 handler / control kind               6  u16 user header length
+//   8  u32 payload length   12  u16 credits returned   14 u16 status (replies)
+//   16 u64 sequence         24 u64 ack (highest in-order sequence delivered from the peer)
+//   32 u64 rpc id           40 u64 aux (request: reply capacity; hello: incarnation)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace sluice::detail::wire {
+
+inline constexpr std::uint16_t kMagic = 0x51CE;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 48;
+
+enum TagClass : std::uint64_t { kEager = 1, kRndv = 2, kCtrl = 3, kReply = 4 };
+inline constexpr int kClassShift = 60;
+inline constexpr int kSlotShift = 36;
+inline constexpr std::uint64_t kIdMask = (std::uint64_t{1} << 36) - 1;
+inline constexpr std::uint32_t kSlotMask = (1u << 24) - 1;
+inline constexpr std::uint64_t kWildcardTag = std::uint64_t{1} << kClassShift;
+inline constexpr std::uint64_t kWildcardMask = std::uint64_t{1} << kClassShift;
+
+constexpr std::uint64_t make_tag(TagClass cls, std::uint32_t slot, std::uint64_t id) {
+  return (static_cast<std::uint64_t>(cls) << kClassShift) |
+         (static_cast<std::uint64_t>(slot & kSlotMask) << kSlotShift) | (id & kIdMask);
+}
+constexpr std::uint64_t tag_class(std::uint64_t tag) { return tag >> kClassShift; }
+constexpr std::uint32_t tag_slot(std::uint64_t tag) {
+  return static_cast<std::uint32_t>((tag >> kSlotShift) & kSlotMask);
+}
+constexpr std::uint64_t tag_id(std::uint64_t tag) { return tag & kIdMask; }
+
+enum Flags : std::uint8_t {
+  kFlagRndv = 1,       // payload follows as a separate tagged send (class RNDV or REPLY)
+  kFlagRequest = 2,    // RPC request; handler is the method
+  kFlagReply = 4,      // RPC reply; status holds the code
+  kFlagReplyBuf = 8,   // request: the caller posted an exact receive for the reply payload
+  kFlagCtrl = 16,      // control message; handler is the control kind
+  kFlagFrag = 32,      // bounce mode: one piece of a payload; aux is its offset
+};
+inline constexpr std::uint8_t kKnownFlags = 63;
+
+enum CtrlKind : std::uint16_t {
+  kHello = 1,
+  kCredit = 2,
+  kPing = 3,
+  kPong = 4,
+  kBye = 5,
+  kReject = 6,
+};
+
+struct Header {
+  std::uint8_t flags = 0;
+  std::uint16_t handler = 0;
+  std::uint16_t user_header_len = 0;
+  std::uint32_t payload_len = 0;
+  std::uint16_t credits = 0;
+  std::uint16_t status = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t ack = 0;
+  std::uint64_t rpc_id = 0;
+  std::uint64_t aux = 0;
+  bool operator==(const Header&) const = default;
+};
+
+// HELLO body (the user header of a HELLO control message).
+struct Hello {
+  std::uint32_t rank = 0;       // sender's rank, or client id in client/server mode
+  std::uint32_t engine_id = 0;
+  std::uint32_t eager_max = 0;
+  std::uint32_t credits = 0;    // credits granted to the receiver of this HELLO
+  std::uint32_t rpc_slots = 0;  // RPC request slots granted to the receiver
+  std::uint32_t reply_slot = 0; // slot the receiver puts in tags towards the sender
+  std::uint64_t incarnation = 0;
+  bool operator==(const Hello&) const = default;
+};
+inline constexpr std::size_t kHelloSize = 32;
+
+enum class Parse : std::uint8_t {
+  kOk,
+  kTooShort,     // fewer bytes than a header
+  kBadMagic,
+  kBadVersion,
+  kBadFlags,     // unknown flag bits or contradictory flags
+  kBadLength,    // lengths disagree with the bytes received
+};
+const char* to_string(Parse p);
+
+void encode(const Header& h, std::byte* out);  // writes kHeaderSize bytes
+// Rewrites fields of an encoded header in place (sequence at send time, piggybacked credits
+// and acknowledgement at transmit time).
+void patch_seq(std::byte* out, std::uint64_t seq);
+void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack);
+// Bytes of payload carried inline by a decoded message of `body` bytes after the header.
+inline std::size_t inline_payload(const Header& h, std::size_t total) {
+  return total - kHeaderSize - h.user_header_len;
+}
+// Parses and checks `bytes` (one whole received message). Never reads past bytes.size(),
+// never trusts a length before checking it against bytes.size().
+Parse decode(std::span<const std::byte> bytes, Header* out);
+
+void encode_hello(const Hello& h, std::byte* out);  // writes kHelloSize bytes
+Parse decode_hello(std::span<const std::byte> bytes, Hello* out);
+
+}  // namespace sluice::detail::wire
