@@ -68,6 +68,7 @@ absl::Status EngineCore::init(int numa_node_option) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
   for (std::uint32_t i = 0; i < config_.rx_posted; ++i) rx_ops_.push_back(new_op(OpKind::kRx, 0));
+  unposted_ = rx_ops_.size();
   post_receives();
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u",
              engine_id_, rank(), n, node, eager_limit_);
@@ -84,14 +85,14 @@ EngineCore::~EngineCore() {
   for (auto& p : peers_) {
     if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
   }
+  closing_ = true;
   for (Op* op : rx_ops_) worker_->cancel(op);
-  while ((tx_inflight_ > 0 || exact_posted_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
-  for (Op* op : rx_ops_) {
-    if (op->request != nullptr) {
-      worker_->cancel(op);
-    }
-  }
-  for (int i = 0; i < 100 && !done_.empty(); ++i) progress();
+  auto posted = [&] {
+    for (Op* op : rx_ops_)
+      if (op->request != nullptr) return true;
+    return false;
+  };
+  while ((tx_inflight_ > 0 || exact_posted_ > 0 || !done_.empty() || posted()) && Clock::now() < deadline) progress();
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
   for (auto& op : op_storage_) {
     op.slot.release();

@@ -235,6 +235,7 @@ class EngineCore {
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
+  bool closing_ = false;  // shutting down: receives are not re-posted
   absl::flat_hash_map<CallId, Call> calls_;
   CallId next_call_ = 1;
   std::size_t tx_inflight_ = 0;

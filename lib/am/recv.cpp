@@ -11,7 +11,7 @@
 namespace sluice::detail {
 
 void EngineCore::post_receives() {
-  if (unposted_ == 0) [[likely]] return;
+  if (unposted_ == 0 || closing_) [[likely]] return;
   PoolClass& cls = recv_pool_->eager();
   for (Op* op : rx_ops_) {
     if (op->slot || op->request != nullptr) continue;

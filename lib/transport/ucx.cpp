@@ -45,10 +45,11 @@ void send_trampoline(void* request, ucs_status_t status, void* user_data) {
 void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                      void* user_data) {
   auto* op = static_cast<TransportOp*>(user_data);
-  op->request = nullptr;
-  ucp_request_free(request);
+  // `info` lives in the request: read it before freeing.
   std::size_t length = status == UCS_OK ? info->length : 0;
   Tag tag = status == UCS_OK ? info->sender_tag : 0;
+  op->request = nullptr;
+  ucp_request_free(request);
   op->on_complete(op, ucx_status_code(status), length, tag);
 }
 
@@ -133,7 +134,11 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
   } release{cfg};
   // Peer error mode drops shared memory and CMA for local peers unless their own error
   // handling is on (UCX_NOTES.md): without these, local traffic falls back to TCP loopback.
-  for (const char* name : {"SYSV_ERROR_HANDLING", "POSIX_ERROR_HANDLING", "CMA_MEMORY_INVALIDATE"}) {
+  // These are UCX_SYSV_ERROR_HANDLING, UCX_POSIX_ERROR_HANDLING and UCX_CMA_MEMORY_INVALIDATE;
+  // through ucp_config_modify, UCX 1.13 matches them by the name of the table that declares
+  // them (MM_ for both shared-memory transports, no prefix for the CMA memory domain): the
+  // prefixed names are reported as "invalid configuration" and silently not applied.
+  for (const char* name : {"MM_ERROR_HANDLING", "MEMORY_INVALIDATE"}) {
     ucs_status_t s = ucp_config_modify(cfg, name, "y");
     if (s != UCS_OK) SLUICE_LOG(kWarn, "transport", "cannot set UCX_%s=y: %s", name, ucs_status_string(s));
   }
