@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <sluice/config.h>
 #include <sluice/status.h>
@@ -17,5 +18,12 @@ absl::StatusOr<std::string> topology_report();
 // The UCX transports and devices available under `config` (SLUICE_TLS applies), as UCX
 // itself reports them.
 absl::StatusOr<std::string> transport_report(const Config& config);
+
+// The CPUs of this machine, all and per NUMA node (for launchers' binding).
+struct CpuLayout {
+  std::vector<int> cpus;
+  std::vector<std::vector<int>> nodes;
+};
+absl::StatusOr<CpuLayout> cpu_layout();
 
 }  // namespace sluice

@@ -81,7 +81,14 @@ EngineCore::~EngineCore() {
   for (auto& p : peers_) {
     if (p && p->state == PeerState::kReady) send_ctrl(*p, wire::kBye, {});
   }
-  while (tx_inflight_ > 0 && Clock::now() < deadline) progress();
+  // Wait briefly for the peers' own goodbyes, so no message arrives after the receives go.
+  auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
+  auto live = [&] {
+    for (auto& p : peers_)
+      if (p && p->state == PeerState::kReady) return true;
+    return false;
+  };
+  while ((tx_inflight_ > 0 || live()) && Clock::now() < bye_deadline) progress();
   for (auto& p : peers_) {
     if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
   }

@@ -13,6 +13,14 @@ absl::StatusOr<std::string> topology_report() {
   return topo->report();
 }
 
+absl::StatusOr<CpuLayout> cpu_layout() {
+  SLUICE_ASSIGN_OR_RETURN(auto topo, detail::Topology::load());
+  CpuLayout out;
+  out.cpus = topo->cpus();
+  for (const auto& n : topo->nodes()) out.nodes.push_back(n.cpus);
+  return out;
+}
+
 std::string ucx_version() { return detail::ucx_library_version(); }
 
 absl::StatusOr<std::string> transport_report(const Config& config) {

@@ -1,0 +1,338 @@
+// sluice-run: starts the ranks of a Sluice job on this machine, like mpirun.
+//
+//   sluice-run -n N [--bind core|numa|none] [--tag-output] [--timeout SECONDS]
+//              [-x VAR[=VALUE]]... PROGRAM [ARGS...]
+//
+// Each rank gets SLUICE_RANK, SLUICE_SIZE, SLUICE_LOCAL_RANK, SLUICE_BOOT=sluice-run and the
+// address and token of the launcher's bootstrap service. The launcher forwards SIGINT and
+// SIGTERM; when a rank exits non-zero or is killed, it stops the others (SIGTERM, then SIGKILL
+// after a grace period) and exits with that rank's status (128+signal for a signal). Ranks
+// die with the launcher (PR_SET_PDEATHSIG). Exit status 2: bad arguments; 124: --timeout.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sluice/bootstrap_service.h>
+#include <sluice/info.h>
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int n = 0;
+  std::string bind = "none";
+  bool tag_output = false;
+  double timeout_s = 0;
+  std::vector<std::string> exports;
+  std::vector<std::string> argv;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: sluice-run -n N [--bind core|numa|none] [--tag-output] [--timeout SECONDS]\n"
+               "                  [-x VAR[=VALUE]]... PROGRAM [ARGS...]\n"
+               "  -n N            number of ranks to start on this machine\n"
+               "  --bind MODE     core: rank i on core i (round robin); numa: on a NUMA node's cpus;\n"
+               "                  none (default): no binding\n"
+               "  --tag-output    prefix every output line with [rank]\n"
+               "  --timeout S     stop the job and exit 124 when it runs longer than S seconds\n"
+               "  -x VAR[=VALUE]  set VAR in every rank (SLUICE_* and UCX_* pass by default)\n");
+}
+
+std::optional<Options> parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  auto need = [&](const char* flag) -> const char* {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "sluice-run: %s needs a value\n", flag);
+      return nullptr;
+    }
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "-n" || a == "-np") {
+      const char* v = need("-n");
+      if (!v) return std::nullopt;
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (*end != '\0' || n < 1 || n > 4096) {
+        std::fprintf(stderr, "sluice-run: -n %s: need a rank count from 1 to 4096\n", v);
+        return std::nullopt;
+      }
+      o.n = static_cast<int>(n);
+    } else if (a == "--bind") {
+      const char* v = need("--bind");
+      if (!v) return std::nullopt;
+      o.bind = v;
+      if (o.bind != "core" && o.bind != "numa" && o.bind != "none") {
+        std::fprintf(stderr, "sluice-run: --bind %s: need core, numa or none\n", v);
+        return std::nullopt;
+      }
+    } else if (a == "--tag-output") {
+      o.tag_output = true;
+    } else if (a == "--timeout") {
+      const char* v = need("--timeout");
+      if (!v) return std::nullopt;
+      char* end = nullptr;
+      o.timeout_s = std::strtod(v, &end);
+      if (*end != '\0' || o.timeout_s <= 0) {
+        std::fprintf(stderr, "sluice-run: --timeout %s: need a positive number of seconds\n", v);
+        return std::nullopt;
+      }
+    } else if (a == "-x") {
+      const char* v = need("-x");
+      if (!v) return std::nullopt;
+      o.exports.emplace_back(v);
+    } else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      std::exit(0);
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "sluice-run: unknown option %s\n", argv[i]);
+      return std::nullopt;
+    } else {
+      break;
+    }
+  }
+  for (; i < argc; ++i) o.argv.emplace_back(argv[i]);
+  if (o.n == 0 || o.argv.empty()) {
+    std::fprintf(stderr, "sluice-run: need -n N and a program\n");
+    return std::nullopt;
+  }
+  return o;
+}
+
+struct Rank {
+  pid_t pid = -1;
+  bool exited = false;
+  int status = 0;
+  int out_fd = -1, err_fd = -1;
+  std::string out_buf, err_buf;
+};
+
+void write_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+// Prefixes complete lines with [rank]; `flush` writes a trailing partial line too.
+void emit_lines(int rank, std::string& buf, int fd, bool flush) {
+  std::size_t start = 0;
+  while (true) {
+    std::size_t nl = buf.find('\n', start);
+    if (nl == std::string::npos) break;
+    write_all(fd, "[" + std::to_string(rank) + "] " + buf.substr(start, nl - start + 1));
+    start = nl + 1;
+  }
+  buf.erase(0, start);
+  if (flush && !buf.empty()) {
+    write_all(fd, "[" + std::to_string(rank) + "] " + buf + "\n");
+    buf.clear();
+  }
+}
+
+std::vector<int> cpus_for(const Options& o, int rank, const sluice::CpuLayout& layout) {
+  if (o.bind == "core" && !layout.cpus.empty())
+    return {layout.cpus[static_cast<std::size_t>(rank) % layout.cpus.size()]};
+  if (o.bind == "numa" && !layout.nodes.empty())
+    return layout.nodes[static_cast<std::size_t>(rank) % layout.nodes.size()];
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto opts = parse(argc, argv);
+  if (!opts) {
+    usage(stderr);
+    return 2;
+  }
+  const Options& o = *opts;
+  sluice::CpuLayout layout;
+  if (o.bind != "none") {
+    auto l = sluice::cpu_layout();
+    if (!l.ok()) {
+      std::fprintf(stderr, "sluice-run: cannot read the topology for --bind: %s\n", std::string(l.status().message()).c_str());
+      return 1;
+    }
+    layout = *l;
+  }
+  auto service = sluice::BootstrapService::create(o.n);
+  if (!service.ok()) {
+    std::fprintf(stderr, "sluice-run: cannot start the bootstrap service: %s\n", std::string(service.status().message()).c_str());
+    return 1;
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  pid_t launcher = getpid();
+  std::vector<Rank> ranks(static_cast<std::size_t>(o.n));
+  for (int r = 0; r < o.n; ++r) {
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (o.tag_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
+      std::perror("sluice-run: pipe");
+      return 1;
+    }
+    std::vector<int> cpus = cpus_for(o, r, layout);
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("sluice-run: fork");
+      for (auto& rk : ranks)
+        if (rk.pid > 0) kill(rk.pid, SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(127);  // the launcher died before we got here
+      sigprocmask(SIG_UNBLOCK, &mask, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);
+      if (o.tag_output) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+      }
+      if (!cpus.empty()) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : cpus) CPU_SET(c, &set);
+        sched_setaffinity(0, sizeof(set), &set);
+      }
+      setenv("SLUICE_RANK", std::to_string(r).c_str(), 1);
+      setenv("SLUICE_SIZE", std::to_string(o.n).c_str(), 1);
+      setenv("SLUICE_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("SLUICE_BOOT", "sluice-run", 1);
+      setenv("SLUICE_BOOT_ADDR", (*service)->address().c_str(), 1);
+      setenv("SLUICE_BOOT_TOKEN", (*service)->token().c_str(), 1);
+      for (const auto& x : o.exports) {
+        auto eq = x.find('=');
+        if (eq != std::string::npos) setenv(x.substr(0, eq).c_str(), x.substr(eq + 1).c_str(), 1);
+      }
+      std::vector<char*> args;
+      for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      std::fprintf(stderr, "sluice-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+      _exit(127);
+    }
+    ranks[static_cast<std::size_t>(r)].pid = pid;
+    if (o.tag_output) {
+      ::close(out[1]);
+      ::close(err[1]);
+      ranks[static_cast<std::size_t>(r)].out_fd = out[0];
+      ranks[static_cast<std::size_t>(r)].err_fd = err[0];
+    }
+  }
+
+  auto start = Clock::now();
+  std::optional<int> exit_code;  // the job's status once decided
+  Clock::time_point kill_at = Clock::time_point::max();  // SIGKILL the rest then
+  constexpr auto kGrace = std::chrono::seconds(3);
+  auto stop_all = [&](int sig) {
+    for (auto& rk : ranks)
+      if (!rk.exited) kill(rk.pid, sig);
+  };
+  int alive = o.n;
+  while (true) {
+    bool pipes_open = false;
+    for (auto& rk : ranks) pipes_open = pipes_open || rk.out_fd >= 0 || rk.err_fd >= 0;
+    if (alive == 0 && !pipes_open) break;
+    std::vector<pollfd> pfds;
+    pfds.push_back({sfd, POLLIN, 0});
+    for (int fd : (*service)->fds()) pfds.push_back({fd, POLLIN, 0});
+    for (auto& rk : ranks) {
+      if (rk.out_fd >= 0) pfds.push_back({rk.out_fd, POLLIN, 0});
+      if (rk.err_fd >= 0) pfds.push_back({rk.err_fd, POLLIN, 0});
+    }
+    ::poll(pfds.data(), pfds.size(), 100);
+    (*service)->handle();
+    for (auto& rk : ranks) {
+      for (auto [fdp, buf, dest] : {std::tuple{&rk.out_fd, &rk.out_buf, 1}, std::tuple{&rk.err_fd, &rk.err_buf, 2}}) {
+        if (*fdp < 0) continue;
+        char tmp[65536];
+        ssize_t n = ::read(*fdp, tmp, sizeof(tmp));
+        int rank = static_cast<int>(&rk - ranks.data());
+        if (n > 0) {
+          buf->append(tmp, static_cast<std::size_t>(n));
+          emit_lines(rank, *buf, dest, false);
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR && errno != EWOULDBLOCK)) {
+          emit_lines(rank, *buf, dest, true);
+          ::close(*fdp);
+          *fdp = -1;
+        }
+      }
+    }
+    signalfd_siginfo si;
+    while (::read(sfd, &si, sizeof(si)) == sizeof(si)) {
+      int sig = static_cast<int>(si.ssi_signo);
+      if (sig == SIGCHLD) continue;
+      std::fprintf(stderr, "sluice-run: got signal %d (%s), forwarding to the ranks\n", sig, strsignal(sig));
+      stop_all(sig);
+      if (!exit_code) exit_code = 128 + sig;
+      if (kill_at == Clock::time_point::max()) kill_at = Clock::now() + kGrace;
+    }
+    int wstatus;
+    pid_t pid;
+    while ((pid = waitpid(-1, &wstatus, WNOHANG)) > 0) {
+      for (auto& rk : ranks) {
+        if (rk.pid != pid) continue;
+        rk.exited = true;
+        rk.status = wstatus;
+        --alive;
+        int rank = static_cast<int>(&rk - ranks.data());
+        bool bad = !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+        if (bad && !exit_code) {
+          if (WIFSIGNALED(wstatus)) {
+            std::fprintf(stderr, "sluice-run: rank %d (pid %d) was killed by signal %d (%s); stopping the job\n",
+                         rank, pid, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+            exit_code = 128 + WTERMSIG(wstatus);
+          } else {
+            std::fprintf(stderr, "sluice-run: rank %d (pid %d) exited with status %d; stopping the job\n", rank,
+                         pid, WEXITSTATUS(wstatus));
+            exit_code = WEXITSTATUS(wstatus);
+          }
+          stop_all(SIGTERM);
+          kill_at = Clock::now() + kGrace;
+        }
+      }
+    }
+    auto now = Clock::now();
+    if (o.timeout_s > 0 && !exit_code &&
+        now - start > std::chrono::duration<double>(o.timeout_s)) {
+      std::fprintf(stderr, "sluice-run: the job ran longer than --timeout %g s; stopping it\n", o.timeout_s);
+      exit_code = 124;
+      stop_all(SIGTERM);
+      kill_at = now + kGrace;
+    }
+    if (now >= kill_at && alive > 0) {
+      std::fprintf(stderr, "sluice-run: %d rank(s) still running after SIGTERM; sending SIGKILL\n", alive);
+      stop_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+  }
+  return exit_code.value_or(0);
+}

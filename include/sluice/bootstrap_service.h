@@ -1,0 +1,35 @@
+// sluice/bootstrap_service.h — the key-value and fence service sluice-run offers its ranks.
+//
+// A launcher creates one service for a job of `size` ranks. It listens on a private Unix
+// socket (in a directory only the user can enter) and answers FENCE requests: each rank sends
+// its key-value blob with the job's random token; when every rank has sent its blob for a
+// fence, each gets all of them back. A request with a wrong token or a malformed frame is
+// rejected, logged to stderr and its connection closed; the job is not disturbed.
+//
+// Threads: one thread drives the service (fd() in a poll loop, then handle()).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <sluice/status.h>
+
+namespace sluice {
+
+class BootstrapService {
+ public:
+  static absl::StatusOr<std::unique_ptr<BootstrapService>> create(int size);
+  virtual ~BootstrapService() = default;
+  // What ranks need in their environment: SLUICE_BOOT_ADDR and SLUICE_BOOT_TOKEN.
+  virtual const std::string& address() const = 0;
+  virtual const std::string& token() const = 0;
+  // File descriptors to poll for input (the listening socket and open connections).
+  virtual std::vector<int> fds() const = 0;
+  // Accepts connections and serves whatever requests are complete; never blocks.
+  virtual void handle() = 0;
+  // Requests rejected so far (bad token, malformed).
+  virtual int rejected() const = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,204 @@
+// sluice-run's bootstrap service: fences over a private Unix socket, token-protected.
+#include <sluice/bootstrap_service.h>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <absl/strings/str_format.h>
+
+#include "boot/kv.h"
+
+namespace sluice {
+namespace {
+
+std::string random_hex(std::size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    std::size_t off = 0;
+    while (off < bytes) {
+      ssize_t n = ::read(fd, buf.data() + off, bytes - off);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  }
+  std::string out;
+  for (unsigned char c : buf) out += absl::StrFormat("%02x", c);
+  return out;
+}
+
+bool same_token(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;  // constant time: no early exit on the first mismatch
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+class Service final : public BootstrapService {
+ public:
+  ~Service() override {
+    for (auto& c : conns_) ::close(c.fd);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    ::unlink(address_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+
+  absl::Status init(int size) {
+    size_ = size;
+    token_ = random_hex(16);
+    char templ[] = "/tmp/sluice-run.XXXXXX";
+    if (::mkdtemp(templ) == nullptr) return absl::UnavailableError(absl::StrFormat("mkdtemp: %s", std::strerror(errno)));
+    dir_ = templ;
+    address_ = dir_ + "/boot.sock";
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_fd_ < 0) return absl::UnavailableError(absl::StrFormat("socket: %s", std::strerror(errno)));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, address_.data(), address_.size());
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(listen_fd_, 128) != 0) {
+      return absl::UnavailableError(absl::StrFormat("bootstrap socket %s: %s", address_, std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& address() const override { return address_; }
+  const std::string& token() const override { return token_; }
+  int rejected() const override { return rejected_; }
+
+  std::vector<int> fds() const override {
+    std::vector<int> out{listen_fd_};
+    for (const auto& c : conns_)
+      if (!c.waiting) out.push_back(c.fd);
+    return out;
+  }
+
+  void handle() override {
+    while (true) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      conns_.push_back(Conn{fd, {}, false, -1});
+    }
+    for (std::size_t i = 0; i < conns_.size();) {
+      Conn& c = conns_[i];
+      if (!c.waiting && !read_some(c)) {
+        ::close(c.fd);
+        conns_.erase(conns_.begin() + static_cast<long>(i));
+        continue;
+      }
+      ++i;
+    }
+  }
+
+ private:
+  struct Conn {
+    int fd;
+    std::string in;
+    bool waiting = false;  // a complete fence request is waiting for the other ranks
+    int rank = -1;
+  };
+
+  // Reads what is there; returns false when the connection should be closed.
+  bool read_some(Conn& c) {
+    char buf[65536];
+    while (true) {
+      ssize_t n = ::read(c.fd, buf, sizeof(buf));
+      if (n > 0) {
+        c.in.append(buf, static_cast<std::size_t>(n));
+        if (c.in.size() > detail::kMaxBootMessage + 4) return reject(c, "request too large");
+        continue;
+      }
+      if (n == 0) return false;
+      if (errno == EINTR) continue;
+      break;  // EAGAIN
+    }
+    if (c.in.size() < 4) return true;
+    std::string_view v = c.in;
+    std::uint32_t len = 0;
+    detail::get_u32(&v, &len);
+    if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit");
+    if (v.size() < len) return true;
+    std::string_view body = v.substr(0, len);
+    std::size_t nl = body.find('\n');
+    if (nl == std::string_view::npos) return reject(c, "malformed request");
+    std::string line(body.substr(0, nl));
+    std::string_view blob = body.substr(nl + 1);
+    char tok[129] = {0}, op[16] = {0};
+    int rank = -1, epoch = -1;
+    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request");
+    if (!same_token(tok, token_)) return reject(c, "wrong token");
+    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request");
+    if (!detail::decode_kv(blob).ok()) return reject(c, "malformed key-value blob");
+    int expected = next_epoch_[rank] + 1;
+    if (epoch != expected) return reject(c, absl::StrFormat("rank %d sent fence %d, expected %d", rank, epoch, expected));
+    auto& slots = pending_[epoch];
+    if (slots.empty()) slots.resize(static_cast<std::size_t>(size_));
+    if (slots[static_cast<std::size_t>(rank)]) return reject(c, "duplicate fence");
+    slots[static_cast<std::size_t>(rank)] = std::string(blob);
+    next_epoch_[rank] = epoch;
+    c.waiting = true;
+    c.rank = rank;
+    c.in.clear();
+    complete_if_ready(epoch);
+    return true;
+  }
+
+  void complete_if_ready(int epoch) {
+    auto& slots = pending_[epoch];
+    for (const auto& s : slots)
+      if (!s) return;
+    std::string reply = "OK\n";
+    for (int r = 0; r < size_; ++r) {
+      detail::put_u32(&reply, static_cast<std::uint32_t>(r));
+      detail::put_u32(&reply, static_cast<std::uint32_t>(slots[static_cast<std::size_t>(r)]->size()));
+      reply += *slots[static_cast<std::size_t>(r)];
+    }
+    for (auto& c : conns_) {
+      if (c.waiting && next_epoch_[c.rank] == epoch) {
+        // Blocking write of the reply: ranks read it at once.
+        int flags = ::fcntl(c.fd, F_GETFL);
+        ::fcntl(c.fd, F_SETFL, flags & ~O_NONBLOCK);
+        (void)detail::write_frame(c.fd, reply);
+        c.waiting = false;
+      }
+    }
+    pending_.erase(epoch);
+  }
+
+  bool reject(Conn& c, const std::string& why) {
+    ++rejected_;
+    std::fprintf(stderr, "sluice-run: rejected a bootstrap request: %s\n", why.c_str());
+    int flags = ::fcntl(c.fd, F_GETFL);
+    ::fcntl(c.fd, F_SETFL, flags & ~O_NONBLOCK);
+    (void)detail::write_frame(c.fd, "ERR " + why + "\n");
+    return false;
+  }
+
+  int size_ = 0;
+  std::string token_, dir_, address_;
+  int listen_fd_ = -1;
+  std::vector<Conn> conns_;
+  std::map<int, int> next_epoch_;  // rank -> last fence epoch
+  std::map<int, std::vector<std::optional<std::string>>> pending_;
+  int rejected_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BootstrapService>> BootstrapService::create(int size) {
+  auto s = std::make_unique<Service>();
+  SLUICE_RETURN_IF_ERROR(s->init(size));
+  return std::unique_ptr<BootstrapService>(std::move(s));
+}
+
+}  // namespace sluice
