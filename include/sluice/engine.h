@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -102,6 +103,9 @@ class Peer {
 struct EngineOptions {
   // SLUICE_NUMA unless set: -1 auto, or a node number.
   int numa_node = -2;
+  // This engine's own configuration instead of the context's (validated; e.g. rndv = false for
+  // a bounce-buffer baseline engine beside a normal one).
+  std::optional<Config> config;
 };
 
 class Engine {

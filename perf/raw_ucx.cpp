@@ -1,0 +1,235 @@
+#include "raw_ucx.h"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <absl/strings/str_format.h>
+
+namespace sluice::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr ucp_tag_t kData = 0xd0;
+constexpr ucp_tag_t kAck = 0xac;
+
+struct Req {
+  bool done = true;  // nothing outstanding
+  ucs_status_t status = UCS_OK;
+};
+
+void send_cb(void* request, ucs_status_t status, void* user) {
+  auto* r = static_cast<Req*>(user);
+  r->done = true;
+  r->status = status;
+  ucp_request_free(request);
+}
+
+void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  auto* r = static_cast<Req*>(user);
+  r->done = true;
+  r->status = status;
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+struct RawUcx::Impl {
+  ucp_context_h ctx = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<ucp_ep_h> eps;
+  std::vector<std::byte> sbuf, rbuf;
+
+  ~Impl() {
+    for (ucp_ep_h ep : eps) {
+      if (ep == nullptr) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* r = ucp_ep_close_nbx(ep, &p);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
+        ucp_request_free(r);
+      }
+    }
+    if (worker) ucp_worker_destroy(worker);
+    if (ctx) ucp_cleanup(ctx);
+  }
+
+  void reserve(std::size_t n) {
+    if (sbuf.size() < n) sbuf.resize(n);
+    if (rbuf.size() < n) rbuf.resize(n);
+  }
+
+  // Posts a send/recv; `r` is marked done when it completes (immediately or later).
+  void send(int peer, const void* buf, std::size_t n, ucp_tag_t tag, Req* r) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = send_cb;
+    p.user_data = r;
+    r->done = false;
+    void* s = ucp_tag_send_nbx(eps[static_cast<std::size_t>(peer)], buf, n, tag, &p);
+    if (s == nullptr) r->done = true;
+    else if (UCS_PTR_IS_ERR(s)) r->done = true, r->status = UCS_PTR_STATUS(s);
+  }
+  void recv(void* buf, std::size_t n, ucp_tag_t tag, Req* r) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv = recv_cb;
+    p.user_data = r;
+    r->done = false;
+    void* s = ucp_tag_recv_nbx(worker, buf, n, tag, ~ucp_tag_t{0}, &p);
+    if (s == nullptr) r->done = true;
+    else if (UCS_PTR_IS_ERR(s)) r->done = true, r->status = UCS_PTR_STATUS(s);
+  }
+  void wait(Req& r) {
+    while (!r.done) ucp_worker_progress(worker);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<RawUcx>> RawUcx::create(Bootstrap& boot) {
+  std::unique_ptr<RawUcx> out(new RawUcx());
+  out->impl_ = std::make_unique<Impl>();
+  Impl& im = *out->impl_;
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG;
+  if (ucp_init(&params, nullptr, &im.ctx) != UCS_OK) return absl::UnavailableError("raw ucx: ucp_init failed");
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if (ucp_worker_create(im.ctx, &wp, &im.worker) != UCS_OK) return absl::UnavailableError("raw ucx: ucp_worker_create failed");
+  ucp_address_t* addr;
+  std::size_t len;
+  ucp_worker_get_address(im.worker, &addr, &len);
+  std::string mine(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(im.worker, addr);
+  SLUICE_RETURN_IF_ERROR(boot.put("perf.raw_ucx", mine));
+  SLUICE_RETURN_IF_ERROR(boot.fence());
+  im.eps.assign(static_cast<std::size_t>(boot.size()), nullptr);
+  for (int r = 0; r < boot.size(); ++r) {
+    SLUICE_ASSIGN_OR_RETURN(std::string a, boot.get(r, "perf.raw_ucx"));
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(a.data());
+    if (ucp_ep_create(im.worker, &ep, &im.eps[static_cast<std::size_t>(r)]) != UCS_OK)
+      return absl::UnavailableError(absl::StrFormat("raw ucx: cannot connect to rank %d", r));
+  }
+  return out;
+}
+
+RawUcx::~RawUcx() = default;
+
+std::vector<double> RawUcx::pingpong(int peer, std::size_t size, int iters, bool initiator) {
+  Impl& im = *impl_;
+  im.reserve(size);
+  std::vector<double> rtts;
+  rtts.reserve(static_cast<std::size_t>(iters));
+  Req s, r;
+  for (int i = 0; i < iters; ++i) {
+    if (initiator) {
+      auto t0 = Clock::now();
+      im.recv(im.rbuf.data(), size, kData, &r);
+      im.send(peer, im.sbuf.data(), size, kData, &s);
+      im.wait(r);
+      im.wait(s);
+      rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    } else {
+      im.recv(im.rbuf.data(), size, kData, &r);
+      im.wait(r);
+      im.send(peer, im.sbuf.data(), size, kData, &s);
+      im.wait(s);
+    }
+  }
+  return rtts;
+}
+
+double RawUcx::stream(int peer, std::size_t size, int iters, int window, bool sender) {
+  Impl& im = *impl_;
+  im.reserve(size);
+  std::vector<Req> reqs(static_cast<std::size_t>(window));
+  Req ack;
+  char ackbuf[8] = {0};
+  auto t0 = Clock::now();
+  if (sender) {
+    for (int i = 0; i < iters; ++i) {
+      Req& q = reqs[static_cast<std::size_t>(i % window)];
+      if (i >= window) im.wait(q);
+      im.send(peer, im.sbuf.data(), size, kData, &q);
+    }
+    for (auto& q : reqs) im.wait(q);
+    im.recv(ackbuf, sizeof(ackbuf), kAck, &ack);
+    im.wait(ack);
+  } else {
+    // Receives go into one buffer (as ucx_perftest does): only the transfer is measured.
+    int posted = 0, completed = 0;
+    std::vector<bool> active(reqs.size(), false);
+    for (std::size_t w = 0; w < reqs.size() && posted < iters; ++w, ++posted) {
+      im.recv(im.rbuf.data(), size, kData, &reqs[w]);
+      active[w] = true;
+    }
+    while (completed < iters) {
+      ucp_worker_progress(im.worker);
+      for (std::size_t w = 0; w < reqs.size(); ++w) {
+        if (!active[w] || !reqs[w].done) continue;
+        ++completed;
+        active[w] = false;
+        if (posted < iters) {
+          im.recv(im.rbuf.data(), size, kData, &reqs[w]);
+          active[w] = true;
+          ++posted;
+        }
+      }
+    }
+    im.send(peer, ackbuf, sizeof(ackbuf), kAck, &ack);
+    im.wait(ack);
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator) {
+  // Both sides keep `window` receives posted (requests on kData, replies on kData + 1) and
+  // post exactly `iters` in all; each completion sends the next request or the reply.
+  Impl& im = *impl_;
+  im.reserve(size);
+  auto w = static_cast<std::size_t>(std::min(window, iters));
+  std::vector<Req> rr(w), ss(w);
+  std::vector<std::vector<std::byte>> bufs(w, std::vector<std::byte>(std::max<std::size_t>(size, 1)));
+  ucp_tag_t in_tag = initiator ? kData + 1 : kData, out_tag = initiator ? kData : kData + 1;
+  auto t0 = Clock::now();
+  int posted = 0, completed = 0, sent = 0;
+  std::vector<bool> active(w, false);
+  for (std::size_t i = 0; i < w; ++i, ++posted) {
+    im.recv(bufs[i].data(), size, in_tag, &rr[i]);
+    active[i] = true;
+    if (initiator) {
+      im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
+      ++sent;
+    }
+  }
+  while (completed < iters) {
+    ucp_worker_progress(im.worker);
+    for (std::size_t i = 0; i < w; ++i) {
+      if (!active[i] || !rr[i].done) continue;
+      ++completed;
+      active[i] = false;
+      im.wait(ss[i]);
+      if (!initiator) {
+        im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
+      } else if (sent < iters) {
+        im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
+        ++sent;
+      }
+      if (posted < iters) {
+        im.recv(bufs[i].data(), size, in_tag, &rr[i]);
+        active[i] = true;
+        ++posted;
+      }
+    }
+  }
+  for (auto& q : ss) im.wait(q);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace sluice::perf

@@ -1,0 +1,35 @@
+// The raw-UCX baseline of sluice-perf: the same patterns on plain UCP tag matching, with no
+// Sluice in between (what ucx_perftest's tag_lat / tag_bw measure), run in the same process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <sluice/bootstrap.h>
+#include <sluice/status.h>
+
+namespace sluice::perf {
+
+class RawUcx {
+ public:
+  // Collective: every rank creates one, exchanging worker addresses through `boot`.
+  static absl::StatusOr<std::unique_ptr<RawUcx>> create(Bootstrap& boot);
+  ~RawUcx();
+
+  // Ping-pong between rank 0 and `peer`: rank 0 returns each round trip in seconds.
+  std::vector<double> pingpong(int peer, std::size_t size, int iters, bool initiator);
+  // Streams `iters` messages of `size` from rank 0 to `peer` with at most `window` in flight;
+  // the receiver answers once at the end. Returns the seconds the sender measured.
+  double stream(int peer, std::size_t size, int iters, int window, bool sender);
+  // `window` ping-pongs in flight at once; returns seconds for `iters` round trips.
+  double pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator);
+
+ private:
+  RawUcx() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::perf

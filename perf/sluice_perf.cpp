@@ -1,0 +1,692 @@
+// sluice-perf: Sluice's benchmark tool, in the spirit of ucx_perftest.
+//
+//   sluice-run -n 2 --bind core build/perf/sluice-perf -t am_lat,bulk_bw --baseline ucx
+//
+// Rank 0 drives and reports; the other ranks answer. Every figure is the median of -r
+// repetitions; with --baseline, the same pattern runs on raw UCX tag matching (ucx) or with
+// Sluice's bounce-buffer mode (bounce), interleaved A B A B, and the ratio Sluice/baseline
+// of the test's headline figure is printed per row. Exit status 2 on bad arguments.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sluice/sluice.h>
+
+#include "raw_ucx.h"
+
+namespace {
+
+using sluice::Clock;
+using sluice::Engine;
+using sluice::Message;
+using sluice::Result;
+
+constexpr sluice::HandlerId kCmd = 900, kDone = 901, kLat = 910, kBw = 911, kAck = 912,
+                            kEcho = 913, kBulk = 914, kStream = 915, kFlood = 916;
+
+const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "rpc_lat", "rpc_rate", "bulk_bw", "mixed", "fanin"};
+
+struct Options {
+  std::vector<std::string> tests;
+  std::vector<std::size_t> sizes;
+  int iters = 0;  // 0: per-test default
+  int warmup = -1;
+  int window = 0;
+  int repeats = 5;
+  std::string baseline = "none";
+  std::string format = "table";
+  bool stats = false;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
+               "                   [-r REPEATS] [--baseline ucx|bounce|none] [--format table|csv|json] [--stats]\n"
+               "tests: am_lat am_bw rpc_lat rpc_rate bulk_bw mixed fanin\n"
+               "run under a launcher: sluice-run -n 2 --bind core sluice-perf ...\n");
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t c = s.find(',', start);
+    if (c == std::string::npos) c = s.size();
+    if (c > start) out.push_back(s.substr(start, c - start));
+    start = c + 1;
+  }
+  return out;
+}
+
+std::optional<Options> parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "sluice-perf: %s needs a value\n", a.c_str());
+        return std::nullopt;
+      }
+      return std::string(argv[++i]);
+    };
+    auto number = [&](int lo, int* out) -> bool {
+      auto v = value();
+      if (!v) return false;
+      char* end = nullptr;
+      long n = std::strtol(v->c_str(), &end, 10);
+      if (*end != '\0' || n < lo || n > 100000000) {
+        std::fprintf(stderr, "sluice-perf: %s %s: need a number >= %d\n", a.c_str(), v->c_str(), lo);
+        return false;
+      }
+      *out = static_cast<int>(n);
+      return true;
+    };
+    if (a == "-t") {
+      auto v = value();
+      if (!v) return std::nullopt;
+      for (const auto& t : split(*v)) {
+        if (t == "all") {
+          o.tests.insert(o.tests.end(), kAllTests.begin(), kAllTests.end());
+        } else if (std::find(kAllTests.begin(), kAllTests.end(), t) != kAllTests.end()) {
+          o.tests.push_back(t);
+        } else {
+          std::fprintf(stderr, "sluice-perf: unknown test '%s'\n", t.c_str());
+          return std::nullopt;
+        }
+      }
+    } else if (a == "-s") {
+      auto v = value();
+      if (!v) return std::nullopt;
+      for (const auto& s : split(*v)) {
+        auto n = sluice::parse_size(s);
+        if (!n.ok() || *n > (std::size_t{256} << 20)) {
+          std::fprintf(stderr, "sluice-perf: -s %s: not a size up to 256M\n", s.c_str());
+          return std::nullopt;
+        }
+        o.sizes.push_back(*n);
+      }
+    } else if (a == "-n") {
+      if (!number(1, &o.iters)) return std::nullopt;
+    } else if (a == "-w") {
+      if (!number(0, &o.warmup)) return std::nullopt;
+    } else if (a == "-W") {
+      if (!number(1, &o.window)) return std::nullopt;
+    } else if (a == "-r") {
+      if (!number(1, &o.repeats)) return std::nullopt;
+    } else if (a == "--baseline") {
+      auto v = value();
+      if (!v) return std::nullopt;
+      if (*v != "ucx" && *v != "bounce" && *v != "none") {
+        std::fprintf(stderr, "sluice-perf: --baseline %s: need ucx, bounce or none\n", v->c_str());
+        return std::nullopt;
+      }
+      o.baseline = *v;
+    } else if (a == "--format") {
+      auto v = value();
+      if (!v) return std::nullopt;
+      if (*v != "table" && *v != "csv" && *v != "json") {
+        std::fprintf(stderr, "sluice-perf: --format %s: need table, csv or json\n", v->c_str());
+        return std::nullopt;
+      }
+      o.format = *v;
+    } else if (a == "--stats") {
+      o.stats = true;
+    } else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "sluice-perf: unknown argument '%s'\n", a.c_str());
+      return std::nullopt;
+    }
+  }
+  if (o.tests.empty()) o.tests = {"am_lat", "am_bw", "rpc_lat", "bulk_bw"};
+  return o;
+}
+
+// What one run of one test measured.
+struct Figures {
+  double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_MBps = NAN, rate = NAN;
+  double extra = NAN;  // mixed: p999; fanin: receive high-water mark in bytes
+};
+
+struct Row {
+  std::string test;
+  std::size_t size;
+  int iters, window;
+  Figures sluice, base;
+  std::string baseline;
+  double ratio = NAN;
+  std::string note;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), std::floor(p * static_cast<double>(v.size()))));
+  return v[i];
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
+Figures median_of(const std::vector<Figures>& runs) {
+  auto pick = [&](double Figures::*f) {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (!std::isnan(r.*f)) v.push_back(r.*f);
+    return v.empty() ? NAN : median(v);
+  };
+  return {pick(&Figures::lat_p50_us), pick(&Figures::lat_p99_us), pick(&Figures::lat_avg_us),
+          pick(&Figures::bw_MBps), pick(&Figures::rate), pick(&Figures::extra)};
+}
+
+Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t size) {
+  Figures f;
+  std::vector<double> us;
+  double sum = 0;
+  for (double s : seconds) {
+    us.push_back(s * 1e6 * scale);
+    sum += s * 1e6 * scale;
+  }
+  f.lat_p50_us = percentile(us, 0.5);
+  f.lat_p99_us = percentile(us, 0.99);
+  f.lat_avg_us = us.empty() ? NAN : sum / static_cast<double>(us.size());
+  if (f.lat_avg_us > 0) {
+    f.rate = 1e6 / (f.lat_avg_us / scale);
+    f.bw_MBps = static_cast<double>(size) / f.lat_avg_us;
+  }
+  return f;
+}
+
+// The command rank 0 sends to the others before each run.
+struct Cmd {
+  char test[16];
+  std::uint64_t size;
+  std::int32_t iters, warmup, window, mode;  // mode 0 sluice, 1 raw ucx, 2 bounce engine, 3 quit
+};
+
+class Bench {
+ public:
+  Bench(sluice::Context& ctx, Engine& main, Engine* bounce, sluice::perf::RawUcx* raw, const Options& o)
+      : ctx_(ctx), main_(main), bounce_(bounce), raw_(raw), o_(o), me_(main.rank()), n_(main.size()) {}
+
+  absl::Status setup() {
+    for (Engine* e : {&main_, bounce_}) {
+      if (e == nullptr) continue;
+      SLUICE_RETURN_IF_ERROR(install(*e));
+    }
+    SLUICE_RETURN_IF_ERROR(main_.register_handler(kCmd, [this](Message& m) {
+      std::memcpy(&pending_cmd_, m.header().data(), sizeof(Cmd));
+      have_cmd_ = true;
+      reset();  // here, before the test's first message (same engine, in order) is counted
+    }));
+    SLUICE_RETURN_IF_ERROR(main_.register_handler(kDone, [this](Message&) { ++done_count_; }));
+    return absl::OkStatus();
+  }
+
+  // Handlers every rank installs on an engine: echoes, counters, sinks.
+  absl::Status install(Engine& e) {
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kLat, [this, &e](Message& m) {
+      if (me_ != 0) send_spin(e, m.source(), kLat, m.payload());
+      else ++replies_;
+    }, {.unordered = false, .sink = [this](const Message&, std::size_t n) { return sink(n); }}));
+    auto count = [this](Message&) { ++received_; };
+    auto sinkfn = [this](const Message&, std::size_t n) { return sink(n); };
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kBw, count, {.unordered = false, .sink = sinkfn}));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kBulk, count, {.unordered = false, .sink = sinkfn}));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kStream, count, {.unordered = true, .sink = sinkfn}));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kFlood, count));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kAck, [this](Message&) { ++acks_; }));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kEcho, [this](Message& m) {
+      Result r;
+      while ((r = m.reply({}, m.payload())) == Result::kWouldBlock) progress_all();
+    }));
+    return absl::OkStatus();
+  }
+
+  std::span<std::byte> sink(std::size_t n) {
+    if (landing_.size() < n) landing_.resize(n);
+    return std::span(landing_.data(), n);
+  }
+
+  void progress_all() {
+    main_.progress();
+    if (bounce_) bounce_->progress();
+  }
+
+  void send_spin(Engine& e, int to, sluice::HandlerId h, std::span<const std::byte> payload,
+                 std::span<const std::byte> header = {}, sluice::SendCallback cb = {}) {
+    Result r;
+    while ((r = e.peer(to)->send(h, header, payload, cb)) == Result::kWouldBlock) progress_all();
+    if (r != Result::kOk) fail("send: " + std::string(sluice::to_string(r)));
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    std::fprintf(stderr, "sluice-perf: rank %d: %s\n", me_, what.c_str());
+    std::exit(1);
+  }
+
+  void wait_for(const std::function<bool()>& done, const char* what) {
+    auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!done()) {
+      progress_all();
+      if (Clock::now() > deadline) fail(std::string("timed out waiting for ") + what);
+    }
+  }
+
+  void reset() {
+    received_ = replies_ = acks_ = 0;
+    completions_ = 0;
+  }
+
+  // ---- the tests, sluice side -------------------------------------------------------------
+
+  Figures am_lat(Engine& e, const Cmd& c) {
+    std::vector<std::byte> buf(c.size);
+    std::vector<double> rtts;
+    if (me_ == 0) {
+      for (int i = 0; i < c.warmup + c.iters; ++i) {
+        auto t0 = Clock::now();
+        int want = replies_ + 1;
+        send_spin(e, 1, kLat, buf);
+        while (replies_ < want) e.progress();
+        if (i >= c.warmup) rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+    } else {
+      // the handler answers; rank 0 tells us when it is over
+    }
+    return from_rtts(rtts, 0.5, c.size);
+  }
+
+  Figures stream(Engine& e, const Cmd& c, sluice::HandlerId h) {
+    std::vector<std::byte> buf(c.size);
+    Figures f;
+    int total = c.warmup + c.iters;
+    if (me_ == 0) {
+      auto t0 = Clock::now();
+      int sent = 0;
+      auto cb = [this](absl::Status s) {
+        if (!s.ok()) fail(s.ToString());
+        ++completions_;
+      };
+      for (int i = 0; i < total; ++i) {
+        if (i == c.warmup) {
+          while (completions_ < sent) progress_all();
+          t0 = Clock::now();
+        }
+        while (sent - completions_ >= c.window) progress_all();
+        send_spin(e, 1, h, buf, {}, cb);
+        ++sent;
+      }
+      wait_for([&] { return acks_ == 1; }, "the receiver's ack");
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      f.rate = c.iters / s;
+      f.bw_MBps = static_cast<double>(c.size) * c.iters / s / 1e6;
+    } else if (me_ == 1) {
+      wait_for([&] { return received_ >= total; }, "the stream");
+      send_spin(e, 0, kAck, {});
+    }
+    return f;
+  }
+
+  Figures rpc(Engine& e, const Cmd& c, int window) {
+    std::vector<std::byte> buf(c.size);
+    Figures f;
+    if (me_ != 0) return f;
+    std::vector<double> rtts;
+    int total = c.warmup + c.iters;
+    int issued = 0, finished = 0;
+    auto t_start = Clock::now();
+    std::vector<Clock::time_point> started(static_cast<std::size_t>(total));
+    while (finished < total) {
+      while (issued < total && issued - finished < window) {
+        int i = issued;
+        if (i == c.warmup && window > 1 && finished < issued) break;
+        if (i == c.warmup) t_start = Clock::now();
+        started[static_cast<std::size_t>(i)] = Clock::now();
+        Result r;
+        while ((r = e.peer(1)->call(kEcho, {}, buf, {}, [&, i](absl::Status s, Message&) {
+                 if (!s.ok()) fail("call: " + s.ToString());
+                 if (i >= c.warmup)
+                   rtts.push_back(std::chrono::duration<double>(Clock::now() - started[static_cast<std::size_t>(i)]).count());
+                 ++finished;
+               })) == Result::kWouldBlock) {
+          progress_all();
+        }
+        if (r != Result::kOk) fail("call: " + std::string(sluice::to_string(r)));
+        ++issued;
+      }
+      e.progress();
+    }
+    double s = std::chrono::duration<double>(Clock::now() - t_start).count();
+    f = from_rtts(rtts, 1.0, c.size);
+    f.rate = c.iters / s;
+    return f;
+  }
+
+  Figures mixed(Engine& e, const Cmd& c) {
+    // Ranks >= 2 stream 2 MiB messages to rank 1 (run_mixed_streamer) while rank 0 times
+    // small RPCs to rank 1; rank 1 answers and absorbs the streams.
+    if (n_ < 3 || me_ != 0) return {};
+    return rpc(e, c, 1);
+  }
+
+  Figures fanin(Engine& e, const Cmd& c) {
+    Figures f;
+    std::vector<std::byte> buf(c.size);
+    int total = c.warmup + c.iters;
+    if (me_ == 0) {
+      wait_for([&] { return received_ >= total * (n_ - 1); }, "the fan-in");
+      auto ps = e.pool_stats(sluice::Direction::kRecv);
+      f.extra = static_cast<double>(ps.high_water_bytes);
+      f.bw_MBps = static_cast<double>(ps.budget_bytes);
+      for (int r = 1; r < n_; ++r) send_spin(e, r, kAck, {});
+    } else {
+      for (int i = 0; i < total; ++i) send_spin(e, 0, kFlood, buf);
+      wait_for([&] { return acks_ >= 1; }, "rank 0's ack");
+    }
+    return f;
+  }
+
+  // ---- the raw UCX baseline ----------------------------------------------------------------
+
+  Figures raw(const Cmd& c) {
+    std::string t = c.test;
+    Figures f;
+    bool init = me_ == 0;
+    if (me_ > 1) return f;
+    if (t == "am_lat" || t == "rpc_lat") {
+      raw_->pingpong(1 - me_, c.size, c.warmup, init);
+      auto rtts = raw_->pingpong(1 - me_, c.size, c.iters, init);
+      return from_rtts(rtts, t == "am_lat" ? 0.5 : 1.0, c.size);
+    }
+    if (t == "rpc_rate") {
+      double s = raw_->pingpong_window(1 - me_, c.size, c.iters, c.window, init);
+      f.rate = c.iters / s;
+      return f;
+    }
+    raw_->stream(1 - me_, c.size, c.warmup, c.window, init);
+    double s = raw_->stream(1 - me_, c.size, c.iters, c.window, init);
+    f.rate = c.iters / s;
+    f.bw_MBps = static_cast<double>(c.size) * c.iters / s / 1e6;
+    return f;
+  }
+
+  Figures run_one(const Cmd& c) {
+    std::string t = c.test;
+    if (c.mode == 1) return raw(c);
+    Engine& e = c.mode == 2 ? *bounce_ : main_;
+    if (t == "am_lat") return am_lat(e, c);
+    if (t == "am_bw") return stream(e, c, kBw);
+    if (t == "bulk_bw") return stream(e, c, kBulk);
+    if (t == "rpc_lat") return rpc(e, c, 1);
+    if (t == "rpc_rate") return rpc(e, c, c.window);
+    if (t == "mixed") return mixed(e, c);
+    if (t == "fanin") return fanin(e, c);
+    return {};
+  }
+
+  // Rank 0: tells everyone to run `c`, runs it, waits for everyone to finish.
+  Figures drive(const Cmd& c) {
+    done_count_ = 0;
+    reset();
+    for (int r = 1; r < n_; ++r) send_spin(main_, r, kCmd, {}, std::as_bytes(std::span(&c, 1)));
+    Figures f = run_one(c);
+    if (std::string(c.test) == "am_lat" || std::string(c.test) == "mixed") {
+      for (int r = 1; r < n_; ++r) send_spin(main_, r, kDone, {});  // "stop answering / streaming"
+    }
+    wait_for([&] { return done_count_ == n_ - 1; }, "the other ranks");
+    return f;
+  }
+
+  // Other ranks: serve commands until told to quit.
+  void serve() {
+    while (true) {
+      wait_for([&] { return have_cmd_; }, "a command from rank 0");
+      have_cmd_ = false;
+      Cmd c = pending_cmd_;
+      if (c.mode == 3) return;
+      done_count_ = 0;
+      std::string t = c.test;
+      if (t == "am_lat" || t == "mixed") {
+        if (t == "mixed" && me_ >= 2) {
+          run_mixed_streamer(c);
+        } else {
+          run_one(c);
+          wait_for([&] { return done_count_ >= 1; }, "the end of the test");
+        }
+      } else {
+        run_one(c);
+      }
+      send_spin(main_, 0, kDone, {});
+    }
+  }
+
+  void run_mixed_streamer(const Cmd& c) {
+    Engine& e = c.mode == 2 ? *bounce_ : main_;
+    static std::vector<std::byte> big(std::size_t{2} << 20);
+    int inflight = 0;
+    while (done_count_ == 0) {
+      while (inflight < 4) {
+        Result r = e.peer(1)->send(kStream, {}, big, [&](absl::Status) { --inflight; });
+        if (r != Result::kOk) break;
+        ++inflight;
+      }
+      progress_all();
+    }
+    wait_for([&] { return inflight == 0; }, "stream completions");
+  }
+
+  void quit() {
+    Cmd c{};
+    std::snprintf(c.test, sizeof(c.test), "quit");
+    c.mode = 3;
+    for (int r = 1; r < n_; ++r) send_spin(main_, r, kCmd, {}, std::as_bytes(std::span(&c, 1)));
+  }
+
+  int rank() const { return me_; }
+  int size() const { return n_; }
+
+ private:
+  sluice::Context& ctx_;
+  Engine& main_;
+  Engine* bounce_;
+  sluice::perf::RawUcx* raw_;
+  const Options& o_;
+  int me_, n_;
+  std::vector<std::byte> landing_;
+  Cmd pending_cmd_{};
+  bool have_cmd_ = false;
+  int done_count_ = 0;
+  int received_ = 0, replies_ = 0, acks_ = 0, completions_ = 0;
+};
+
+std::string fmt(double v, int prec = 3) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
+  return buf;
+}
+
+std::vector<std::size_t> default_sizes(const std::string& test) {
+  if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
+  if (test == "mixed") return {8};
+  if (test == "fanin") return {1024};
+  return {8};
+}
+
+int default_iters(const std::string& test, std::size_t size) {
+  if (test == "bulk_bw") return size >= (std::size_t{16} << 20) ? 200 : size >= (std::size_t{1} << 20) ? 1000 : 5000;
+  if (test == "am_bw") return 200000;
+  if (test == "rpc_rate") return 50000;
+  if (test == "fanin") return 20000;
+  return 20000;
+}
+
+double headline_ratio(const Row& r) {
+  const Figures& a = r.sluice;
+  const Figures& b = r.base;
+  if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
+  if (r.test == "fanin") return a.extra / a.bw_MBps;
+  if (r.baseline == "none") return NAN;
+  if (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat") return a.lat_p50_us / b.lat_p50_us;
+  if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
+  return a.bw_MBps / b.bw_MBps;
+}
+
+void print(const std::vector<Row>& rows, const Options& o) {
+  if (o.format == "csv") {
+    std::printf("test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
+                "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
+    for (const auto& r : rows) {
+      std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
+                  fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
+                  fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
+                  fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
+                  fmt(r.ratio).c_str());
+    }
+    return;
+  }
+  if (o.format == "json") {
+    std::printf("[\n");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt(v); };
+      std::printf("  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
+                  "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
+                  "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
+                  "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
+                  r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
+                  num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
+                  num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
+                  num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), num(r.ratio).c_str(),
+                  i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]\n");
+    return;
+  }
+  std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
+              "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
+  for (const auto& r : rows) {
+    std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s%s\n", r.test.c_str(),
+                sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
+                fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_MBps, 1).c_str(),
+                fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(), fmt(r.base.lat_p50_us).c_str(),
+                fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt(r.ratio).c_str(),
+                r.note.empty() ? "" : ("  " + r.note).c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto opts = parse(argc, argv);
+  if (!opts) {
+    usage(stderr);
+    return 2;
+  }
+  Options& o = *opts;
+  auto ctx = sluice::Context::create();
+  if (!ctx.ok()) {
+    std::fprintf(stderr, "sluice-perf: %s\n", ctx.status().ToString().c_str());
+    return 1;
+  }
+  if ((*ctx)->size() < 2) {
+    std::fprintf(stderr, "sluice-perf: needs at least 2 ranks (sluice-run -n 2 sluice-perf ...)\n");
+    return 2;
+  }
+  auto main_engine = (*ctx)->create_engine();
+  if (!main_engine.ok()) {
+    std::fprintf(stderr, "sluice-perf: %s\n", main_engine.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<Engine> bounce;
+  std::unique_ptr<sluice::perf::RawUcx> raw;
+  if (o.baseline == "bounce") {
+    sluice::Config c = (*ctx)->config();
+    c.rndv = false;
+    auto b = (*ctx)->create_engine({.numa_node = -2, .config = c});
+    if (!b.ok()) {
+      std::fprintf(stderr, "sluice-perf: bounce engine: %s\n", b.status().ToString().c_str());
+      return 1;
+    }
+    bounce = std::move(*b);
+  } else if (o.baseline == "ucx") {
+    auto r = sluice::perf::RawUcx::create((*ctx)->bootstrap());
+    if (!r.ok()) {
+      std::fprintf(stderr, "sluice-perf: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    raw = std::move(*r);
+  }
+  Bench bench(**ctx, **main_engine, bounce.get(), raw.get(), o);
+  if (auto s = bench.setup(); !s.ok()) {
+    std::fprintf(stderr, "sluice-perf: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (bench.rank() != 0) {
+    bench.serve();
+    return 0;
+  }
+  std::vector<Row> rows;
+  bool tty = isatty(2);
+  auto started = Clock::now();
+  for (const auto& test : o.tests) {
+    for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
+      Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline, NAN, ""};
+      if (test == "am_lat" || test == "rpc_lat") row.window = 1;
+      if (test == "bulk_bw" && !o.window) row.window = 16;
+      if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
+      if (test == "mixed" && bench.size() < 3) {
+        row.note = "skipped: needs 3 ranks or more";
+        rows.push_back(row);
+        continue;
+      }
+      Cmd c{};
+      std::snprintf(c.test, sizeof(c.test), "%s", test.c_str());
+      c.size = size;
+      c.iters = row.iters;
+      c.warmup = o.warmup >= 0 ? o.warmup : std::max(1, row.iters / 10);
+      c.window = row.window;
+      std::vector<Figures> a, b;
+      for (int rep = 0; rep < o.repeats; ++rep) {
+        c.mode = 0;
+        a.push_back(bench.drive(c));
+        if (test == "mixed") {
+          // the same small RPCs with the streams off
+          Cmd idle = c;
+          std::snprintf(idle.test, sizeof(idle.test), "rpc_lat");
+          b.push_back(bench.drive(idle));
+        } else if (o.baseline != "none" && test != "fanin") {
+          c.mode = o.baseline == "ucx" ? 1 : 2;
+          if (!(c.mode == 1 && test == "mixed")) b.push_back(bench.drive(c));
+        }
+        if (tty && Clock::now() - started > std::chrono::seconds(3)) {
+          std::fprintf(stderr, "\rsluice-perf: %s %s rep %d/%d   ", test.c_str(), sluice::format_size(size).c_str(), rep + 1, o.repeats);
+        }
+      }
+      row.sluice = median_of(a);
+      row.base = median_of(b);
+      row.ratio = headline_ratio(row);
+      if (test == "fanin") {
+        row.note = "recv hwm " + sluice::format_size(static_cast<std::size_t>(row.sluice.extra)) + " of budget " +
+                   sluice::format_size(static_cast<std::size_t>(row.sluice.bw_MBps));
+        row.sluice.bw_MBps = NAN;
+      }
+      rows.push_back(row);
+    }
+  }
+  if (tty && Clock::now() - started > std::chrono::seconds(3)) std::fprintf(stderr, "\r%60s\r", "");
+  bench.quit();
+  print(rows, o);
+  if (o.stats) {
+    std::printf("\n# sluice stats, rank 0, main engine\n%s", (*main_engine)->stats().to_text().c_str());
+  }
+  return 0;
+}
