@@ -40,8 +40,15 @@
 namespace sluice {
 
 namespace detail {
-struct SlotDesc;
 class PoolClass;
+// A slot's descriptor (internal; in this header so the accessors inline).
+struct SlotDesc {
+  SlotDesc* next;
+  std::byte* data;
+  void* memh;
+  PoolClass* owner;
+  std::size_t size;
+};
 }  // namespace detail
 
 enum class Direction { kSend, kRecv };
@@ -66,11 +73,13 @@ class Slot {
   ~Slot() { release(); }
 
   explicit operator bool() const { return d_ != nullptr; }
-  std::byte* data() const;
-  std::size_t size() const;  // the slot's capacity
-  void* memh() const;        // UCX memory handle covering data()..data()+size()
+  std::byte* data() const { return d_->data; }
+  std::size_t size() const { return d_->size; }  // the slot's capacity
+  void* memh() const { return d_->memh; }        // UCX memory handle covering the slot
   // Returns the slot to its pool (any thread). No-op on an empty Slot.
-  void release();
+  void release() {
+    if (d_ != nullptr) release_slow();
+  }
   // Gives up ownership without releasing (for the engine's own bookkeeping).
   detail::SlotDesc* detach() {
     auto* d = d_;
@@ -79,6 +88,7 @@ class Slot {
   }
 
  private:
+  void release_slow();
   detail::SlotDesc* d_ = nullptr;
 };
 

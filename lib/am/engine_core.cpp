@@ -68,14 +68,20 @@ absl::Status EngineCore::init(int numa_node_option) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
   for (std::uint32_t i = 0; i < config_.rx_posted; ++i) rx_ops_.push_back(new_op(OpKind::kRx, 0));
-  unposted_ = rx_ops_.size();
+  unposted_ = rx_ops_;
+  unposted_.reserve(rx_ops_.size());
   post_receives();
+  initialized_ = true;
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u",
              engine_id_, rank(), n, node, eager_limit_);
   return absl::OkStatus();
 }
 
 EngineCore::~EngineCore() {
+  if (!initialized_) {
+    for (auto& op : op_storage_) op.slot.release();
+    return;  // init failed part-way: nothing was posted, no peer was contacted
+  }
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
   // Orderly close: tell live peers, let queued work fail, flush what is in flight.
   for (auto& p : peers_) {
@@ -211,12 +217,18 @@ bool EngineCore::progress() {
     run_posted();
   }
   post_receives();
-  Clock::time_point now = Clock::now();
-  if (now >= next_timer_) [[unlikely]] timers(now);
+  // Reading the clock is not free on every machine (a VM without a stable TSC pays a
+  // system-call-like price): timers are checked every kTimerEvery calls.
+  if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
+    since_timer_check_ = 0;
+    now_ = Clock::now();
+    if (now_ >= next_timer_) timers(now_);
+  }
   return any;
 }
 
 void EngineCore::wait(Clock::time_point deadline) {
+  since_timer_check_ = kTimerEvery;  // about to sleep: timers first
   if (progress()) return;
   if (!worker_->arm()) return;  // events pending: progress instead of sleeping
   if (has_posted_.load(std::memory_order_acquire)) return;

@@ -202,7 +202,7 @@ class EngineCore {
   void dispatch(PeerData& p, Message& m);
   void finish_incoming(PeerData& p, Message& m);
   std::span<std::byte> choose_landing(Message& m, std::size_t size);
-  std::size_t unposted_ = 0;
+  std::vector<Op*> unposted_;  // wildcard receive ops waiting for a slot
   void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
   // rpc.cpp
   void on_request(PeerData& p, Message& m);
@@ -235,12 +235,16 @@ class EngineCore {
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
-  bool closing_ = false;  // shutting down: receives are not re-posted
+  bool closing_ = false;
+  bool initialized_ = false;  // shutting down: receives are not re-posted
   absl::flat_hash_map<CallId, Call> calls_;
   CallId next_call_ = 1;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
+  Clock::time_point now_ = Clock::now();  // coarse: updated when timers are checked
+  static constexpr unsigned kTimerEvery = 64;
+  unsigned since_timer_check_ = 0;
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
   std::atomic<bool> has_posted_{false};

@@ -11,10 +11,10 @@
 namespace sluice::detail {
 
 void EngineCore::post_receives() {
-  if (unposted_ == 0 || closing_) [[likely]] return;
+  if (unposted_.empty() || closing_) [[likely]] return;
   PoolClass& cls = recv_pool_->eager();
-  for (Op* op : rx_ops_) {
-    if (op->slot || op->request != nullptr) continue;
+  while (!unposted_.empty()) {
+    Op* op = unposted_.back();
     if (cls.try_get(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(), wire::kWildcardTag,
                                       wire::kWildcardMask, op->slot.memh());
@@ -23,13 +23,13 @@ void EngineCore::post_receives() {
       op->slot.release();
       return;
     }
-    --unposted_;
+    unposted_.pop_back();
   }
 }
 
 void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   Slot slot = std::move(op->slot);
-  ++unposted_;
+  unposted_.push_back(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
     if (code != absl::StatusCode::kCancelled) {
       c_.parse_errors->add();
@@ -56,7 +56,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
-  p->last_heard = Clock::now();
+  p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
     handle_ctrl(*p, h, bytes.subspan(wire::kHeaderSize, h.user_header_len));
     return;
@@ -93,6 +93,12 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
   m.payload_ = std::span<std::byte>(d + wire::kHeaderSize + h.user_header_len, inl);
   m.slot_ = std::move(slot);
+  if (!p->blocked && p->window.take_in_order(h.seq)) [[likely]] {
+    process(*p, m, h);
+    if (!p->blocked && p->window.held() != 0) deliver(*p);
+    if (returned) flush(*p);
+    return;
+  }
   in.header = h;
   wire::Header copy = h;
   switch (p->window.offer(copy.seq, std::move(in), p->granted + 64)) {
@@ -110,10 +116,10 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
 }
 
 void EngineCore::deliver(PeerData& p) {
-  Incoming in;
-  while (!p.blocked && p.state == PeerState::kReady && p.window.next(&in)) {
+  while (!p.blocked && p.state == PeerState::kReady) {
+    Incoming in;
+    if (!p.window.next(&in)) break;
     process(p, in.message, in.header);
-    in.message = Message();
   }
 }
 

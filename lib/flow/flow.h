@@ -79,6 +79,13 @@ class ReorderWindow {
     }
     return a;
   }
+  // Fast path: `seq` is the next expected one and nothing waits. The caller delivers the
+  // message itself; the window only advances.
+  bool take_in_order(std::uint64_t seq) {
+    if (seq != expected_ || has_ready_ || !held_.empty()) return false;
+    ++expected_;
+    return true;
+  }
   // Takes the next in-order message, if any; advances the expected sequence.
   bool next(T* out) {
     if (has_ready_) {

@@ -8,14 +8,9 @@ namespace sluice {
 
 const char* to_string(Direction d) { return d == Direction::kSend ? "send" : "recv"; }
 
-std::byte* Slot::data() const { return d_->data; }
-std::size_t Slot::size() const { return d_->owner->slot_size(); }
-void* Slot::memh() const { return d_->memh; }
-void Slot::release() {
-  if (d_ != nullptr) {
-    d_->owner->release(d_);
-    d_ = nullptr;
-  }
+void Slot::release_slow() {
+  d_->owner->release(d_);
+  d_ = nullptr;
 }
 
 namespace detail {
@@ -75,7 +70,7 @@ absl::Status PoolClass::grow() {
   auto descs = std::make_unique<SlotDesc[]>(n);
   std::byte* base = (*arena)->data();
   for (std::size_t i = n; i-- > 0;) {
-    descs[i] = SlotDesc{free_, base + i * slot_size_, (*arena)->memh(), this};
+    descs[i] = SlotDesc{free_, base + i * slot_size_, (*arena)->memh(), this, slot_size_};
     free_ = &descs[i];
   }
   free_count_ += n;

@@ -19,13 +19,6 @@ namespace sluice::detail {
 
 class PoolClass;
 
-struct SlotDesc {
-  SlotDesc* next;
-  std::byte* data;
-  void* memh;
-  PoolClass* owner;
-};
-
 // The byte budget of one direction; shared by that direction's classes, never the other's.
 struct Budget {
   Direction direction;

@@ -1,17 +1,30 @@
 #include "wire/wire.h"
 
+#include <bit>
+
 namespace sluice::detail::wire {
 namespace {
 
 template <typename T>
+T byteswap(T v) {
+  if constexpr (sizeof(T) == 1) return v;
+  else if constexpr (sizeof(T) == 2) return static_cast<T>(__builtin_bswap16(v));
+  else if constexpr (sizeof(T) == 4) return static_cast<T>(__builtin_bswap32(v));
+  else return static_cast<T>(__builtin_bswap64(v));
+}
+
+// Little-endian on the wire; on little-endian hosts a plain copy.
+template <typename T>
 void put(std::byte* p, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  if constexpr (std::endian::native == std::endian::big) v = byteswap(v);
+  std::memcpy(p, &v, sizeof(T));
 }
 
 template <typename T>
 T get(const std::byte* p) {
-  T v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(p[i]) << (8 * i));
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  if constexpr (std::endian::native == std::endian::big) v = byteswap(v);
   return v;
 }
 
