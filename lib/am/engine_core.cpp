@@ -36,7 +36,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("am.rndv_sent"),        &s.counter("am.rndv_received"),
                 &s.counter("am.bounce_copied_bytes"), &s.counter("flow.credit_stalls"),
                 &s.counter("flow.would_block"),    &s.counter("wire.parse_errors"),
-                &s.counter("am.duplicates_dropped"), &s.counter("am.dropped_from_dead_peers"),
+                &s.counter("am.duplicates_dropped"), &s.counter("am.dropped"),
                 &s.counter("am.unknown_handler"),  &s.counter("am.handler_errors"),
                 &s.counter("peers.failed"),        &s.counter("ctrl.sent"),
                 &s.counter("ctrl.received"),       &s.counter("flow.credit_messages"),

@@ -191,6 +191,7 @@ void EngineCore::flush(PeerData& p) {
     p.queue.pop_front();
     transmit(p, m);
   }
+  if (!p.queue.empty()) c_.credit_stalls->add();  // waits for the peer to return credits
 }
 
 void EngineCore::on_send_done(Op* op, absl::StatusCode code) {

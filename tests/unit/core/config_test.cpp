@@ -1,0 +1,172 @@
+// Configuration: parsers for every type, errors that name the variable, unknown-variable
+// warnings with a suggestion, scoped overrides, cross-field checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sluice/config.h>
+
+#include "core/config_table.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseSize, AcceptsUnits) {
+  EXPECT_EQ(*parse_size("512"), 512u);
+  EXPECT_EQ(*parse_size("8K"), 8192u);
+  EXPECT_EQ(*parse_size("8k"), 8192u);
+  EXPECT_EQ(*parse_size("4M"), 4u << 20);
+  EXPECT_EQ(*parse_size("1G"), 1u << 30);
+  EXPECT_EQ(*parse_size("2KB"), 2048u);
+  EXPECT_EQ(*parse_size("2KiB"), 2048u);
+  EXPECT_EQ(*parse_size("1.5K"), 1536u);
+  EXPECT_EQ(*parse_size(" 64 "), 64u);
+}
+
+TEST(ParseSize, RejectsBadValues) {
+  for (const char* bad : {"", "-1", "4X", "1.5.3", "K", "abc", "99999999999999999999", "16777216T", "0.3"}) {
+    EXPECT_FALSE(parse_size(bad).ok()) << bad;
+  }
+}
+
+TEST(ParseDuration, AcceptsUnits) {
+  EXPECT_EQ(*parse_duration("500ns"), std::chrono::nanoseconds(500));
+  EXPECT_EQ(*parse_duration("10us"), std::chrono::microseconds(10));
+  EXPECT_EQ(*parse_duration("5ms"), std::chrono::milliseconds(5));
+  EXPECT_EQ(*parse_duration("2s"), std::chrono::seconds(2));
+  EXPECT_EQ(*parse_duration("1.5s"), std::chrono::milliseconds(1500));
+  EXPECT_EQ(*parse_duration("1m"), std::chrono::seconds(60));
+}
+
+TEST(ParseDuration, RejectsBadValues) {
+  for (const char* bad : {"", "10", "-1s", "4X", "1.5.3s", "s", "1e3s", "999999999999m"}) {
+    EXPECT_FALSE(parse_duration(bad).ok()) << bad;
+  }
+}
+
+TEST(ParseBool, AcceptsEverySpelling) {
+  for (const char* t : {"y", "yes", "1", "on", "true", "YES", "On"}) EXPECT_TRUE(*parse_bool(t)) << t;
+  for (const char* f : {"n", "no", "0", "off", "false", "NO"}) EXPECT_FALSE(*parse_bool(f)) << f;
+  for (const char* bad : {"", "2", "maybe", "yess"}) EXPECT_FALSE(parse_bool(bad).ok()) << bad;
+}
+
+TEST(Config, DefaultsAreValid) {
+  Config c;
+  EXPECT_TRUE(c.validate().ok());
+  EXPECT_EQ(c.eager_limit(), 8192u);
+}
+
+TEST(Config, ReadsOverrides) {
+  ScopedConfigOverride credits("SLUICE_CREDITS", "64");
+  ScopedConfigOverride eager("SLUICE_EAGER_MAX", "4K");
+  ScopedConfigOverride timeout("SLUICE_PEER_TIMEOUT", "inf");
+  ScopedConfigOverride numa("SLUICE_NUMA", "0");
+  auto c = Config::from_env();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->credits, 64u);
+  EXPECT_EQ(c->eager_limit(), 4096u);
+  EXPECT_EQ(c->peer_timeout, kInfinite);
+  EXPECT_EQ(c->numa.kind, NumaPolicy::Kind::kNode);
+  EXPECT_EQ(c->numa.node, 0);
+}
+
+TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
+  struct Case {
+    const char* name;
+    const char* value;
+    const char* allowed;
+  };
+  for (const Case& k : {Case{"SLUICE_CREDITS", "1", "int [2, 65535]"}, Case{"SLUICE_CREDITS", "70000", "int [2, 65535]"},
+                        Case{"SLUICE_CREDITS", "abc", "int"}, Case{"SLUICE_SEND_POOL_MAX", "4X", "size"},
+                        Case{"SLUICE_PEER_TIMEOUT", "10", "duration"}, Case{"SLUICE_STATS", "maybe", "bool"},
+                        Case{"SLUICE_LOG_LEVEL", "loud", "error|warn|info|debug|trace"},
+                        Case{"SLUICE_HUGEPAGES", "always", "try|yes|no"}, Case{"SLUICE_NUMA", "-1", "auto | nic"},
+                        Case{"SLUICE_RECV_POOL_MAX", "0", "size"}, Case{"SLUICE_BOOT", "magic", "auto"},
+                        Case{"SLUICE_POOL_CLASSES", "64K,x", "list of sizes"}}) {
+    ScopedConfigOverride o(k.name, k.value);
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok()) << k.name << "=" << k.value;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    std::string msg(c.status().message());
+    EXPECT_THAT(msg, HasSubstr(std::string(k.name) + "=" + k.value)) << msg;
+    EXPECT_THAT(msg, HasSubstr(k.allowed)) << msg;
+  }
+}
+
+TEST(Config, CrossFieldChecksNameBothVariables) {
+  {
+    ScopedConfigOverride pool("SLUICE_RECV_POOL_MAX", "4K");
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok());
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("SLUICE_RECV_POOL_MAX=4K is smaller than one eager slot"));
+  }
+  {
+    ScopedConfigOverride cls("SLUICE_POOL_CLASSES", "4K,1M");
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok());
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("SLUICE_EAGER_MAX"));
+  }
+  {
+    ScopedConfigOverride hb("SLUICE_HEARTBEAT", "5s");
+    ScopedConfigOverride pt("SLUICE_PEER_TIMEOUT", "2s");
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok());
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("SLUICE_HEARTBEAT=5s must be shorter than SLUICE_PEER_TIMEOUT=2s"));
+  }
+  {
+    ScopedConfigOverride chunk("SLUICE_POOL_CHUNK", "8M");
+    ScopedConfigOverride send("SLUICE_SEND_POOL_MAX", "4M");
+    EXPECT_FALSE(Config::from_env().ok());
+  }
+}
+
+TEST(ScopedConfigOverride, RestoresThePreviousValue) {
+  {
+    ScopedConfigOverride outer("SLUICE_CREDITS", "40");
+    {
+      ScopedConfigOverride inner("SLUICE_CREDITS", "50");
+      EXPECT_EQ(Config::from_env()->credits, 50u);
+    }
+    EXPECT_EQ(Config::from_env()->credits, 40u);
+    {
+      ScopedConfigOverride unset("SLUICE_CREDITS", std::nullopt);
+      EXPECT_EQ(Config::from_env()->credits, 32u);
+    }
+    EXPECT_EQ(Config::from_env()->credits, 40u);
+  }
+  EXPECT_EQ(Config::from_env()->credits, 32u);
+}
+
+TEST(ConfigTable, SuggestsTheClosestName) {
+  EXPECT_EQ(detail::closest_config_name("SLUICE_CREDIT"), "SLUICE_CREDITS");
+  EXPECT_EQ(detail::closest_config_name("SLUICE_EAGERMAX"), "SLUICE_EAGER_MAX");
+  EXPECT_EQ(detail::closest_config_name("SLUICE_RECV_POOL_SIZE"), "SLUICE_RECV_POOL_MAX");
+}
+
+TEST(ConfigTable, DeclaresEveryVariableOfTheDesign) {
+  std::vector<std::string> names;
+  for (const auto& v : describe(Config())) names.push_back(v.name);
+  for (const char* want : {"SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS",
+                           "SLUICE_RX_POSTED", "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK",
+                           "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS",
+                           "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS",
+                           "SLUICE_BOOT"}) {
+    EXPECT_THAT(names, ::testing::Contains(want));
+  }
+  for (const auto& v : describe(Config())) {
+    EXPECT_FALSE(v.doc.empty()) << v.name;
+    EXPECT_FALSE(v.type.empty()) << v.name;
+  }
+}
+
+TEST(ConfigTable, PrintedDefaultsParseBackToTheDefaults) {
+  Config defaults;
+  for (const auto& v : detail::config_table()) {
+    Config c;
+    ASSERT_TRUE(v.parse(v.default_value, c).ok()) << v.name << "=" << v.default_value;
+    EXPECT_EQ(v.show(c), v.show(defaults)) << v.name;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,284 @@
+// Pools: exact exhaustion, direction isolation, growth limits, reservations, cross-thread
+// release, NUMA placement, registration.
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "mem/pool.h"
+
+namespace sluice::detail {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Fixture {
+  explicit Fixture(Config c = Config()) : config(c) {
+    auto t = Topology::load();
+    EXPECT_TRUE(t.ok());
+    topo = std::move(*t);
+    auto u = UcxContext::create(config);
+    EXPECT_TRUE(u.ok()) << u.status();
+    ucx = std::move(*u);
+    source = {topo.get(), ucx.get(), 0, HugePages::kTry, config.pool_chunk};
+  }
+  std::unique_ptr<Pool> make(Direction d) {
+    auto p = Pool::create(d, config, eager_slot_size(config.eager_limit()), source);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? std::move(*p) : nullptr;
+  }
+  Config config;
+  std::unique_ptr<Topology> topo;
+  std::unique_ptr<UcxContext> ucx;
+  ArenaSource source;
+};
+
+Config small(std::size_t send_max, std::size_t recv_max) {
+  Config c;
+  c.send_pool_max = send_max;
+  c.recv_pool_max = recv_max;
+  c.pool_chunk = 64 << 10;
+  return c;
+}
+
+TEST(Pool, ExhaustionIsExact) {
+  Fixture f(small(1 << 20, 1 << 20));
+  auto pool = f.make(Direction::kSend);
+  PoolClass& cls = pool->eager();
+  std::vector<Slot> held;
+  Slot s;
+  while (cls.try_get(&s) == Result::kOk) {
+    std::memset(s.data(), static_cast<int>(held.size() & 0xff), s.size());
+    held.push_back(std::move(s));
+  }
+  const std::size_t n = held.size();
+  EXPECT_EQ(n, (std::size_t{1} << 20) / cls.slot_size());
+  EXPECT_EQ(cls.stats().slots_total, n);
+  // The next one fails at once, and again; each failure is counted.
+  std::uint64_t before = cls.stats().exhaustion_events;
+  EXPECT_EQ(before, 1u);  // the one that ended the loop
+  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
+  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
+  EXPECT_EQ(cls.stats().exhaustion_events, before + 2);
+  // Held slots are intact and distinct.
+  std::set<std::byte*> seen;
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(seen.insert(held[i].data()).second);
+    EXPECT_EQ(held[i].data()[0], static_cast<std::byte>(i & 0xff));
+    EXPECT_EQ(held[i].data()[held[i].size() - 1], static_cast<std::byte>(i & 0xff));
+  }
+  held.clear();
+  EXPECT_EQ(cls.stats().slots_free, n);
+  EXPECT_EQ(cls.stats().high_water, n);
+  // Full again: n more gets succeed.
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(cls.try_get(&s), Result::kOk);
+    held.push_back(std::move(s));
+  }
+}
+
+TEST(Pool, DirectionsAreIsolated) {
+  Fixture f(small(512 << 10, 512 << 10));
+  auto send = f.make(Direction::kSend);
+  auto recv = f.make(Direction::kRecv);
+  ASSERT_TRUE(recv->eager().reserve(16).ok());
+  std::vector<Slot> sends;
+  Slot s;
+  while (send->eager().try_get(&s) == Result::kOk) sends.push_back(std::move(s));
+  for (auto* cls : {send->class_for(64 << 10)})
+    if (cls) while (cls->try_get(&s) == Result::kOk) sends.push_back(std::move(s));
+  // The send side is dry; every reserved receive slot is still there.
+  std::vector<Slot> recvs;
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_EQ(recv->eager().try_get(&s), Result::kOk) << i;
+    recvs.push_back(std::move(s));
+  }
+  EXPECT_EQ(recv->eager().try_get(&s), Result::kExhausted);  // only reserved capacity
+  // And the other way round: the receive side dry, sends flow again once released.
+  sends.clear();
+  EXPECT_EQ(send->eager().try_get(&s), Result::kOk);
+}
+
+TEST(Pool, ReservationsNeverExceedTheBudget) {
+  Fixture f(small(1 << 20, 256 << 10));
+  auto recv = f.make(Direction::kRecv);
+  std::size_t max = (256 << 10) / recv->eager().slot_size();
+  EXPECT_TRUE(recv->eager().reserve(max).ok());
+  auto more = recv->eager().reserve(1);
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(more.message()), HasSubstr("SLUICE_RECV_POOL_MAX"));
+  // Large classes cannot take reserved capacity.
+  PoolClass* large = recv->class_for(64 << 10);
+  ASSERT_NE(large, nullptr);
+  Slot s;
+  EXPECT_EQ(large->try_get(&s), Result::kExhausted);
+  recv->eager().unreserve(max);
+  EXPECT_EQ(large->try_get(&s), Result::kOk);
+}
+
+TEST(Pool, GrowthStopsAtTheMaximumAndIsCounted) {
+  Fixture f(small(1 << 20, 1 << 20));
+  auto pool = f.make(Direction::kSend);
+  EXPECT_EQ(pool->eager().stats().growth_events, 1u);  // starts with one chunk
+  std::vector<Slot> held;
+  Slot s;
+  while (pool->eager().try_get(&s) == Result::kOk) held.push_back(std::move(s));
+  auto st = pool->stats();
+  EXPECT_LE(st.mapped_bytes, st.budget_bytes);
+  EXPECT_GT(pool->eager().stats().growth_events, 1u);
+  EXPECT_EQ(pool->eager().stats().slots_total, pool->eager().stats().slots_max);
+}
+
+TEST(Pool, MaximumBelowOneSlotIsAConfigurationError) {
+  Config c;
+  c.send_pool_max = 4096;
+  auto v = c.validate();
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.message()), HasSubstr("SLUICE_SEND_POOL_MAX=4K is smaller than one eager slot"));
+  Config chunk;
+  chunk.pool_chunk = 512 << 20;
+  EXPECT_FALSE(chunk.validate().ok());
+}
+
+TEST(Pool, DeadlineGetProgressesThenFails) {
+  Fixture f(small(64 << 10, 1 << 20));
+  auto pool = f.make(Direction::kSend);
+  std::vector<Slot> held;
+  Slot s;
+  while (pool->eager().try_get(&s) == Result::kOk) held.push_back(std::move(s));
+  int progressed = 0;
+  auto r = pool->eager().get(&s, std::chrono::steady_clock::now() + std::chrono::milliseconds(20), [&] { ++progressed; });
+  EXPECT_EQ(r, Result::kDeadlineExceeded);
+  EXPECT_GT(progressed, 0);
+  // A release during progress satisfies the wait.
+  r = pool->eager().get(&s, std::chrono::steady_clock::now() + std::chrono::seconds(5), [&] { held.pop_back(); });
+  EXPECT_EQ(r, Result::kOk);
+}
+
+TEST(Pool, CrossThreadReleaseLosesNothingAndDuplicatesNothing) {
+  Fixture f(small(4 << 20, 1 << 20));
+  auto pool = f.make(Direction::kSend);
+  PoolClass& cls = pool->eager();
+  const std::size_t total = [&] {
+    std::vector<Slot> all;
+    Slot s;
+    while (cls.try_get(&s) == Result::kOk) all.push_back(std::move(s));
+    return all.size();
+  }();
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  std::vector<std::vector<Slot>> inbox(kThreads);
+  std::vector<std::atomic<int>> ready(kThreads);
+  std::atomic<bool> stop{false};
+  std::mutex mu[kThreads];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!stop.load()) {
+        std::vector<Slot> mine;
+        {
+          std::lock_guard lock(mu[t]);
+          mine.swap(inbox[static_cast<std::size_t>(t)]);
+        }
+        mine.clear();  // released on this (non-owner) thread
+      }
+    });
+  }
+  std::set<std::byte*> out;
+  int handed = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    Slot s;
+    if (cls.try_get(&s) != Result::kOk) continue;
+    std::memset(s.data(), 0x5c, 64);
+    ++handed;
+    std::lock_guard lock(mu[i % kThreads]);
+    inbox[static_cast<std::size_t>(i % kThreads)].push_back(std::move(s));
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  for (auto& box : inbox) box.clear();
+  // Every slot comes back exactly once: all `total` can be taken again, all distinct.
+  std::vector<Slot> again;
+  Slot s;
+  while (cls.try_get(&s) == Result::kOk) {
+    EXPECT_TRUE(out.insert(s.data()).second) << "slot handed out twice";
+    again.push_back(std::move(s));
+  }
+  EXPECT_EQ(again.size(), total);
+  EXPECT_GT(cls.stats().cross_thread_returns, 0u);
+  EXPECT_GT(handed, 0);
+}
+
+TEST(Arena, PagesLandOnTheRequestedNode) {
+  auto topo = Topology::load();
+  ASSERT_TRUE(topo.ok());
+  int node = (*topo)->nodes().back().os_index;
+  auto arena = Arena::create(1 << 20, HugePages::kNo, node, topo->get(), nullptr);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  EXPECT_EQ((*topo)->node_of_memory((*arena)->data(), (*arena)->length()), node);
+}
+
+TEST(Arena, HugePagesTryFallsBackCleanly) {
+  auto arena = Arena::create(1 << 20, HugePages::kTry, -1, nullptr, nullptr);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  EXPECT_GE((*arena)->length(), std::size_t{1} << 20);
+}
+
+TEST(Arena, HugePagesYesFailsClearlyWhenThereAreNone) {
+  auto arena = Arena::create(1 << 20, HugePages::kYes, -1, nullptr, nullptr);
+  if (arena.ok()) GTEST_SKIP() << "this machine has 2M huge pages reserved";
+  EXPECT_THAT(std::string(arena.status().message()), HasSubstr("SLUICE_HUGEPAGES=yes"));
+}
+
+TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
+  Fixture f;
+  auto send = f.make(Direction::kSend);
+  auto recv = f.make(Direction::kRecv);
+  ASSERT_TRUE(recv->eager().reserve(1).ok());
+  auto w1 = UcxWorker::create(*f.ucx);
+  auto w2 = UcxWorker::create(*f.ucx);
+  ASSERT_TRUE(w1.ok() && w2.ok());
+  auto ep = (*w1)->connect((*w2)->address(), [](void*, int) {}, nullptr);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  Slot out, in;
+  ASSERT_EQ(send->eager().try_get(&out), Result::kOk);
+  ASSERT_EQ(recv->eager().try_get(&in), Result::kOk);
+  ASSERT_NE(out.memh(), nullptr);
+  for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = static_cast<std::byte>(i * 7);
+  struct Done : TransportOp {
+    bool done = false;
+    absl::StatusCode code{};
+    std::size_t len = 0;
+  } sop, rop;
+  auto cb = [](TransportOp* op, absl::StatusCode code, std::size_t len, Tag) {
+    auto* d = static_cast<Done*>(op);
+    d->done = true;
+    d->code = code;
+    d->len = len;
+  };
+  sop.on_complete = rop.on_complete = cb;
+  auto r = (*w2)->post_recv(&rop, in.data(), in.size(), 42, kFullMask, in.memh());
+  ASSERT_EQ(r.kind, Post::kPending);
+  auto s = ep->post_send(&sop, out.data(), out.size(), 42, out.memh());
+  if (s.kind == Post::kDone) sop.done = true;
+  ASSERT_NE(s.kind, Post::kError);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(sop.done && rop.done) && std::chrono::steady_clock::now() < deadline) {
+    (*w1)->progress();
+    (*w2)->progress();
+  }
+  ASSERT_TRUE(rop.done);
+  EXPECT_EQ(rop.code, absl::StatusCode::kOk);
+  EXPECT_EQ(rop.len, out.size());
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
+  *ep = UcxEndpoint();
+  for (int i = 0; i < 100; ++i) (*w1)->progress();
+}
+
+}  // namespace
+}  // namespace sluice::detail

@@ -1,0 +1,155 @@
+// Wire format: round trips, and a parser that refuses every malformed input with a reason.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "wire/wire.h"
+
+namespace sluice::detail::wire {
+namespace {
+
+std::vector<std::byte> message(const Header& h, std::size_t uh, std::size_t inl) {
+  std::vector<std::byte> b(kHeaderSize + uh + inl, std::byte{0x77});
+  encode(h, b.data());
+  return b;
+}
+
+TEST(Tag, RoundTrips) {
+  std::uint64_t t = make_tag(kRndv, 0xabcdef, 0x123456789);
+  EXPECT_EQ(tag_class(t), kRndv);
+  EXPECT_EQ(tag_slot(t), 0xabcdefu);
+  EXPECT_EQ(tag_id(t), 0x123456789u);
+  // Ids wrap at 36 bits instead of spilling into the slot.
+  std::uint64_t w = make_tag(kEager, 5, (std::uint64_t{1} << 36) + 3);
+  EXPECT_EQ(tag_slot(w), 5u);
+  EXPECT_EQ(tag_id(w), 3u);
+}
+
+TEST(Tag, WildcardMatchesEagerAndControlOnly) {
+  auto matches = [](std::uint64_t tag) { return ((tag ^ kWildcardTag) & kWildcardMask) == 0; };
+  EXPECT_TRUE(matches(make_tag(kEager, 3, 9)));
+  EXPECT_TRUE(matches(make_tag(kCtrl, 3, 9)));
+  EXPECT_FALSE(matches(make_tag(kRndv, 3, 9)));
+  EXPECT_FALSE(matches(make_tag(kReply, 3, 9)));
+}
+
+TEST(Header, RoundTrips) {
+  Header h{kFlagRequest | kFlagReplyBuf, 77, 12, 100, 5, 3, 0xfffffffffffffff0ULL, 41, 9001, 1 << 20};
+  auto b = message(h, 12, 100);
+  Header out;
+  ASSERT_EQ(decode(b, &out), Parse::kOk);
+  EXPECT_EQ(out, h);
+}
+
+TEST(Header, PatchesRewriteInPlace) {
+  Header h{};
+  auto b = message(h, 0, 0);
+  patch_seq(b.data(), 99);
+  patch_piggyback(b.data(), 7, 42);
+  Header out;
+  ASSERT_EQ(decode(b, &out), Parse::kOk);
+  EXPECT_EQ(out.seq, 99u);
+  EXPECT_EQ(out.credits, 7u);
+  EXPECT_EQ(out.ack, 42u);
+}
+
+TEST(Header, RejectsShortBadMagicBadVersion) {
+  Header h{};
+  auto b = message(h, 0, 0);
+  Header out;
+  EXPECT_EQ(decode(std::span(b).first(kHeaderSize - 1), &out), Parse::kTooShort);
+  EXPECT_EQ(decode({}, &out), Parse::kTooShort);
+  auto bad = b;
+  bad[0] = std::byte{0};
+  EXPECT_EQ(decode(bad, &out), Parse::kBadMagic);
+  bad = b;
+  bad[2] = std::byte{kVersion + 1};
+  EXPECT_EQ(decode(bad, &out), Parse::kBadVersion);
+}
+
+TEST(Header, RejectsLengthsThatDisagreeWithTheBytes) {
+  Header out;
+  Header h{};
+  h.user_header_len = 10;
+  h.payload_len = 20;
+  EXPECT_EQ(decode(message(h, 10, 20), &out), Parse::kOk);
+  EXPECT_EQ(decode(message(h, 10, 19), &out), Parse::kBadLength);
+  EXPECT_EQ(decode(message(h, 10, 21), &out), Parse::kBadLength);
+  h.payload_len = 0xffffffff;  // a claimed 4 GiB is just a number that does not match
+  EXPECT_EQ(decode(message(h, 10, 20), &out), Parse::kBadLength);
+  h.user_header_len = 0xffff;
+  EXPECT_EQ(decode(message(h, 10, 20), &out), Parse::kBadLength);
+  Header r{};
+  r.flags = kFlagRndv;
+  r.payload_len = 0;
+  EXPECT_EQ(decode(message(r, 0, 0), &out), Parse::kBadLength);
+  r.payload_len = 1 << 30;  // rendezvous: nothing inline
+  EXPECT_EQ(decode(message(r, 0, 0), &out), Parse::kOk);
+  EXPECT_EQ(decode(message(r, 0, 1), &out), Parse::kBadLength);
+}
+
+TEST(Header, FragmentsMustFitTheirPayload) {
+  Header out;
+  Header f{};
+  f.flags = kFlagFrag;
+  f.payload_len = 100;
+  f.aux = 90;
+  EXPECT_EQ(decode(message(f, 0, 10), &out), Parse::kOk);
+  EXPECT_EQ(decode(message(f, 0, 11), &out), Parse::kBadLength);
+  f.aux = 101;
+  EXPECT_EQ(decode(message(f, 0, 1), &out), Parse::kBadLength);
+  f.aux = 0;
+  EXPECT_EQ(decode(message(f, 0, 0), &out), Parse::kBadLength);
+}
+
+TEST(Header, RejectsUnknownAndContradictoryFlags) {
+  Header out;
+  for (std::uint8_t flags : {std::uint8_t{0x80}, std::uint8_t{kFlagRequest | kFlagReply},
+                             std::uint8_t{kFlagCtrl | kFlagRndv}, std::uint8_t{kFlagFrag | kFlagRndv}}) {
+    Header h{};
+    h.flags = flags;
+    h.payload_len = 8;
+    EXPECT_EQ(decode(message(h, 0, flags & kFlagRndv ? 0 : 8), &out), Parse::kBadFlags) << int(flags);
+  }
+}
+
+TEST(Hello, RoundTripsAndChecksItsSize) {
+  Hello h{3, 1, 8192, 32, 16, 3, 0xdeadbeefcafef00dULL};
+  std::vector<std::byte> b(kHelloSize);
+  encode_hello(h, b.data());
+  Hello out;
+  ASSERT_EQ(decode_hello(b, &out), Parse::kOk);
+  EXPECT_EQ(out, h);
+  EXPECT_EQ(decode_hello(std::span(b).first(kHelloSize - 1), &out), Parse::kBadLength);
+}
+
+// Random mutations of valid messages, seeded: the parser never reads out of bounds (ASan in
+// the sanitizer build) and whatever it accepts re-encodes to the same header.
+TEST(Header, SurvivesSeededMutations) {
+  std::mt19937_64 rng(20261129);
+  std::printf("seed 20261129\n");
+  for (int i = 0; i < 200000; ++i) {
+    Header h{};
+    h.flags = static_cast<std::uint8_t>(rng() & 0x3f);
+    h.user_header_len = static_cast<std::uint16_t>(rng() % 64);
+    h.payload_len = static_cast<std::uint32_t>(rng() % 128);
+    std::size_t len = kHeaderSize + rng() % 256;
+    std::vector<std::byte> b(len);
+    for (auto& x : b) x = static_cast<std::byte>(rng());
+    encode(h, b.data());
+    for (int m = 0; m < 3; ++m) b[rng() % len] = static_cast<std::byte>(rng());
+    Header out;
+    if (decode(b, &out) == Parse::kOk) {
+      std::vector<std::byte> again(kHeaderSize);
+      encode(out, again.data());
+      Header twice;
+      ASSERT_EQ(decode(std::span(again), &twice) == Parse::kOk || true, true);
+      EXPECT_EQ(std::memcmp(again.data(), b.data(), kHeaderSize), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::detail::wire
