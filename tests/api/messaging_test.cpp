@@ -1,0 +1,359 @@
+// Active messages between two engines (two ranks in one process, each on its own thread),
+// over shared memory and over TCP, with rendezvous on and off.
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sluice/context.h>
+
+#include "testing/payload.h"
+#include "testing/ranks.h"
+
+namespace sluice {
+namespace {
+
+using testing_support::bytes_of;
+using testing_support::crc32c;
+using testing_support::Ledger;
+using testing_support::pattern;
+using testing_support::RankPair;
+
+constexpr HandlerId kData = 3;
+const auto kLong = std::chrono::seconds(60);
+
+struct Transport {
+  const char* name;
+  const char* tls;
+  bool rndv;
+};
+
+class Messaging : public ::testing::TestWithParam<Transport> {
+ protected:
+  Config config() const {
+    Config c;
+    c.tls = GetParam().tls;
+    c.rndv = GetParam().rndv;
+    return c;
+  }
+};
+
+// Sends `payloads` from rank 0 to rank 1 with a ledger header; rank 1 checks every byte and
+// the order. Returns what rank 1 saw.
+void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& payloads, bool copy,
+                    std::vector<std::uint32_t>* order, HandlerOptions options = {}) {
+  std::size_t bad = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    Ledger l;
+    ASSERT_EQ(m.header().size(), sizeof(l));
+    std::memcpy(&l, m.header().data(), sizeof(l));
+    if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
+    order->push_back(l.seq);
+  }, std::move(options)).ok());
+  std::size_t completed = 0;
+  pair.run([&](Engine& e) {
+    std::vector<Ledger> ledgers(payloads.size());
+    for (std::size_t i = 0; i < payloads.size();) {
+      ledgers[i] = {0, static_cast<std::uint32_t>(i), payloads[i].size(), crc32c(payloads[i])};
+      auto cb = [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        ++completed;
+      };
+      Result r = copy ? e.peer(1)->send_copy(kData, bytes_of(ledgers[i]), payloads[i], cb)
+                      : e.peer(1)->send(kData, bytes_of(ledgers[i]), payloads[i], cb);
+      if (r == Result::kWouldBlock) {
+        e.progress();
+        continue;
+      }
+      ASSERT_EQ(r, Result::kOk);
+      ++i;
+    }
+    ASSERT_TRUE(e.run_until([&] { return completed == payloads.size(); }, Clock::now() + kLong));
+  }, [&](Engine& e) {
+    ASSERT_TRUE(e.run_until([&] { return order->size() == payloads.size(); }, Clock::now() + kLong));
+  });
+  EXPECT_EQ(bad, 0u);
+  ASSERT_EQ(order->size(), payloads.size());
+  for (std::size_t i = 0; i < order->size(); ++i) ASSERT_EQ((*order)[i], i);
+}
+
+TEST_P(Messaging, SizeBoundariesArriveIntactAndInOrder) {
+  RankPair pair(config());
+  std::size_t eager = pair.engine(0).eager_limit() - sizeof(Ledger);  // header counts too
+  std::vector<std::vector<std::byte>> payloads;
+  std::uint64_t seed = 1;
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64}, eager - 1, eager,
+                           eager + 1, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
+                           std::size_t{1}, std::size_t{4} << 20, std::size_t{0}}) {
+    payloads.push_back(pattern(size, seed++));
+  }
+  std::vector<std::uint32_t> order;
+  send_and_check(pair, payloads, false, &order);
+  auto sent = pair.engine(0).stats().value("am.rndv_sent");
+  if (GetParam().rndv) {
+    EXPECT_EQ(sent, 5u) << "every payload above the eager limit goes by rendezvous";
+  } else {
+    EXPECT_EQ(sent, 0u);
+    EXPECT_GT(pair.engine(0).stats().value("am.bounce_copied_bytes"), 0u);
+  }
+}
+
+TEST_P(Messaging, SixtyFourMegabytesIntact) {
+  RankPair pair(config());
+  std::vector<std::vector<std::byte>> payloads{pattern(std::size_t{64} << 20, 64)};
+  std::vector<std::uint32_t> order;
+  send_and_check(pair, payloads, false, &order);
+}
+
+TEST_P(Messaging, SendCopyFreesTheCallersBufferAtOnce) {
+  RankPair pair(config());
+  constexpr int kCount = 200;
+  std::vector<std::byte> buf;
+  std::vector<std::uint32_t> crcs;
+  std::vector<std::uint32_t> got;
+  std::size_t bad = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    std::uint32_t i;
+    std::memcpy(&i, m.header().data(), sizeof(i));
+    if (crc32c(m.payload()) != crcs[i]) ++bad;
+    got.push_back(i);
+  }).ok());
+  for (int i = 0; i < kCount; ++i) crcs.push_back(crc32c(pattern(static_cast<std::size_t>(i) * 977, static_cast<std::uint64_t>(i))));
+  int completed = 0;
+  pair.run([&](Engine& e) {
+    for (std::uint32_t i = 0; i < kCount; ++i) {
+      buf = pattern(i * 977, i);
+      Result r;
+      while ((r = e.peer(1)->send_copy(kData, bytes_of(i), buf, [&](absl::Status s) {
+                EXPECT_TRUE(s.ok());
+                ++completed;
+              })) == Result::kWouldBlock) {
+        e.progress();
+      }
+      ASSERT_EQ(r, Result::kOk);
+      std::fill(buf.begin(), buf.end(), std::byte{0xEE});  // reuse at once
+    }
+    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong)); });
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST_P(Messaging, ZeroCopyIntoTheApplicationsBufferAndIdenticalBytesWithoutIt) {
+  RankPair pair(config());
+  std::vector<std::byte> landing(std::size_t{8} << 20);
+  std::vector<std::uint32_t> order;
+  std::vector<std::vector<std::byte>> payloads{pattern(std::size_t{8} << 20, 5), pattern(std::size_t{3} << 20, 6)};
+  std::vector<const std::byte*> where;
+  HandlerOptions opts;
+  opts.sink = [&](const Message&, std::size_t n) { return std::span(landing).first(n); };
+  send_and_check(pair, payloads, false, &order, opts);
+  std::uint64_t bounce0 = pair.engine(0).stats().value("am.bounce_copied_bytes");
+  std::uint64_t bounce1 = pair.engine(1).stats().value("am.bounce_copied_bytes");
+  if (GetParam().rndv) {
+    EXPECT_EQ(bounce0, 0u);
+    EXPECT_EQ(bounce1, 0u);
+    EXPECT_EQ(crc32c(std::span(landing).first(std::size_t{3} << 20)), crc32c(payloads[1]))
+        << "the last payload landed in the application's buffer";
+  } else {
+    EXPECT_GE(bounce1, (std::size_t{11} << 20));
+  }
+}
+
+TEST_P(Messaging, EagerAndRendezvousFromOnePeerStayInOrder) {
+  RankPair pair(config());
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < 60; ++i) payloads.push_back(pattern(i % 3 == 0 ? (std::size_t{256} << 10) + static_cast<std::size_t>(i) : static_cast<std::size_t>(i) * 11, static_cast<std::uint64_t>(i)));
+  std::vector<std::uint32_t> order;
+  send_and_check(pair, payloads, false, &order);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Messaging,
+                         ::testing::Values(Transport{"shm", "", true}, Transport{"tcp", "tcp", true},
+                                           Transport{"shm_bounce", "", false}, Transport{"tcp_bounce", "tcp", false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+class Volume : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(Volume, ManySmallMessagesCheckedInOrder) {
+  Config c;
+  c.tls = GetParam().tls;
+  RankPair pair(c);
+  const std::uint32_t count = std::string(GetParam().tls).empty() ? 1'000'000 : 200'000;
+  std::uint32_t next = 0, bad = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    std::uint32_t v, crc;
+    std::memcpy(&v, m.payload().data(), 4);
+    std::memcpy(&crc, m.payload().data() + 4, 4);
+    if (v != next || crc != crc32c(m.payload().first(4))) ++bad;
+    ++next;
+  }).ok());
+  std::uint32_t done = 0;
+  pair.run([&](Engine& e) {
+    std::array<std::byte, 8> buf;
+    for (std::uint32_t i = 0; i < count;) {
+      std::memcpy(buf.data(), &i, 4);
+      std::uint32_t crc = crc32c(std::span(buf).first(4));
+      std::memcpy(buf.data() + 4, &crc, 4);
+      Result r = e.peer(1)->send(kData, {}, buf, [&](absl::Status s) { done += s.ok(); });
+      if (r == Result::kWouldBlock) {
+        e.progress();
+        continue;
+      }
+      ASSERT_EQ(r, Result::kOk);
+      ++i;
+    }
+    ASSERT_TRUE(e.run_until([&] { return done == count; }, Clock::now() + kLong));
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return next == count; }, Clock::now() + kLong)); });
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(next, count);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Volume,
+                         ::testing::Values(Transport{"shm", "", true}, Transport{"tcp", "tcp", true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Messaging, ManyHandlersEachGetTheirOwn) {
+  RankPair pair;
+  constexpr int kHandlers = 200;
+  std::vector<int> hits(kHandlers);
+  for (int h = 0; h < kHandlers; ++h) {
+    ASSERT_TRUE(pair.engine(1).register_handler(static_cast<HandlerId>(h + 10), [&, h](Message& m) {
+      int v;
+      std::memcpy(&v, m.payload().data(), sizeof(v));
+      EXPECT_EQ(v, h);
+      ++hits[static_cast<std::size_t>(h)];
+    }).ok());
+  }
+  pair.run([&](Engine& e) {
+    for (int round = 0; round < 5; ++round) {
+      for (int h = 0; h < kHandlers; ++h) {
+        Result r;
+        while ((r = e.peer(1)->send(static_cast<HandlerId>(h + 10), {}, bytes_of(h))) == Result::kWouldBlock) e.progress();
+        ASSERT_EQ(r, Result::kOk);
+      }
+    }
+    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+  }, [&](Engine& e) {
+    e.run_until([&] {
+      for (int x : hits)
+        if (x != 5) return false;
+      return true;
+    }, Clock::now() + kLong);
+  });
+  for (int h = 0; h < kHandlers; ++h) EXPECT_EQ(hits[static_cast<std::size_t>(h)], 5) << h;
+}
+
+TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
+  Config c;
+  c.credits = 8;
+  RankPair pair(c);
+  std::vector<Message> kept;
+  int seen = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    ++seen;
+    kept.push_back(std::move(m));
+  }).ok());
+  constexpr int kCount = 100;
+  std::atomic<bool> released{false};
+  int completed = 0;
+  pair.run([&](Engine& e) {
+    for (int i = 0; i < kCount;) {
+      Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
+      if (r == Result::kWouldBlock) {
+        e.progress();
+        continue;
+      }
+      ASSERT_EQ(r, Result::kOk);
+      ++i;
+    }
+    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+  }, [&](Engine& e) {
+    // With all 8 credits held, nothing more can arrive.
+    e.run_until([&] { return seen == 8; }, Clock::now() + kLong);
+    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+    EXPECT_EQ(seen, 8);
+    EXPECT_EQ(kept.size(), 8u);
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      int v;
+      std::memcpy(&v, kept[i].payload().data(), sizeof(v));
+      EXPECT_EQ(v, static_cast<int>(i)) << "kept messages stay valid";
+    }
+    kept.clear();
+    ASSERT_TRUE(e.run_until([&] {
+      kept.clear();
+      return seen == kCount;
+    }, Clock::now() + kLong));
+  });
+  EXPECT_EQ(seen, kCount);
+}
+
+TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
+  Config c;
+  c.credits = 16;
+  c.send_queue_max = 64;
+  c.recv_pool_max = 8 << 20;
+  RankPair pair(c);
+  std::vector<int> got;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    int v;
+    std::memcpy(&v, m.payload().data(), sizeof(v));
+    got.push_back(v);
+  }).ok());
+  constexpr int kCount = 5000;
+  std::atomic<bool> stalled{true};
+  int would_block = 0, completed = 0;
+  std::array<std::byte, 4096> payload{};
+  pair.run([&](Engine& e) {
+    for (int i = 0; i < kCount;) {
+      std::memcpy(payload.data(), &i, sizeof(i));
+      Result r = e.peer(1)->send_copy(kData, {}, payload, [&](absl::Status s) { completed += s.ok(); });
+      if (r == Result::kWouldBlock) {
+        ++would_block;
+        e.progress();
+        continue;
+      }
+      ASSERT_EQ(r, Result::kOk);
+      ++i;
+    }
+    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+    EXPECT_GT(would_block, 0) << "a full queue answers WouldBlock";
+    EXPECT_LE(e.stats().value("flow.send_queue_hwm"), 64u);
+    EXPECT_LE(e.pool_stats(Direction::kSend).high_water_bytes, c.send_pool_max);
+  }, [&](Engine& e) {
+    // The receiver stops consuming for 3 s, then drains.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong));
+    auto ps = e.pool_stats(Direction::kRecv);
+    EXPECT_LE(ps.high_water_bytes, ps.budget_bytes);
+    EXPECT_LE(ps.high_water_bytes, (16 + 16 + 1) * ps.classes[0].slot_size) << "posted + credits";
+  });
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
+}
+
+TEST(Api, MisuseGetsClearErrors) {
+  RankPair pair;
+  Engine& e = pair.engine(0);
+  EXPECT_EQ(e.register_handler(kMaxHandlers, [](Message&) {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.register_handler(1, Handler()).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(e.register_handler(1, [](Message&) {}).ok());
+  EXPECT_EQ(e.register_handler(1, [](Message&) {}).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(e.unregister_handler(2).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e.peer(2), nullptr);
+  EXPECT_EQ(e.peer(-1), nullptr);
+  std::vector<std::byte> big_header(kMaxUserHeader + 1);
+  EXPECT_EQ(e.peer(1)->send(1, big_header, {}), Result::kInvalidArgument);
+  EXPECT_EQ(e.peer(1)->call(1, {}, {}, {}, ReplyCallback()), Result::kInvalidArgument);
+  Config small;
+  small.recv_pool_max = 1024;
+  ContextOptions o;
+  o.config = small;
+  auto ctx = Context::create(std::move(o));
+  ASSERT_FALSE(ctx.ok());
+  EXPECT_THAT(std::string(ctx.status().message()), ::testing::HasSubstr("SLUICE_RECV_POOL_MAX"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,249 @@
+// RPC between two engines: replies, replies into the caller's buffer, asynchronous replies,
+// deadlines, cancellation racing completion, slot tables, throwing handlers, unknown methods.
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sluice/context.h>
+
+#include "testing/payload.h"
+#include "testing/ranks.h"
+
+namespace sluice {
+namespace {
+
+using testing_support::bytes_of;
+using testing_support::crc32c;
+using testing_support::pattern;
+using testing_support::RankPair;
+
+constexpr HandlerId kEcho = 20, kSlow = 21, kThrow = 22, kBig = 23;
+const auto kLong = std::chrono::seconds(60);
+
+// Rank 1 serves until rank 0 says it is done (a flag shared through the test).
+struct Server {
+  std::atomic<bool> stop{false};
+  void serve(Engine& e) { e.run_until([&] { return stop.load(); }, Clock::now() + kLong); }
+};
+
+TEST(Rpc, EchoAndErrors) {
+  RankPair pair;
+  Server server;
+  Engine& s = pair.engine(1);
+  ASSERT_TRUE(s.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); }).ok());
+  ASSERT_TRUE(s.register_handler(kThrow, [](Message&) { throw std::runtime_error("disk on fire"); }).ok());
+  pair.run([&](Engine& e) {
+    int done = 0;
+    std::string text = "hello";
+    ASSERT_EQ(e.peer(1)->call(kEcho, bytes_of(7), std::as_bytes(std::span(text)), {}, [&](absl::Status st, Message& r) {
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(r.payload().data()), r.payload().size()), "hello");
+      int h;
+      std::memcpy(&h, r.header().data(), sizeof(h));
+      EXPECT_EQ(h, 7);
+      ++done;
+    }), Result::kOk);
+    ASSERT_EQ(e.peer(1)->call(kThrow, {}, {}, {}, [&](absl::Status st, Message& r) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+      EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("disk on fire"));
+      EXPECT_FALSE(r.valid());
+      ++done;
+    }), Result::kOk);
+    ASSERT_EQ(e.peer(1)->call(999, {}, {}, {}, [&](absl::Status st, Message&) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+      ++done;
+    }), Result::kOk);
+    // The server goes on after the throw.
+    ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, [&](absl::Status st, Message&) {
+      EXPECT_TRUE(st.ok());
+      ++done;
+    }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return done == 4; }, Clock::now() + kLong));
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+  EXPECT_EQ(pair.engine(1).stats().value("am.handler_errors"), 1u);
+}
+
+TEST(Rpc, ReplyLandsInTheCallersBuffer) {
+  RankPair pair;
+  Server server;
+  ASSERT_TRUE(pair.engine(1).register_handler(kBig, [](Message& m) {
+    std::uint64_t n;
+    std::memcpy(&n, m.header().data(), sizeof(n));
+    auto data = pattern(n, n);
+    EXPECT_EQ(m.reply({}, data), Result::kOk);
+  }).ok());
+  pair.run([&](Engine& e) {
+    for (std::uint64_t n : {std::uint64_t{0}, std::uint64_t{16}, std::uint64_t{8192}, std::uint64_t{8193}, std::uint64_t{1} << 20, std::uint64_t{9} << 20}) {
+      std::vector<std::byte> buf(std::size_t{9} << 20);
+      bool done = false;
+      CallOptions o;
+      o.reply_buffer = buf;
+      ASSERT_EQ(e.peer(1)->call(kBig, bytes_of(n), {}, o, [&](absl::Status st, Message& r) {
+        ASSERT_TRUE(st.ok()) << st << " n=" << n;
+        EXPECT_EQ(r.payload().size(), n);
+        EXPECT_EQ(static_cast<const void*>(r.payload().data()), static_cast<const void*>(buf.data())) << "landed in place";
+        EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n)));
+        done = true;
+      }), Result::kOk);
+      ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+    }
+    // A reply larger than the buffer is refused, not truncated.
+    std::vector<std::byte> small(100);
+    std::uint64_t n = 101;
+    bool done = false;
+    CallOptions o;
+    o.reply_buffer = small;
+    ASSERT_EQ(e.peer(1)->call(kBig, bytes_of(n), {}, o, [&](absl::Status st, Message&) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+      done = true;
+    }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    EXPECT_EQ(e.posted_exact_receives(), 0u);
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+}
+
+TEST(Rpc, AsynchronousReplyFromAnotherThreadThroughPost) {
+  RankPair pair;
+  Server server;
+  std::vector<std::thread> workers;
+  Engine& s = pair.engine(1);
+  ASSERT_TRUE(s.register_handler(kSlow, [&](Message& m) {
+    auto held = std::make_shared<Message>(std::move(m));
+    workers.emplace_back([&s, held] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      s.post([held] { EXPECT_EQ(held->reply({}, held->payload()), Result::kOk); });
+    });
+  }).ok());
+  pair.run([&](Engine& e) {
+    int done = 0;
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {}, [&, i](absl::Status st, Message& r) {
+        ASSERT_TRUE(st.ok()) << st;
+        int v;
+        std::memcpy(&v, r.payload().data(), sizeof(v));
+        EXPECT_EQ(v, i);
+        ++done;
+      }), Result::kOk);
+    }
+    ASSERT_TRUE(e.run_until([&] { return done == 10; }, Clock::now() + kLong));
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+  for (auto& t : workers) t.join();
+}
+
+TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
+  RankPair pair;
+  Server server;
+  std::vector<Message> parked;
+  ASSERT_TRUE(pair.engine(1).register_handler(kSlow, [&](Message& m) { parked.push_back(std::move(m)); }).ok());
+  std::atomic<bool> expired{false};
+  pair.run([&](Engine& e) {
+    bool done = false;
+    auto t0 = Clock::now();
+    CallOptions o;
+    o.timeout = std::chrono::milliseconds(100);
+    ASSERT_EQ(e.peer(1)->call(kSlow, {}, {}, o, [&](absl::Status st, Message&) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+      done = true;
+    }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(100));
+    expired = true;
+    ASSERT_TRUE(e.run_until([&] { return e.stats().value("rpc.late_replies") == 1; }, Clock::now() + kLong));
+    server.stop = true;
+  }, [&](Engine& e) {
+    e.run_until([&] { return expired.load(); }, Clock::now() + kLong);
+    for (auto& m : parked) EXPECT_EQ(m.reply({}, {}), Result::kOk);
+    parked.clear();
+    server.serve(e);
+  });
+}
+
+TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
+  RankPair pair;
+  Server server;
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply({}, m.payload()); }).ok());
+  pair.run([&](Engine& e) {
+    std::mt19937 rng(4242);
+    std::printf("seed 4242\n");
+    constexpr int kIters = 10000;
+    std::vector<int> completions(kIters);
+    std::vector<std::byte> buf(64);
+    int finished = 0, cancelled = 0;
+    for (int i = 0; i < kIters; ++i) {
+      CallId id = 0;
+      CallOptions o;
+      if (i % 2) o.reply_buffer = buf;
+      Result r;
+      while ((r = e.peer(1)->call(kEcho, {}, bytes_of(i), o, [&, i](absl::Status st, Message&) {
+               ++completions[static_cast<std::size_t>(i)];
+               ++finished;
+               cancelled += st.code() == absl::StatusCode::kCancelled;
+             }, &id)) == Result::kWouldBlock) {
+        e.progress();
+      }
+      ASSERT_EQ(r, Result::kOk);
+      int spins = static_cast<int>(rng() % 40);
+      for (int k = 0; k < spins; ++k) e.progress();
+      e.cancel(id);
+      if (rng() % 3 == 0) e.cancel(id);  // twice: still one completion
+      if (i % 2) {
+        // The caller's buffer is reused only after the completion.
+        e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
+      }
+    }
+    ASSERT_TRUE(e.run_until([&] { return finished == kIters; }, Clock::now() + kLong));
+    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(200));
+    for (int i = 0; i < kIters; ++i) ASSERT_EQ(completions[static_cast<std::size_t>(i)], 1) << i;
+    EXPECT_GT(cancelled, 0);
+    EXPECT_LT(cancelled, kIters);
+    EXPECT_EQ(e.posted_exact_receives(), 0u);
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+}
+
+TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
+  Config c;
+  c.rpc_slots = 2;
+  RankPair pair(c);
+  Server server;
+  std::vector<Message> parked;
+  std::size_t most = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kSlow, [&](Message& m) {
+    parked.push_back(std::move(m));
+    most = std::max(most, parked.size());
+  }).ok());
+  pair.run([&](Engine& e) {
+    int ok = 0, other = 0;
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {}, [&](absl::Status st, Message&) {
+        if (st.ok()) ++ok;
+        else ++other;
+      }), Result::kOk);
+    }
+    ASSERT_TRUE(e.run_until([&] { return ok + other == 50; }, Clock::now() + kLong));
+    EXPECT_EQ(ok, 50);
+    EXPECT_EQ(other, 0) << "no call refused for a slot";
+    server.stop = true;
+  }, [&](Engine& e) {
+    e.run_until([&] {
+      // Reply slowly, one at a time, a little after each arrives.
+      if (!parked.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        EXPECT_EQ(parked.front().reply({}, {}), Result::kOk);
+        parked.erase(parked.begin());
+      }
+      return server.stop.load();
+    }, Clock::now() + kLong);
+  });
+  EXPECT_LE(most, 2u);
+  EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
+}
+
+}  // namespace
+}  // namespace sluice
