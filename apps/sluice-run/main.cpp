@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   std::vector<Rank> ranks(static_cast<std::size_t>(o.n));
   for (int r = 0; r < o.n; ++r) {
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (o.tag_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
+    if (o.tag_output && (pipe2(out, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) != 0)) {
       std::perror("sluice-run: pipe");
       return 1;
     }
@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
       if (o.tag_output) {
         dup2(out[1], 1);
         dup2(err[1], 2);
+        // The launcher reads without blocking; the rank writes as usual.
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
+        fcntl(2, F_SETFL, fcntl(2, F_GETFL) & ~O_NONBLOCK);
       }
       if (!cpus.empty()) {
         cpu_set_t set;

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Integration tests with real processes: sluice-run, Open MPI's mpirun (PMIx), the static
+file bootstrap, sluice-info. Every process this starts runs under a watchdog (timeout), and
+every job is tagged so that leftover processes can be found in /proc."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+RUN = os.path.join(BUILD, "apps/sluice-run")
+INFO = os.path.join(BUILD, "apps/sluice-info")
+ALLTOALL = os.path.join(BUILD, "tests/alltoall")
+PING = os.path.join(BUILD, "apps/examples/ping")
+WATCHDOG = 120
+
+
+def tagged_pids(mark):
+    """Processes whose environment carries `mark`."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % p, "rb") as f:
+                if mark.encode() in f.read():
+                    pids.append(int(p))
+        except OSError:
+            pass
+    return [p for p in pids if p != os.getpid()]
+
+
+def wait_gone(mark, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not tagged_pids(mark):
+            return True
+        time.sleep(0.05)
+    return not tagged_pids(mark)
+
+
+def run(args, env=None, timeout=WATCHDOG):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+class Launcher(unittest.TestCase):
+    def setUp(self):
+        self.mark = "TEST_JOB_MARK=%s" % uuid.uuid4().hex
+        self.env = {"TEST_JOB_MARK": self.mark.split("=")[1]}
+
+    def tearDown(self):
+        for p in tagged_pids(self.mark):
+            os.kill(p, signal.SIGKILL)
+
+    def test_alltoall_four_ranks_shared_memory_and_tcp(self):
+        for tls in ("", "tcp"):
+            r = run([RUN, "-n", "4", ALLTOALL, "1000"], env=dict(self.env, SLUICE_TLS=tls))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
+
+    def test_rank_exit_status_is_the_jobs_and_nothing_is_left(self):
+        t0 = time.time()
+        r = run([RUN, "-n", "3", ALLTOALL, "--exit-rank", "1", "3"], env=self.env)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertLess(time.time() - t0, 5.0)
+        self.assertIn("rank 1", r.stderr)
+        self.assertIn("exited with status 3", r.stderr)
+        self.assertTrue(wait_gone(self.mark, 2), tagged_pids(self.mark))
+
+    def test_hanging_rank_is_ended_by_the_timeout(self):
+        r = run([RUN, "-n", "2", "--timeout", "5", ALLTOALL, "--hang-rank", "1"], env=self.env)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--timeout", r.stderr)
+        self.assertTrue(wait_gone(self.mark, 2), tagged_pids(self.mark))
+
+    def test_killed_launcher_takes_its_ranks_along(self):
+        e = dict(os.environ, **self.env)
+        p = subprocess.Popen([RUN, "-n", "3", "sleep", "100"], env=e)
+        deadline = time.time() + 10
+        while len(tagged_pids(self.mark)) < 4 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(len(tagged_pids(self.mark)), 4)  # launcher + 3 ranks
+        p.kill()
+        p.wait()
+        self.assertTrue(wait_gone(self.mark, 2), tagged_pids(self.mark))
+
+    def test_sigint_reaches_the_ranks_and_the_launcher_exits_130(self):
+        e = dict(os.environ, **self.env)
+        p = subprocess.Popen([RUN, "-n", "2", "sleep", "100"], env=e, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10
+        while len(tagged_pids(self.mark)) < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=WATCHDOG)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertTrue(wait_gone(self.mark, 2))
+
+    def test_wrong_token_is_rejected_and_the_job_completes(self):
+        r = run([RUN, "-n", "2", sys.executable, os.path.join(SRC, "tests/integration/badtoken_rank.py"), ALLTOALL, "200"],
+                env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("bad requests refused", r.stdout)
+        self.assertIn("rejected a bootstrap request: wrong token", r.stderr)
+        self.assertIn("frame length above the limit", r.stderr)
+        self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+
+    def test_exported_variables_and_tagged_output(self):
+        r = run([RUN, "-n", "3", "--tag-output", "-x", "FOO=bar", ALLTOALL, "10", "--print-env", "FOO"], env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for rank in range(3):
+            self.assertIn("[%d] rank %d FOO=bar" % (rank, rank), r.stdout)
+        for line in r.stdout.strip().splitlines():
+            self.assertRegex(line, r"^\[\d\] ")
+
+    def test_bind_core_pins_each_rank(self):
+        r = run([RUN, "-n", "2", "--bind", "core", "--tag-output", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lists = sorted(line.split()[-1] for line in r.stdout.splitlines())
+        self.assertEqual(len(lists), 2)
+        for l in lists:
+            self.assertNotIn(",", l)
+            self.assertNotIn("-", l)
+
+    def test_bad_arguments_exit_2(self):
+        for args in ([], ["-n", "0", "true"], ["-n", "2"], ["--bind", "socket", "-n", "1", "true"], ["--frobnicate"]):
+            r = run([RUN] + args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("usage", r.stderr)
+
+    def test_ping_example(self):
+        r = run([RUN, "-n", "2", PING, "2000"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("round trips", r.stdout)
+
+
+class Mpirun(unittest.TestCase):
+    def test_alltoall_under_mpirun_uses_pmix(self):
+        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "SLUICE_LOG_LEVEL": "debug",
+               "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_plm_rsh_agent": "false"}
+        r = run(["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", ALLTOALL, "500"], env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
+        self.assertIn("SLUICE_BOOT=auto chose pmix", r.stderr)
+
+
+class FileBootstrap(unittest.TestCase):
+    def test_two_processes_started_by_hand(self):
+        with tempfile.TemporaryDirectory() as d:
+            procs = []
+            for rank in range(2):
+                env = dict(os.environ, SLUICE_BOOT="file:" + d, SLUICE_RANK=str(rank), SLUICE_SIZE="2")
+                procs.append(subprocess.Popen([ALLTOALL, "300"], env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            outs = [p.communicate(timeout=WATCHDOG) for p in procs]
+            for p, (out, err) in zip(procs, outs):
+                self.assertEqual(p.returncode, 0, err)
+                self.assertIn(" ok ", out)
+
+    def test_missing_rank_is_reported_by_name(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = {"SLUICE_BOOT": "file:" + d, "SLUICE_RANK": "0", "SLUICE_SIZE": "2", "SLUICE_CONNECT_TIMEOUT": "1s"}
+            r = run([ALLTOALL, "10"], env=env)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("rank 1 did not reach fence", r.stderr)
+
+
+class SluiceInfo(unittest.TestCase):
+    def test_lists_every_variable_with_docs(self):
+        r = run([INFO, "-c", "-f"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS",
+                     "SLUICE_RX_POSTED", "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK",
+                     "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS",
+                     "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT"):
+            self.assertIn("\n%s=" % name, "\n" + r.stdout)
+        self.assertIn("# default:", r.stdout)
+
+    def test_current_values_are_shown(self):
+        r = run([INFO, "-c"], env={"SLUICE_CREDITS": "48"})
+        self.assertIn("SLUICE_CREDITS=48", r.stdout)
+
+    def test_bad_value_exits_1_naming_it(self):
+        r = run([INFO, "-c"], env={"SLUICE_SEND_POOL_MAX": "12Q"})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("SLUICE_SEND_POOL_MAX=12Q", r.stderr)
+
+    def test_bad_arguments_exit_2(self):
+        r = run([INFO, "--nope"])
+        self.assertEqual(r.returncode, 2)
+
+    def test_topology_and_devices(self):
+        r = run([INFO, "-t", "-d", "-v"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("numa nodes:", r.stdout)
+        self.assertIn("rdma devices:", r.stdout)
+        self.assertIn("UCX", r.stdout)
+
+    def test_docs_configuration_matches_markdown_output(self):
+        r = run([INFO, "-c", "--markdown"], env={k: "" for k in []})
+        with open(os.path.join(SRC, "docs/configuration.md")) as f:
+            doc = f.read()
+        self.assertIn(r.stdout.strip(), doc,
+                      "docs/configuration.md is out of date: regenerate the table with sluice-info -c --markdown")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
