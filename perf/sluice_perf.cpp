@@ -246,6 +246,7 @@ class Bench {
     SLUICE_RETURN_IF_ERROR(e.register_handler(kEcho, [this](Message& m) {
       Result r;
       while ((r = m.reply({}, m.payload())) == Result::kWouldBlock) progress_all();
+      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
     }));
     return absl::OkStatus();
   }

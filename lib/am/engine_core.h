@@ -190,7 +190,7 @@ class EngineCore {
   void maybe_return_credits(PeerData& p);
   Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
                          std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
-                         std::uint64_t rpc_id, std::uint64_t aux);
+                         std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot = false);
   Result prepare_payload(Op* op, std::span<const std::byte> payload, bool copy);
   // recv.cpp
   void post_receives();

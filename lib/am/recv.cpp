@@ -194,6 +194,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.blocked = false;
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: rendezvous payload of %u bytes failed: %s, %u bytes landed",
+                            p.rank, m.payload_.size(), absl::StatusCodeToString(code), length);
     m.credit_ = false;
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
       fail_peer(p, absl::StatusCode::kUnavailable,
@@ -209,6 +211,12 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
 
 void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
   std::size_t piece = m.payload_.size();
+  if (h.aux != 0) {
+    // A later piece is only bytes: the first piece stands for the message (its request, its
+    // reply), and this one's slot and credit go back once it is copied.
+    m.request_ = false;
+    m.reply_flag_ = false;
+  }
   if (h.aux == 0) {
     if (p.frag.valid()) {
       c_.parse_errors->add();

@@ -41,6 +41,12 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
       }
     }
   } else {
+    // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
+    if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
+      if (p.state == PeerState::kNew) start_handshake(p);
+      --next_call_;
+      return Result::kWouldBlock;
+    }
     fragmented = true;
     r = Result::kOk;
   }
@@ -166,7 +172,8 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     }
   } else {
     m.replied_ = true;
-    return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0);
+    c_.rpc_replies->add();
+    return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0, m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
   m.replied_ = true;

@@ -99,7 +99,8 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
 
 Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
                                    std::span<const std::byte> payload, SendCallback cb,
-                                   std::uint8_t flags, std::uint64_t rpc_id, std::uint64_t aux) {
+                                   std::uint8_t flags, std::uint64_t rpc_id, std::uint64_t aux,
+                                   bool releases_rpc_slot) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.
@@ -123,7 +124,10 @@ Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std
     if (r != Result::kOk) return r;
     c_.bounce_bytes->add(piece);
     offset += piece;
-    if (offset == payload.size()) op->on_done = std::move(cb);
+    if (offset == payload.size()) {
+      op->on_done = std::move(cb);
+      op->releases_rpc_slot = releases_rpc_slot;
+    }
     if (first && p.state == PeerState::kDead) {
       free_op(op);
       return Result::kUnavailable;

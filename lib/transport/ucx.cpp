@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include <absl/strings/str_format.h>
 
@@ -137,8 +138,19 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
   // These are UCX_SYSV_ERROR_HANDLING, UCX_POSIX_ERROR_HANDLING and UCX_CMA_MEMORY_INVALIDATE;
   // through ucp_config_modify, UCX 1.13 matches them by the name of the table that declares
   // them (MM_ for both shared-memory transports, no prefix for the CMA memory domain): the
-  // prefixed names are reported as "invalid configuration" and silently not applied.
-  for (const char* name : {"MM_ERROR_HANDLING", "MEMORY_INVALIDATE"}) {
+  // prefixed names are reported as "invalid configuration" and silently not applied. They are
+  // set only when the transports that read them may be in use, or UCX warns about them.
+  auto may_use = [&](std::initializer_list<const char*> names) {
+    const std::string& t = config.tls;
+    if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
+    for (const char* n : names)
+      if (t.find(n) != std::string::npos) return true;
+    return false;
+  };
+  std::vector<const char*> shm_settings;
+  if (may_use({"sm", "sysv", "posix", "mm"})) shm_settings.push_back("MM_ERROR_HANDLING");
+  if (may_use({"sm", "cma"})) shm_settings.push_back("MEMORY_INVALIDATE");
+  for (const char* name : shm_settings) {
     ucs_status_t s = ucp_config_modify(cfg, name, "y");
     if (s != UCS_OK) SLUICE_LOG(kWarn, "transport", "cannot set UCX_%s=y: %s", name, ucs_status_string(s));
   }

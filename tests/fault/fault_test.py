@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Peer failure: a receiver killed (SIGKILL) or stopped (SIGSTOP) while rendezvous and eager
+traffic is in flight, over shared memory and over TCP. Three processes started by hand with the
+file bootstrap; rank 0 reports (see peer_fault.cpp)."""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+PROG = os.path.join(BUILD, "tests/peer_fault")
+WATCHDOG = 120
+
+
+class PeerFailure(unittest.TestCase):
+    def start(self, mode, tls, extra):
+        self.dir = tempfile.TemporaryDirectory()
+        self.procs = []
+        for rank in range(3):
+            env = dict(os.environ, SLUICE_BOOT="file:" + self.dir.name, SLUICE_RANK=str(rank), SLUICE_SIZE="3",
+                       SLUICE_TLS=tls, **extra)
+            self.procs.append(subprocess.Popen([PROG, mode], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True))
+        # Wait for rank 1 to be up, and then let traffic flow a moment.
+        line = self.procs[1].stdout.readline()
+        self.assertIn("ready", line)
+        time.sleep(0.7)
+
+    def finish(self):
+        out, err = self.procs[0].communicate(timeout=WATCHDOG)
+        for p in self.procs[1:]:
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        self.dir.cleanup()
+        m = re.search(r"result (.*)", out)
+        self.assertIsNotNone(m, out + err)
+        fields = dict(kv.split("=") for kv in m.group(1).split())
+        return self.procs[0].returncode, fields, err
+
+    def tearDown(self):
+        for p in getattr(self, "procs", []):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def check_kill(self, tls, extra, bound):
+        self.start("kill", tls, extra)
+        self.procs[1].send_signal(signal.SIGKILL)
+        rc, r, err = self.finish()
+        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        self.assertEqual(r["dead"], "1")
+        self.assertEqual(r["twice"], "0")
+        self.assertGreater(int(r["failed1"]), 0, "operations in flight completed with Unavailable")
+        self.assertGreater(int(r["to2_after"]), 2000, "the bystander's flow went on")
+        self.assertLess(float(r["detect_s"]), bound)
+        self.assertEqual(r["held_send_slots"], "0")
+        self.assertEqual(r["outstanding"], "0")
+
+    def test_killed_receiver_tcp(self):
+        self.check_kill("tcp", {"SLUICE_PEER_TIMEOUT": "10s"}, 2.0)
+
+    def test_killed_receiver_shared_memory(self):
+        # UCX does not report a dead peer on shared memory: the heartbeat does.
+        self.check_kill("", {"SLUICE_PEER_TIMEOUT": "2s", "SLUICE_HEARTBEAT": "200ms"}, 3.5)
+
+    def test_stopped_beyond_the_timeout_is_declared_dead_and_its_late_messages_dropped(self):
+        self.start("stop", "", {"SLUICE_PEER_TIMEOUT": "2s", "SLUICE_HEARTBEAT": "200ms"})
+        self.procs[1].send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        time.sleep(4)
+        self.procs[1].send_signal(signal.SIGCONT)
+        rc, r, err = self.finish()
+        self.procs[1].kill()
+        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        self.assertEqual(r["dead"], "1")
+        self.assertLess(float(r["detect_s"]), 3.5)
+        self.assertGreaterEqual(float(r["detect_s"]), 1.5)
+        self.assertGreater(int(r["dropped"]), 0, "messages sent after it resumed are dropped, counted")
+        self.assertEqual(r["from1"], r["from1_at_death"], "nothing from it reaches a handler after the failure")
+
+    def test_stopped_within_the_timeout_is_no_failure(self):
+        self.start("stop-survive", "", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_HEARTBEAT": "200ms"})
+        self.procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(3)
+        self.procs[1].send_signal(signal.SIGCONT)
+        rc, r, err = self.finish()
+        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        self.assertEqual(r["dead"], "0")
+        self.assertEqual(r["failed1"], "0")
+        self.assertEqual(r["peers_failed"], "0")
+        self.assertEqual(r["sent1"], r["ok1"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

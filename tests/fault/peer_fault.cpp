@@ -1,0 +1,135 @@
+// The process side of the peer-failure tests (driven by fault_test.py, three processes started
+// by hand with the file bootstrap, so that no launcher ends the job when one dies).
+//
+// Rank 0 streams eager and rendezvous messages to ranks 1 and 2 and counts what completes,
+// how and when. Rank 1 is the victim (killed or stopped by the driver); it also streams small
+// messages to rank 0. Rank 2 is the bystander whose traffic must go on.
+//
+// Rank 0 prints one line of results, key=value, and exits 0 when every promise held:
+//   every operation towards rank 1 completed exactly once (ok or Unavailable), none is left
+//   in the transport, the send pool is full again, rank 2 kept receiving after the failure.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <sluice/sluice.h>
+
+using namespace sluice;
+using Secs = std::chrono::duration<double>;
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "kill";  // kill | stop | stop-survive
+  auto ctx = Context::create();
+  if (!ctx.ok()) {
+    std::fprintf(stderr, "peer_fault: %s\n", ctx.status().ToString().c_str());
+    return 1;
+  }
+  auto eng = (*ctx)->create_engine();
+  if (!eng.ok()) {
+    std::fprintf(stderr, "peer_fault: %s\n", eng.status().ToString().c_str());
+    return 1;
+  }
+  Engine& e = **eng;
+  int me = e.rank();
+  std::vector<std::byte> small(64), big(std::size_t{1} << 20);
+  int from0 = 0, from1 = 0, finish = 0;
+  (void)e.register_handler(1, [&](Message& m) { m.source() == 0 ? ++from0 : ++from1; });
+  (void)e.register_handler(2, [&](Message&) { ++finish; });
+  std::printf("rank %d pid %d ready\n", me, getpid());
+  std::fflush(stdout);
+
+  if (me == 1) {
+    // The victim: receives, and sends a small message to rank 0 every millisecond.
+    auto next = Clock::now();
+    while (true) {
+      e.progress();
+      if (Clock::now() >= next) {
+        (void)e.peer(0)->send(1, {}, small);
+        next += std::chrono::milliseconds(1);
+      }
+      if (finish) return 0;
+    }
+  }
+  if (me == 2) {
+    e.run_until([&] { return finish > 0; }, Clock::now() + std::chrono::seconds(120));
+    std::printf("rank 2 received %d\n", from0);
+    return finish ? 0 : 1;
+  }
+
+  // Rank 0.
+  struct Flow {
+    long sent = 0, ok = 0, failed = 0, twice = 0;
+  } to1, to2;
+  std::vector<int> done_count;
+  Clock::time_point first_failure{}, last_ok{};
+  auto t_start = Clock::now();
+  auto send = [&](int to, Flow& f, bool large) {
+    auto idx = done_count.size();
+    done_count.push_back(0);
+    Result r = e.peer(to)->send(1, {}, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small),
+                                [&, idx, to](absl::Status s) {
+                                  Flow& ff = to == 1 ? to1 : to2;
+                                  if (++done_count[idx] > 1) ++ff.twice;
+                                  if (s.ok()) {
+                                    ++ff.ok;
+                                    if (to == 1) last_ok = Clock::now();
+                                  } else {
+                                    if (s.code() != absl::StatusCode::kUnavailable)
+                                      std::fprintf(stderr, "unexpected status %s\n", s.ToString().c_str());
+                                    if (ff.failed++ == 0 && to == 1) first_failure = Clock::now();
+                                  }
+                                });
+    if (r == Result::kOk) ++f.sent;
+    else done_count.pop_back();
+    return r;
+  };
+  bool dead = false;
+  long to2_after_failure_start = -1;
+  int rank1_msgs_at_death = -1;
+  long i = 0;
+  double limit = mode == "stop-survive" ? 8.0 : 30.0;
+  while (Secs(Clock::now() - t_start).count() < limit) {
+    e.progress();
+    bool large = ++i % 16 == 0;
+    if (to1.sent - to1.ok - to1.failed < 32 && !dead) {
+      if (send(1, to1, large) == Result::kUnavailable) {
+        dead = true;
+        rank1_msgs_at_death = from1;
+        to2_after_failure_start = to2.ok;
+      }
+    }
+    if (to2.sent - to2.ok - to2.failed < 32) (void)send(2, to2, large);
+    if (dead && to2.ok - to2_after_failure_start > 2000 &&
+        Secs(Clock::now() - first_failure).count() > (mode == "kill" ? 0.5 : 5.0))
+      break;
+    if (i % 64 == 0) {
+      std::fflush(stdout);
+    }
+  }
+  // Everything towards rank 1 must now be resolved, and the transport must hold nothing of it.
+  e.run_until([&] { return to1.ok + to1.failed == to1.sent && to2.ok + to2.failed == to2.sent; },
+              Clock::now() + std::chrono::seconds(10));
+  (void)e.peer(2)->send(2, {}, {});
+  if (mode == "stop-survive") (void)e.peer(1)->send(2, {}, {});
+  e.run_until([&] { return e.outstanding_sends() == 0; }, Clock::now() + std::chrono::seconds(10));
+  auto ps = e.pool_stats(Direction::kSend);
+  std::size_t held = 0;
+  for (const auto& c : ps.classes) held += c.slots_total - c.slots_free;
+  const Stats& st = e.stats();
+  double detect = dead ? Secs(first_failure - last_ok).count() : -1;
+  std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
+              "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
+              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu\n",
+              dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
+              dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
+              e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
+              static_cast<unsigned long>(st.value("peers.failed")));
+  std::fflush(stdout);
+  bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 &&
+            e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0;
+  return ok ? 0 : 3;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""perf-smoke: every sluice-perf test runs briefly under sluice-run and prints well-formed CSV
+with the documented columns; bad flags give a usage message and exit 2. No timing checks."""
+import csv
+import io
+import json
+import os
+import subprocess
+import unittest
+
+BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+RUN = os.path.join(BUILD, "apps/sluice-run")
+PERF = os.path.join(BUILD, "perf/sluice-perf")
+COLUMNS = ["test", "size", "iters", "window", "lat_p50_us", "lat_p99_us", "lat_avg_us", "bw_MBps", "rate_per_s",
+           "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio"]
+
+
+def perf(ranks, *args):
+    r = subprocess.run([RUN, "-n", str(ranks), "--timeout", "240", PERF] + list(args), capture_output=True, text=True,
+                       timeout=300)
+    return r
+
+
+class PerfSmoke(unittest.TestCase):
+    def check_csv(self, out, tests):
+        rows = list(csv.DictReader(io.StringIO(out)))
+        self.assertEqual(list(rows[0].keys()), COLUMNS)
+        self.assertEqual(sorted({r["test"] for r in rows}), sorted(tests))
+        for r in rows:
+            int(r["size"]), int(r["iters"]), int(r["window"])
+        return rows
+
+    def test_point_to_point_tests_with_each_baseline(self):
+        tests = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "bulk_bw"]
+        for baseline in ("ucx", "bounce", "none"):
+            r = perf(2, "-t", ",".join(tests), "-s", "8,64K", "-n", "200", "-w", "10", "-r", "1", "--baseline", baseline,
+                     "--format", "csv")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows = self.check_csv(r.stdout, tests)
+            for row in rows:
+                self.assertEqual(row["baseline"], baseline)
+                if baseline != "none":
+                    self.assertNotEqual(row["ratio"], "", row)
+                    float(row["ratio"])
+                if row["test"].endswith("_lat"):
+                    self.assertGreater(float(row["lat_p50_us"]), 0)
+
+    def test_mixed_and_fanin_with_three_ranks(self):
+        r = perf(3, "-t", "mixed,fanin", "-n", "300", "-r", "1", "--format", "csv", "--stats")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("# sluice stats", r.stdout)
+        rows = self.check_csv(r.stdout.split("\n\n# sluice stats")[0], ["mixed", "fanin"])
+        fanin = [x for x in rows if x["test"] == "fanin"][0]
+        self.assertLessEqual(float(fanin["ratio"]), 1.0, "receive high-water mark within the budget")
+
+    def test_json_and_table(self):
+        r = perf(2, "-t", "am_lat", "-n", "100", "-r", "1", "--format", "json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        data = json.loads(r.stdout)
+        self.assertEqual(set(data[0].keys()), set(COLUMNS))
+        r = perf(2, "-t", "am_lat", "-n", "100", "-r", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ratio", r.stdout.splitlines()[0])
+
+    def test_bad_flags_exit_2_with_usage(self):
+        for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpi"], ["--format", "xml"], ["-n", "0"], ["--what"]):
+            r = perf(2, *args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn("usage", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
