@@ -217,6 +217,10 @@ class Bench {
       : ctx_(ctx), main_(main), bounce_(bounce), raw_(raw), o_(o), me_(main.rank()), n_(main.size()) {}
 
   absl::Status setup() {
+    std::size_t largest = std::size_t{2} << 20;  // mixed streams
+    for (std::size_t s : o_.sizes) largest = std::max(largest, s);
+    if (o_.sizes.empty()) largest = std::max(largest, std::size_t{16} << 20);
+    landing_.resize(largest);
     for (Engine* e : {&main_, bounce_}) {
       if (e == nullptr) continue;
       SLUICE_RETURN_IF_ERROR(install(*e));
@@ -224,7 +228,10 @@ class Bench {
     SLUICE_RETURN_IF_ERROR(main_.register_handler(kCmd, [this](Message& m) {
       std::memcpy(&pending_cmd_, m.header().data(), sizeof(Cmd));
       have_cmd_ = true;
-      reset();  // here, before the test's first message (same engine, in order) is counted
+      // Here, before the test's first message (or its end, kDone) is counted: they may arrive
+      // in the same progress call as the command.
+      reset();
+      done_count_ = 0;
     }));
     SLUICE_RETURN_IF_ERROR(main_.register_handler(kDone, [this](Message&) { ++done_count_; }));
     return absl::OkStatus();
@@ -251,8 +258,10 @@ class Bench {
     return absl::OkStatus();
   }
 
+  // Where rendezvous payloads land: one buffer, sized once for the largest message of the run
+  // (never reallocated while a transfer may be writing into it).
   std::span<std::byte> sink(std::size_t n) {
-    if (landing_.size() < n) landing_.resize(n);
+    if (landing_.size() < n) return {};  // larger than planned: a receive-pool slot
     return std::span(landing_.data(), n);
   }
 
@@ -453,7 +462,6 @@ class Bench {
       have_cmd_ = false;
       Cmd c = pending_cmd_;
       if (c.mode == 3) return;
-      done_count_ = 0;
       std::string t = c.test;
       if (t == "am_lat" || t == "mixed") {
         if (t == "mixed" && me_ >= 2) {
@@ -515,6 +523,14 @@ std::string fmt(double v, int prec = 3) {
   return buf;
 }
 
+// Ratios keep 4 significant digits whatever their size (fanin's is far below 1).
+std::string fmt_ratio(double v) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
 std::vector<std::size_t> default_sizes(const std::string& test) {
   if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
   if (test == "mixed") return {8};
@@ -550,7 +566,7 @@ void print(const std::vector<Row>& rows, const Options& o) {
                   fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
                   fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
                   fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
-                  fmt(r.ratio).c_str());
+                  fmt_ratio(r.ratio).c_str());
     }
     return;
   }
@@ -566,7 +582,7 @@ void print(const std::vector<Row>& rows, const Options& o) {
                   r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
                   num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
                   num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
-                  num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), num(r.ratio).c_str(),
+                  num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
                   i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");
@@ -579,7 +595,7 @@ void print(const std::vector<Row>& rows, const Options& o) {
                 sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
                 fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_MBps, 1).c_str(),
                 fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(), fmt(r.base.lat_p50_us).c_str(),
-                fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt(r.ratio).c_str(),
+                fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
                 r.note.empty() ? "" : ("  " + r.note).c_str());
   }
 }
