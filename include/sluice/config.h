@@ -74,8 +74,6 @@ struct Config {
   int local_rank = -1;
   std::string boot_addr;
   std::string boot_token;
-  // testing
-  std::string fault;  // SLUICE_FAULT: armed fault points (test builds)
 
   // Reads and checks every SLUICE_* variable. Errors (InvalidArgument) name the variable,
   // the value and what is allowed. Unknown SLUICE_* variables are warned about once per

@@ -24,6 +24,7 @@ void EngineCore::post_receives() {
       return;
     }
     unposted_.pop_back();
+    if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, r.length, r.sender_tag});
   }
 }
 
@@ -181,7 +182,7 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ord
   if (ordered) p.blocked = true;
   ++exact_posted_;
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
-  if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
+  if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
 }
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {

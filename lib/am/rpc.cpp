@@ -66,7 +66,7 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
     PostResult pr = worker_->post_recv(rx, options.reply_buffer.data(), options.reply_buffer.size(),
                                        wire::make_tag(wire::kReply, static_cast<std::uint32_t>(p.rank), id),
                                        kFullMask, nullptr);
-    if (pr.kind == Post::kError) done_.push_back({rx, pr.code, 0, 0});
+    if (pr.kind != Post::kPending) done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
   }
   c_.rpc_calls->add();
   if (id_out) *id_out = id;

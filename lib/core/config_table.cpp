@@ -310,10 +310,6 @@ std::vector<Field> boot_vars() {
       string_var("SLUICE_BOOT_TOKEN", "launcher", "hex string", "",
                  "Per-job secret every bootstrap request carries (set by sluice-run).",
                  &Config::boot_token),
-      string_var("SLUICE_FAULT", "test", "list of fault points", "",
-                 "Fault points to arm, for fault-injection tests (see docs/reliability.md). "
-                 "Empty in production.",
-                 &Config::fault),
   };
 }
 

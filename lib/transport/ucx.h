@@ -133,6 +133,8 @@ class UcxWorker {
   absl::StatusOr<UcxEndpoint> accept(void* conn_request, UcxEndpoint::ErrorCallback on_error,
                                      void* arg);
 
+  // A receive may complete in place (kDone, with length and sender tag) when its message has
+  // already arrived.
   PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                        void* memh);
   // Cancels a pending operation; its callback then runs with kCancelled.
