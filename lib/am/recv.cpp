@@ -24,7 +24,7 @@ void EngineCore::post_receives() {
       return;
     }
     unposted_.pop_back();
-    if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, r.length, r.sender_tag});
+
   }
 }
 

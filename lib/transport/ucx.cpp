@@ -375,21 +375,16 @@ absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
 
 PostResult UcxWorker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                                 void* memh) {
-  // A message that already waits (unexpected) completes the receive in place: UCX then fills
-  // `info` and does not call the callback.
-  ucp_tag_recv_info_t info;
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_RECV_INFO;
+                   UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = recv_trampoline;
   p.user_data = op;
-  p.recv_info.tag_info = &info;
   if (memh != nullptr) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = static_cast<ucp_mem_h>(memh);
   }
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
-  if (r == nullptr) return {Post::kDone, absl::StatusCode::kOk, info.length, info.sender_tag};
   return from_status_ptr(r, op);
 }
 

@@ -133,8 +133,10 @@ class UcxWorker {
   absl::StatusOr<UcxEndpoint> accept(void* conn_request, UcxEndpoint::ErrorCallback on_error,
                                      void* arg);
 
-  // A receive may complete in place (kDone, with length and sender tag) when its message has
-  // already arrived.
+  // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
+  // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
+  // (length 0) for in-place completions, on TCP for small messages and on shared memory for
+  // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
   PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                        void* memh);
   // Cancels a pending operation; its callback then runs with kCancelled.
