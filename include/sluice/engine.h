@@ -70,7 +70,10 @@ struct CallOptions {
 
 class Peer {
  public:
+  // The peer's rank in rank mode, -1 for a client/server peer.
   int rank() const { return rank_; }
+  // This engine's index for the peer (the rank in rank mode); Message::source() of its messages.
+  std::uint32_t id() const { return id_; }
   bool alive() const;
 
   // Sends an active message to `handler` on the peer. `header` (at most kMaxUserHeader bytes)
@@ -124,6 +127,17 @@ class Engine {
 
   // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range.
   Peer* peer(int rank);
+
+  // Client/server mode (UCX's sockaddr connection manager). listen() accepts connections on
+  // host:port ("0.0.0.0:0" or "127.0.0.1:13337"; port 0 picks one) and returns the port;
+  // connected clients appear as peers whose messages carry their id() as source().
+  // InvalidArgument for a bad address, FailedPrecondition when already listening,
+  // Unavailable when the address cannot be bound.
+  absl::StatusOr<int> listen(std::string_view host_port);
+  // Connects to a listening engine and completes the handshake, progressing this engine until
+  // then (at most SLUICE_CONNECT_TIMEOUT). Unavailable when refused or unreachable,
+  // InvalidArgument for a bad address. One connect() at a time per engine.
+  absl::StatusOr<Peer*> connect(std::string_view host_port);
 
   // Progresses communication once and runs due completions and handlers. Returns whether
   // anything happened.

@@ -38,7 +38,7 @@ class Message {
   ~Message();
 
   bool valid() const { return engine_ != nullptr; }
-  // The sender (its rank in rank mode).
+  // The sender: its rank in rank mode, its Peer::id() in client/server mode.
   int source() const { return source_; }
   Peer* peer() const;
   HandlerId handler() const { return handler_; }

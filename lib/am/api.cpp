@@ -100,6 +100,8 @@ absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions o
 }
 absl::Status Engine::unregister_handler(HandlerId id) { return core_->unregister_handler(id); }
 Peer* Engine::peer(int rank) { return core_->peer(rank); }
+absl::StatusOr<int> Engine::listen(std::string_view host_port) { return core_->listen(host_port); }
+absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) { return core_->connect(host_port); }
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
   unsigned n = 0;
@@ -139,6 +141,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
   if (options.config) {
     s.config = *options.config;
     SLUICE_RETURN_IF_ERROR(s.config.validate());
+    detail::set_log_level(s.config.log_level);
   } else {
     SLUICE_ASSIGN_OR_RETURN(s.config, Config::from_env());
   }

@@ -85,7 +85,10 @@ EngineCore::~EngineCore() {
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
   // Orderly close: tell live peers, let queued work fail, flush what is in flight.
   for (auto& p : peers_) {
-    if (p && p->state == PeerState::kReady) send_ctrl(*p, wire::kBye, {});
+    if (p && p->state == PeerState::kReady) {
+      p->bye_sent = true;
+      send_ctrl(*p, wire::kBye, {});
+    }
   }
   // Wait briefly for the peers' own goodbyes, so no message arrives after the receives go.
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
@@ -207,6 +210,13 @@ void EngineCore::run_posted() {
 }
 
 bool EngineCore::progress() {
+  // The thread that drives the engine owns its pools' free lists (slots released elsewhere
+  // come back through the pools' lock-free return path).
+  if (std::this_thread::get_id() != driver_) [[unlikely]] {
+    driver_ = std::this_thread::get_id();
+    send_pool_->set_owner(driver_);
+    recv_pool_->set_owner(driver_);
+  }
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -216,6 +226,7 @@ bool EngineCore::progress() {
     any = true;
     run_posted();
   }
+  if (!conn_requests_.empty()) [[unlikely]] accept_pending();
   post_receives();
   // Reading the clock is not free on every machine (a VM without a stable TSC pays a
   // system-call-like price): timers are checked every kTimerEvery calls.
@@ -296,11 +307,31 @@ PeerData* EngineCore::peer_by_rank(int rank) {
     slot->rank = rank;
     slot->handle.reset(new Peer(this, slot->id, rank));
     slot->server_slots = SlotTable(config_.rpc_slots);
+    slot->remote_slot = static_cast<std::uint32_t>(this->rank());
   }
   return slot.get();
 }
 
+PeerData* EngineCore::peer_by_slot(std::uint32_t slot) {
+  if (slot < static_cast<std::uint32_t>(boot_->size())) return peer_by_rank(static_cast<int>(slot));
+  if (slot == wire::kUnassignedSlot) return connecting_;
+  if (slot < peers_.size() && peers_[slot]) return peers_[slot].get();
+  return nullptr;
+}
+
+PeerData& EngineCore::new_cs_peer() {
+  auto p = std::make_unique<PeerData>();
+  p->id = static_cast<std::uint32_t>(peers_.size());
+  p->rank = -1;
+  p->remote_slot = wire::kUnassignedSlot;
+  p->handle.reset(new Peer(this, p->id, -1));
+  p->server_slots = SlotTable(config_.rpc_slots);
+  peers_.push_back(std::move(p));
+  return *peers_.back();
+}
+
 Peer* EngineCore::peer(int rank) {
+  if (rank >= boot_->size()) return nullptr;
   PeerData* p = peer_by_rank(rank);
   return p ? p->handle.get() : nullptr;
 }
@@ -313,6 +344,7 @@ bool EngineCore::peer_alive(std::uint32_t id) const {
 
 absl::Status EngineCore::ensure_endpoint(PeerData& p) {
   if (p.ep.valid()) return absl::OkStatus();
+  if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
   SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
   return absl::OkStatus();
 }
@@ -369,6 +401,89 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   }
   p.server_slots = SlotTable(config_.rpc_slots);
   p.calls_outstanding = 0;
+}
+
+// ---- client/server mode ---------------------------------------------------------------------
+
+namespace {
+absl::StatusOr<std::pair<std::string, int>> split_host_port(std::string_view hp) {
+  auto colon = hp.rfind(':');
+  int port = -1;
+  if (colon != std::string_view::npos) {
+    std::string p(hp.substr(colon + 1));
+    char* end = nullptr;
+    long v = std::strtol(p.c_str(), &end, 10);
+    if (!p.empty() && *end == '\0' && v >= 0 && v <= 65535) port = static_cast<int>(v);
+  }
+  if (port < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' is not host:port (port 0-65535)", hp));
+  }
+  return std::make_pair(std::string(hp.substr(0, colon)), port);
+}
+}  // namespace
+
+void EngineCore::on_conn_request(void* arg, void* conn_request) {
+  static_cast<EngineCore*>(arg)->conn_requests_.push_back(conn_request);
+}
+
+absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
+  if (listener_) return absl::FailedPreconditionError("this engine already listens");
+  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
+  SLUICE_ASSIGN_OR_RETURN(listener_, UcxListener::create(*worker_, hp.first, hp.second,
+                                                         &EngineCore::on_conn_request, this));
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d", engine_id_, hp.first, listener_->port());
+  return listener_->port();
+}
+
+void EngineCore::accept_pending() {
+  std::vector<void*> requests;
+  requests.swap(conn_requests_);
+  for (void* req : requests) {
+    if (closing_) {
+      listener_->reject(req);
+      continue;
+    }
+    PeerData& p = new_cs_peer();
+    p.accepted = true;
+    auto ep = worker_->accept(req, &EngineCore::on_ep_error, &p);
+    if (!ep.ok()) {
+      SLUICE_LOG(kWarn, "am", "cannot accept a connection: %s", ep.status().message());
+      p.state = PeerState::kDead;
+      continue;
+    }
+    p.ep = std::move(*ep);
+    p.state = PeerState::kConnecting;
+    p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                            : Clock::now() + config_.connect_timeout;
+    // The server speaks first: its HELLO tells the client which slot to use towards it.
+    send_hello(p);
+  }
+}
+
+absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
+  if (connecting_ != nullptr) return absl::FailedPreconditionError("connect() is already in progress");
+  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
+  PeerData& p = new_cs_peer();
+  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect_sockaddr(hp.first, hp.second, &EngineCore::on_ep_error, &p));
+  p.state = PeerState::kConnecting;
+  auto deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                       : Clock::now() + config_.connect_timeout;
+  p.hello_deadline = deadline;
+  connecting_ = &p;
+  // The server's HELLO comes first (tag slot unassigned); ours answers it (handle_hello).
+  while (p.state == PeerState::kConnecting) {
+    progress();
+    if (Clock::now() >= deadline) {
+      fail_peer(p, absl::StatusCode::kDeadlineExceeded,
+                absl::StrFormat("no handshake with %s within SLUICE_CONNECT_TIMEOUT=%s", host_port,
+                                format_duration(config_.connect_timeout)));
+    }
+  }
+  connecting_ = nullptr;
+  if (p.state != PeerState::kReady) {
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+  }
+  return p.handle.get();
 }
 
 void EngineCore::count_drop(const char* what) {

@@ -86,8 +86,10 @@ struct Call {
 };
 
 struct PeerData {
-  std::uint32_t id = 0;
-  int rank = -1;
+  std::uint32_t id = 0;             // our index for it: the slot it puts in tags to us
+  int rank = -1;                     // its rank in rank mode; -1 for a client/server peer
+  std::uint32_t remote_slot = 0;     // its index for us: the slot we put in tags to it
+  bool accepted = false;             // client/server: it connected to our listener
   PeerState state = PeerState::kNew;
   bool hello_sent = false;
   bool hello_received = false;
@@ -115,6 +117,7 @@ struct PeerData {
   std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
   std::array<bool, 7> ctrl_busy{};
   bool credit_again = false;
+  bool bye_sent = false;
   std::string fail_reason;
 };
 
@@ -154,6 +157,8 @@ class EngineCore {
   std::size_t posted_exact_receives() const { return exact_posted_; }
   std::size_t eager_limit() const { return eager_limit_; }
   int rank() const { return boot_->rank(); }
+  absl::StatusOr<int> listen(std::string_view host_port);
+  absl::StatusOr<Peer*> connect(std::string_view host_port);
   int size() const { return boot_->size(); }
   int id() const { return engine_id_; }
 
@@ -213,6 +218,11 @@ class EngineCore {
   void release_call_slot(PeerData& p);
 
   PeerData* peer_by_rank(int rank);
+  // The peer that sent a message with tag slot `slot`; nullptr when there is none.
+  PeerData* peer_by_slot(std::uint32_t slot);
+  PeerData& new_cs_peer();
+  void accept_pending();
+  static void on_conn_request(void* arg, void* conn_request);
   void count_drop(const char* what);
 
   const Config config_;
@@ -226,7 +236,10 @@ class EngineCore {
   std::unique_ptr<Pool> send_pool_;
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
-  std::vector<std::unique_ptr<PeerData>> peers_;  // by rank
+  std::vector<std::unique_ptr<PeerData>> peers_;  // ranks first, then client/server peers
+  std::unique_ptr<UcxListener> listener_;
+  std::vector<void*> conn_requests_;               // arrived at the listener, not yet accepted
+  PeerData* connecting_ = nullptr;                 // our one connect() in progress
   std::vector<std::string> addresses_;            // by rank
   std::vector<HandlerEntry> handlers_;
   std::vector<Op*> rx_ops_;
@@ -236,7 +249,8 @@ class EngineCore {
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
   bool closing_ = false;
-  bool initialized_ = false;  // shutting down: receives are not re-posted
+  bool initialized_ = false;
+  std::thread::id driver_ = std::this_thread::get_id();  // shutting down: receives are not re-posted
   absl::flat_hash_map<CallId, Call> calls_;
   CallId next_call_ = 1;
   std::size_t tx_inflight_ = 0;

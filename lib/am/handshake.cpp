@@ -40,9 +40,10 @@ bool EngineCore::send_hello(PeerData& p) {
   }
   p.granted = grant;
   p.owed.grant(grant);
-  wire::Hello hello{static_cast<std::uint32_t>(rank()), static_cast<std::uint32_t>(engine_id_),
-                    static_cast<std::uint32_t>(eager_limit_), grant, config_.rpc_slots,
-                    static_cast<std::uint32_t>(rank()), incarnation_};
+  // reply_slot: our index for the peer, which it puts in its tags to us.
+  std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
+  wire::Hello hello{me, static_cast<std::uint32_t>(engine_id_), static_cast<std::uint32_t>(eager_limit_),
+                    grant, config_.rpc_slots, p.id, incarnation_};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.hello_sent = true;
@@ -74,7 +75,7 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
   c_.ctrl_sent->add();
   ++tx_inflight_;
   PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(),
-                                wire::make_tag(wire::kCtrl, static_cast<std::uint32_t>(rank()), 0), nullptr);
+                                wire::make_tag(wire::kCtrl, p.remote_slot, 0), nullptr);
   if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, 0, 0});
   else if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
 }
@@ -104,7 +105,10 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   c_.ctrl_received->add();
   if (h.handler == wire::kHello) {
     wire::Hello hello;
-    if (wire::decode_hello(body, &hello) != wire::Parse::kOk || hello.rank != static_cast<std::uint32_t>(p.rank)) {
+    bool parsed = wire::decode_hello(body, &hello) == wire::Parse::kOk;
+    bool who_ok = p.rank >= 0 ? hello.rank == static_cast<std::uint32_t>(p.rank)
+                              : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
+    if (!parsed || !who_ok) {
       c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from rank %d rejected", p.rank);
       return;
@@ -134,7 +138,14 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
     case wire::kCredit: break;
     case wire::kPing: send_ctrl(p, wire::kPong, {}); break;
     case wire::kPong: p.ping_outstanding = false; break;
-    case wire::kBye: fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)"); return;
+    case wire::kBye:
+      // Answer, so the peer's orderly close need not wait for a goodbye of ours.
+      if (!p.bye_sent) {
+        p.bye_sent = true;
+        send_ctrl(p, wire::kBye, {});
+      }
+      fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
+      return;
     default:
       c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from rank %d", h.handler, p.rank);
@@ -175,10 +186,12 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   }
   p.hello_received = true;
   p.incarnation = hello.incarnation;
+  if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
   p.credits.grant(hello.credits);
   p.rpc_slots = hello.rpc_slots;
   p.last_heard = Clock::now();
   if (p.state == PeerState::kNew) start_handshake(p);
+  else if (!p.hello_sent) send_hello(p);  // a client answers the server's HELLO
   maybe_ready(p);
 }
 

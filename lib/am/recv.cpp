@@ -15,7 +15,7 @@ void EngineCore::post_receives() {
   PoolClass& cls = recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
-    if (cls.try_get(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
+    if (cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(), wire::kWildcardTag,
                                       wire::kWildcardMask, op->slot.memh());
     if (r.kind == Post::kError) {
@@ -40,7 +40,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     return;
   }
   std::span<const std::byte> bytes(slot.data(), length);
-  PeerData* p = peer_by_rank(static_cast<int>(wire::tag_slot(tag)));
+  PeerData* p = peer_by_slot(wire::tag_slot(tag));
   wire::Header h;
   wire::Parse pr = wire::decode(bytes, &h);
   if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
@@ -77,7 +77,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   Message& m = in.message;
   m.engine_ = this;
   m.peer_ = p->id;
-  m.source_ = p->rank;
+  m.source_ = static_cast<int>(p->id);
   m.incarnation_ = p->epoch;
   m.handler_ = h.handler;
   m.request_ = (h.flags & wire::kFlagRequest) != 0;
@@ -176,7 +176,7 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ord
   Op* op = new_op(OpKind::kRndvRx, p.id);
   op->incarnation = p.epoch;
   op->ordered = ordered;
-  std::uint64_t tag = wire::make_tag(wire::kRndv, static_cast<std::uint32_t>(p.rank), m.seq_);
+  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.seq_);
   void* memh = m.landing_ ? m.landing_.memh() : nullptr;
   op->pending = std::move(m);
   if (ordered) p.blocked = true;

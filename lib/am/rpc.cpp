@@ -64,7 +64,7 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
     c.reply_rx = rx;
     ++exact_posted_;
     PostResult pr = worker_->post_recv(rx, options.reply_buffer.data(), options.reply_buffer.size(),
-                                       wire::make_tag(wire::kReply, static_cast<std::uint32_t>(p.rank), id),
+                                       wire::make_tag(wire::kReply, p.id, id),
                                        kFullMask, nullptr);
     if (pr.kind != Post::kPending) done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
   }
@@ -153,7 +153,7 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     }
     m.replied_ = true;
     pop->releases_rpc_slot = m.holds_rpc_slot_;
-    pop->tag = wire::make_tag(wire::kReply, static_cast<std::uint32_t>(rank()), m.rpc_id_);
+    pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
     c_.rpc_replies->add();
     return enqueue(p, hop, pop);
   }

@@ -141,7 +141,7 @@ Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std
 Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.next_seq++;
   wire::patch_seq(header->slot.data(), seq);
-  auto me = static_cast<std::uint32_t>(rank());
+  std::uint32_t me = p.remote_slot;
   header->tag = wire::make_tag(wire::kEager, me, seq);
   header->incarnation = p.epoch;
   if (payload != nullptr) {

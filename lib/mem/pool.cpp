@@ -117,6 +117,8 @@ Result PoolClass::try_get(Slot* out) {
 }
 
 Result PoolClass::try_take(Slot* out) {
+  // Slots released on other threads count as in use until drained: drain before refusing.
+  if (reserved_only_ && in_use() >= reserved_) [[unlikely]] drain_remote();
   if (free_ == nullptr) [[unlikely]] {
     drain_remote();
     bool allowed = !reserved_only_ || in_use() < reserved_;

@@ -48,6 +48,9 @@ class PoolClass {
   // Takes a slot. kExhausted when the class is empty and the budget (or, with reserved_only,
   // the reservation) forbids growth. Engine thread only.
   Result try_get(Slot* out);
+  // try_get for callers that handle an empty class as routine backpressure (re-posting
+  // receives): no exhaustion event, no warning.
+  Result try_take(Slot* out);
   // try_get, calling `progress` between attempts until `deadline`; kDeadlineExceeded then.
   Result get(Slot* out, std::chrono::steady_clock::time_point deadline,
              const std::function<void()>& progress);
@@ -71,7 +74,6 @@ class PoolClass {
 
  private:
   absl::Status grow();
-  Result try_take(Slot* out);  // try_get without counting an exhaustion
   std::size_t max_slots() const;
   void drain_remote();
   void note_exhausted();

@@ -188,8 +188,16 @@ TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
         e.progress();
       }
       ASSERT_EQ(r, Result::kOk);
-      int spins = static_cast<int>(rng() % 40);
-      for (int k = 0; k < spins; ++k) e.progress();
+      // Cancel at once, after a random number of progress calls, or after the reply came (so
+      // that both outcomes occur whatever the machine's load).
+      switch (rng() % 4) {
+        case 0: break;
+        case 1:
+          e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
+          break;
+        default:
+          for (int k = 0, spins = static_cast<int>(rng() % 40); k < spins; ++k) e.progress();
+      }
       e.cancel(id);
       if (rng() % 3 == 0) e.cancel(id);  // twice: still one completion
       if (i % 2) {

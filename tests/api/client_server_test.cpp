@@ -1,0 +1,158 @@
+// Client/server mode: a server engine listens, clients connect through UCX's sockaddr
+// connection manager, messages and calls flow both ways, clients come and go.
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sluice/context.h>
+
+#include "testing/payload.h"
+
+namespace sluice {
+namespace {
+
+using testing_support::crc32c;
+using testing_support::pattern;
+
+constexpr HandlerId kPut = 1, kGet = 2;
+const auto kLong = std::chrono::seconds(60);
+
+struct Node {
+  explicit Node(const char* tls) {
+    Config c = *Config::from_env();
+    c.tls = tls;
+    auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    context = std::move(*ctx);
+    auto e = context->create_engine();
+    EXPECT_TRUE(e.ok()) << e.status();
+    engine = std::move(*e);
+  }
+  std::unique_ptr<Context> context;
+  std::unique_ptr<Engine> engine;
+};
+
+class ClientServer : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
+  Node server(GetParam());
+  auto port = server.engine->listen("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_GT(*port, 0);
+  std::atomic<bool> stop{false};
+  std::vector<int> puts_from;  // source ids, server thread only
+  ASSERT_TRUE(server.engine->register_handler(kPut, [&](Message& m) {
+    puts_from.push_back(m.source());
+    // Answer every one-way message with a message back to its sender.
+    EXPECT_EQ(m.peer()->send_copy(kPut, {}, m.payload()), Result::kOk);
+  }).ok());
+  ASSERT_TRUE(server.engine->register_handler(kGet, [&](Message& m) {
+    std::uint64_t n;
+    std::memcpy(&n, m.payload().data(), sizeof(n));
+    EXPECT_EQ(m.reply({}, pattern(n, n)), Result::kOk);
+  }).ok());
+  std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+
+  constexpr int kClients = 3;
+  std::vector<std::thread> clients;
+  std::atomic<int> good{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      Node client(GetParam());
+      auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
+      ASSERT_TRUE(peer.ok()) << peer.status();
+      Peer* srv = *peer;
+      EXPECT_EQ(srv->rank(), -1);
+      int echoes = 0;
+      ASSERT_TRUE(client.engine->register_handler(kPut, [&](Message& m) {
+        int v;
+        std::memcpy(&v, m.payload().data(), sizeof(v));
+        EXPECT_EQ(v, c * 1000 + echoes);
+        ++echoes;
+      }).ok());
+      for (int i = 0; i < 100; ++i) {
+        int v = c * 1000 + i;
+        Result r;
+        while ((r = srv->send_copy(kPut, {}, std::as_bytes(std::span(&v, 1)))) == Result::kWouldBlock) client.engine->progress();
+        ASSERT_EQ(r, Result::kOk);
+      }
+      int replies = 0;
+      std::vector<std::vector<std::byte>> bufs(2, std::vector<std::byte>(std::size_t{2} << 20));
+      int k = 0;
+      for (std::uint64_t n : {std::uint64_t{16}, std::uint64_t{1} << 20}) {
+        CallOptions o;
+        o.reply_buffer = bufs[static_cast<std::size_t>(k++)];  // one buffer per call in flight
+        ASSERT_EQ(srv->call(kGet, {}, std::as_bytes(std::span(&n, 1)), o, [&, n](absl::Status s, Message& r) {
+          ASSERT_TRUE(s.ok()) << s;
+          EXPECT_EQ(r.payload().size(), n);
+          EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n))) << "client " << c << " reply of " << n;
+          ++replies;
+        }), Result::kOk);
+      }
+      ASSERT_TRUE(client.engine->run_until([&] { return echoes == 100 && replies == 2; }, Clock::now() + kLong));
+      ++good;
+    });
+  }
+  for (auto& t : clients) t.join();
+  stop = true;
+  serving.join();
+  EXPECT_EQ(good.load(), kClients);
+  EXPECT_EQ(puts_from.size(), static_cast<std::size_t>(kClients * 100));
+  std::vector<int> ids = puts_from;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  EXPECT_EQ(ids.size(), static_cast<std::size_t>(kClients)) << "each client has its own peer id";
+}
+
+TEST_P(ClientServer, ConnectToNobodyFailsWithinTheTimeout) {
+  Config c;
+  c.tls = GetParam();
+  c.connect_timeout = std::chrono::seconds(3);
+  auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+  ASSERT_TRUE(ctx.ok());
+  auto e = (*ctx)->create_engine();
+  ASSERT_TRUE(e.ok());
+  auto t0 = Clock::now();
+  auto peer = (*e)->connect("127.0.0.1:1");  // nothing listens on port 1
+  EXPECT_FALSE(peer.ok());
+  EXPECT_EQ(peer.status().code(), absl::StatusCode::kUnavailable) << peer.status();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ((*e)->connect("no-port").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
+  const int kRounds = std::getenv("ROUNDS") ? std::atoi(std::getenv("ROUNDS")) : 20;
+  Node server(GetParam());
+  auto port = server.engine->listen("127.0.0.1:0");
+  ASSERT_TRUE(port.ok());
+  std::atomic<bool> stop{false};
+  int served = 0;
+  ASSERT_TRUE(server.engine->register_handler(kGet, [&](Message& m) {
+    ++served;
+    EXPECT_EQ(m.reply({}, m.payload()), Result::kOk);
+  }).ok());
+  std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  for (int round = 0; round < kRounds; ++round) {
+    Node client(GetParam());
+    auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
+    ASSERT_TRUE(peer.ok()) << round << ": " << peer.status();
+    bool done = false;
+    ASSERT_EQ((*peer)->call(kGet, {}, std::as_bytes(std::span(&round, 1)), {}, [&](absl::Status s, Message&) {
+      EXPECT_TRUE(s.ok()) << s;
+      done = true;
+    }), Result::kOk);
+    ASSERT_TRUE(client.engine->run_until([&] { return done; }, Clock::now() + kLong));
+  }
+  stop = true;
+  serving.join();
+  EXPECT_EQ(served, kRounds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClientServer, ::testing::Values("", "tcp"),
+                         [](const auto& info) { return std::string(*info.param ? "tcp" : "shm"); });
+
+}  // namespace
+}  // namespace sluice
