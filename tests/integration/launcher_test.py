@@ -17,6 +17,7 @@ RUN = os.path.join(BUILD, "apps/sluice-run")
 INFO = os.path.join(BUILD, "apps/sluice-info")
 ALLTOALL = os.path.join(BUILD, "tests/alltoall")
 PING = os.path.join(BUILD, "apps/examples/ping")
+BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
 WATCHDOG = 120
 
 
@@ -138,6 +139,27 @@ class Launcher(unittest.TestCase):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("round trips", r.stdout)
+
+
+class Blockstore(unittest.TestCase):
+    def test_demo_in_one_process(self):
+        r = run([BLOCKSTORE, "demo"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("0 mismatches, 0 errors", r.stdout)
+
+    def test_server_and_client_processes_over_tcp_and_shared_memory(self):
+        for tls in ("", "tcp"):
+            env = dict(os.environ, SLUICE_TLS=tls)
+            server = subprocess.Popen([BLOCKSTORE, "serve", "127.0.0.1:0"], env=env, stdout=subprocess.PIPE, text=True)
+            try:
+                line = server.stdout.readline()
+                port = int(line.split()[-1])
+                r = run([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "22"], env={"SLUICE_TLS": tls})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("22 blocks", r.stdout)
+            finally:
+                server.kill()
+                server.wait()
 
 
 class Mpirun(unittest.TestCase):
