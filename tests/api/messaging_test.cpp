@@ -333,6 +333,32 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
 }
 
+TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
+  // A receive budget of 7 eager slots, 6 of them for posted receives, leaves one: less than
+  // the minimum of 2 credits. The connection is refused on both sides, with the reason, instead
+  // of promising receive memory that is not there.
+  Config c;
+  c.recv_pool_max = 7 * 8256;
+  c.pool_chunk = 7 * 8256;
+  c.rx_posted = 6;
+  c.pool_classes = {};
+  RankPair pair(c);
+  pair.run([&](Engine& e) {
+    int v = 1;
+    EXPECT_EQ(e.peer(1)->send(1, {}, bytes_of(v)), Result::kUnavailable);
+    EXPECT_FALSE(e.peer(1)->alive());
+  }, [&](Engine& e) {
+    (void)e.peer(0);
+    EXPECT_TRUE(e.run_until([&] { return !e.peer(0)->alive(); }, Clock::now() + kLong))
+        << "the refusal reaches the other side";
+  });
+  for (int r = 0; r < 2; ++r) {
+    auto ps = pair.engine(r).pool_stats(Direction::kRecv);
+    EXPECT_LE(ps.mapped_bytes, ps.budget_bytes);
+    EXPECT_LE(ps.classes[0].reserved, 7u);
+  }
+}
+
 TEST(Api, MisuseGetsClearErrors) {
   RankPair pair;
   Engine& e = pair.engine(0);

@@ -61,6 +61,7 @@ class PeerFailure(unittest.TestCase):
         self.assertLess(float(r["detect_s"]), bound)
         self.assertEqual(r["held_send_slots"], "0")
         self.assertEqual(r["outstanding"], "0")
+        self.assertEqual(r["posted_exact"], "0", "receives posted for the dead sender's payloads were cancelled")
 
     def test_killed_receiver_tcp(self):
         self.check_kill("tcp", {"SLUICE_PEER_TIMEOUT": "10s"}, 2.0)

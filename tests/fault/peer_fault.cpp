@@ -43,12 +43,15 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   if (me == 1) {
-    // The victim: receives, and sends a small message to rank 0 every millisecond.
+    // The victim: receives, and sends to rank 0 every millisecond, every 8th time a 1 MiB
+    // rendezvous payload, so it dies with payloads half sent.
     auto next = Clock::now();
+    long n = 0;
     while (true) {
       e.progress();
       if (Clock::now() >= next) {
-        (void)e.peer(0)->send(1, {}, small);
+        bool large = ++n % 8 == 0;
+        (void)e.peer(0)->send(1, {}, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small));
         next += std::chrono::milliseconds(1);
       }
       if (finish) return 0;
