@@ -197,6 +197,11 @@ class EngineCore {
                          std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
                          std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot = false);
   Result prepare_payload(Op* op, std::span<const std::byte> payload, bool copy);
+  // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
+  // nullptr for eager). Not for bounce mode's pieces.
+  Result pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                      std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
+                      std::uint16_t status, bool copy, Op** hop, Op** pop);
   // recv.cpp
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);

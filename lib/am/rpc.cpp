@@ -28,18 +28,8 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
   Op* pop = nullptr;
   bool fragmented = false;
   Result r;
-  if (header.size() + payload.size() <= eager_limit_) {
-    r = pack(p, flags, method, header, payload, static_cast<std::uint32_t>(payload.size()), id, aux, 0, &hop);
-  } else if (config_.rndv) {
-    r = pack(p, flags | wire::kFlagRndv, method, header, {}, static_cast<std::uint32_t>(payload.size()), id, aux, 0, &hop);
-    if (r == Result::kOk) {
-      pop = new_op(OpKind::kSendPayload, p.id);
-      r = prepare_payload(pop, payload, false);
-      if (r != Result::kOk) {
-        free_op(hop);
-        free_op(pop);
-      }
-    }
+  if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
+    r = pack_message(p, flags, method, header, payload, id, aux, 0, false, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
     if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
@@ -158,18 +148,8 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     return enqueue(p, hop, pop);
   }
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
-  if (header.size() + payload.size() <= eager_limit_) {
-    r = pack(p, flags, m.handler_, header, payload, static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
-  } else if (config_.rndv) {
-    r = pack(p, flags | wire::kFlagRndv, m.handler_, header, {}, static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
-    if (r == Result::kOk) {
-      pop = new_op(OpKind::kSendPayload, p.id);
-      r = prepare_payload(pop, payload, true);
-      if (r != Result::kOk) {
-        free_op(hop);
-        free_op(pop);
-      }
-    }
+  if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
+    r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, true, &hop, &pop);
   } else {
     m.replied_ = true;
     c_.rpc_replies->add();

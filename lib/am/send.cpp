@@ -40,6 +40,27 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
   return Result::kOk;
 }
 
+Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
+                                std::span<const std::byte> header,
+                                std::span<const std::byte> payload, std::uint64_t rpc_id,
+                                std::uint64_t aux, std::uint16_t status, bool copy, Op** hop,
+                                Op** pop) {
+  auto len = static_cast<std::uint32_t>(payload.size());
+  *pop = nullptr;
+  if (header.size() + payload.size() <= eager_limit_) [[likely]] {
+    return pack(p, flags, h, header, payload, len, rpc_id, aux, status, hop);
+  }
+  Result r = pack(p, flags | wire::kFlagRndv, h, header, {}, len, rpc_id, aux, status, hop);
+  if (r != Result::kOk) return r;
+  *pop = new_op(OpKind::kSendPayload, p.id);
+  r = prepare_payload(*pop, payload, copy);
+  if (r != Result::kOk) {
+    free_op(*hop);
+    free_op(*pop);
+  }
+  return r;
+}
+
 Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, bool copy) {
   op->payload_len = payload.size();
   if (!copy) {
@@ -75,25 +96,13 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
     c_.would_block->add();
     return Result::kWouldBlock;
   }
-  if (header.size() + payload.size() <= eager_limit_) [[likely]] {
-    Op* op;
-    Result r = pack(p, 0, h, header, payload, static_cast<std::uint32_t>(payload.size()), 0, 0, 0, &op);
-    if (r != Result::kOk) return r;
-    op->on_done = std::move(cb);
-    return enqueue(p, op, nullptr);
+  if (!config_.rndv && header.size() + payload.size() > eager_limit_) {
+    return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
   }
-  if (!config_.rndv) return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
-  Op* hop;
-  Result r = pack(p, wire::kFlagRndv, h, header, {}, static_cast<std::uint32_t>(payload.size()), 0, 0, 0, &hop);
+  Op *hop, *pop;
+  Result r = pack_message(p, 0, h, header, payload, 0, 0, 0, copy, &hop, &pop);
   if (r != Result::kOk) return r;
-  Op* pop = new_op(OpKind::kSendPayload, p.id);
-  r = prepare_payload(pop, payload, copy);
-  if (r != Result::kOk) {
-    free_op(hop);
-    free_op(pop);
-    return r;
-  }
-  pop->on_done = std::move(cb);
+  (pop ? pop : hop)->on_done = std::move(cb);  // the last operation completes the send
   return enqueue(p, hop, pop);
 }
 
