@@ -289,6 +289,17 @@ TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
   EXPECT_EQ(seen, kCount);
 }
 
+// Resident set size of this process, from /proc.
+std::size_t rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<std::size_t>(resident) * 4096;
+}
+
 TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   Config c;
   c.credits = 16;
@@ -305,12 +316,15 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   std::atomic<bool> stalled{true};
   int would_block = 0, completed = 0;
   std::array<std::byte, 4096> payload{};
+  std::size_t rss_before = rss_bytes();
+  std::size_t rss_peak = rss_before;
   pair.run([&](Engine& e) {
     for (int i = 0; i < kCount;) {
       std::memcpy(payload.data(), &i, sizeof(i));
       Result r = e.peer(1)->send_copy(kData, {}, payload, [&](absl::Status s) { completed += s.ok(); });
       if (r == Result::kWouldBlock) {
         ++would_block;
+        if (would_block % 4096 == 0) rss_peak = std::max(rss_peak, rss_bytes());
         e.progress();
         continue;
       }
@@ -322,8 +336,8 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
     EXPECT_LE(e.stats().value("flow.send_queue_hwm"), 64u);
     EXPECT_LE(e.pool_stats(Direction::kSend).high_water_bytes, c.send_pool_max);
   }, [&](Engine& e) {
-    // The receiver stops consuming for 3 s, then drains.
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    // The receiver stops consuming for 5 s, then drains.
+    std::this_thread::sleep_for(std::chrono::seconds(5));
     ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong));
     auto ps = e.pool_stats(Direction::kRecv);
     EXPECT_LE(ps.high_water_bytes, ps.budget_bytes);
@@ -331,6 +345,9 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   });
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
+  // 5,000 messages of 4 KiB were offered while the receiver slept: the process grew by far
+  // less than those 20 MB (queue of 64, pools bounded, nothing buffered without a credit).
+  EXPECT_LT(rss_peak - rss_before, std::size_t{16} << 20) << "rss grew from " << rss_before << " to " << rss_peak;
 }
 
 TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {

@@ -62,6 +62,7 @@ class PeerFailure(unittest.TestCase):
         self.assertEqual(r["held_send_slots"], "0")
         self.assertEqual(r["outstanding"], "0")
         self.assertEqual(r["posted_exact"], "0", "receives posted for the dead sender's payloads were cancelled")
+        self.assertEqual(r["held_landing"], "0", "no receive slot stays held by a partial payload")
 
     def test_killed_receiver_tcp(self):
         self.check_kill("tcp", {"SLUICE_PEER_TIMEOUT": "10s"}, 2.0)

@@ -122,17 +122,24 @@ int main(int argc, char** argv) {
   auto ps = e.pool_stats(Direction::kSend);
   std::size_t held = 0;
   for (const auto& c : ps.classes) held += c.slots_total - c.slots_free;
+  // Receive side: only the posted wildcard receives may hold eager slots; no landing slot of a
+  // large class may stay held by a payload that never completed.
+  auto rs = e.pool_stats(Direction::kRecv);
+  std::size_t held_landing = 0;
+  for (std::size_t k = 1; k < rs.classes.size(); ++k) held_landing += rs.classes[k].slots_total - rs.classes[k].slots_free;
+  std::size_t held_eager = rs.classes[0].slots_total - rs.classes[0].slots_free;
   const Stats& st = e.stats();
   double detect = dead ? Secs(first_failure - last_ok).count() : -1;
   std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
-              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu\n",
+              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
-              static_cast<unsigned long>(st.value("peers.failed")));
+              static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager);
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 &&
-            e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0;
+            e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
+            held_eager <= (*ctx)->config().rx_posted;
   return ok ? 0 : 3;
 }

@@ -81,7 +81,10 @@ int main(int argc, char** argv) {
   for (int i = 0; i < count; ++i) {
     for (int k = 1; k < n; ++k) {
       int to = (me + k) % n;
-      auto payload = pattern(static_cast<std::size_t>(i % 200), static_cast<std::uint64_t>(i));
+      // Sizes around every boundary: empty, tiny, a cache line, the eager limit -1/0/+1.
+      static const std::size_t kSizes[] = {0, 1, 63, 64, 8192 - sizeof(Ledger) - 1, 8192 - sizeof(Ledger),
+                                           8192 - sizeof(Ledger) + 1, 200};
+      auto payload = pattern(kSizes[i % 8], static_cast<std::uint64_t>(i));
       Ledger l{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(i), payload.size(), crc32c(payload)};
       Result r;
       while ((r = e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb)) == Result::kWouldBlock) e.progress();
