@@ -43,7 +43,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("peers.heartbeats"),    &s.counter("rpc.calls"),
                 &s.counter("rpc.replies"),         &s.counter("rpc.late_replies"),
                 &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
-                &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm")};
+                &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
+                &s.counter("am.orphaned_sends")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -153,6 +154,7 @@ void EngineCore::free_op(Op* op) {
   op->releases_rpc_slot = false;
   op->call_id = 0;
   op->tag = 0;
+  op->orphaned = false;
   op->request = nullptr;
   op->next_free = free_ops_;
   free_ops_ = op;
@@ -375,11 +377,14 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
       if (m.payload) free_op(m.payload);
     }
   }
-  // In-flight sends complete through the force close (their callbacks see an error).
+  // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
     if (req != nullptr) (void)worker_->wait_request(req, Clock::now() + std::chrono::seconds(1));
   }
+  // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
+  // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
+  complete_stuck_sends(p, status);
   p.window.clear();
   p.frag = Message();
   p.blocked = false;
@@ -484,6 +489,35 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
   }
   return p.handle.get();
+}
+
+void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
+  auto stuck = [&](const Op& op) {
+    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id &&
+           op.request != nullptr && !op.orphaned;
+  };
+  bool any = false;
+  for (auto& op : op_storage_) {
+    if (stuck(op)) {
+      worker_->cancel(&op);
+      any = true;
+    }
+  }
+  if (!any) return;
+  for (int i = 0; i < 100; ++i) worker_->progress();
+  for (auto& op : op_storage_) {
+    if (!stuck(op)) continue;
+    op.orphaned = true;
+    --tx_inflight_;
+    c_.orphaned_sends->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "peer rank %d: the transport did not complete a send to the dead peer; completed by sluice", p.rank);
+    if (op.on_done) {
+      SendCallback cb = std::move(op.on_done);
+      op.on_done = nullptr;
+      cb(status);
+    }
+    if (op.releases_rpc_slot) op.releases_rpc_slot = false;
+  }
 }
 
 void EngineCore::count_drop(const char* what) {

@@ -47,6 +47,8 @@ struct Op : TransportOp {
   std::uint16_t ctrl_kind = 0;         // kCtrl
   Message pending;                     // kRndvRx: the announcement waiting for its payload
   bool ordered = false;                // kRndvRx: later messages wait for this one
+  bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
+                                       // callback only frees it
   Op* next_free = nullptr;
 };
 
@@ -175,6 +177,7 @@ class EngineCore {
   void run_posted();
   void timers(Clock::time_point now);
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
+  void complete_stuck_sends(PeerData& p, const absl::Status& status);
   absl::Status ensure_endpoint(PeerData& p);
   // handshake.cpp
   void start_handshake(PeerData& p);
@@ -295,6 +298,7 @@ class EngineCore {
     Counter* rpc_deadline;
     Counter* rpc_cancelled;
     HighWater* queue_hwm;
+    Counter* orphaned_sends;
   } c_{};
   friend class ::sluice::Message;
 };

@@ -208,6 +208,10 @@ void EngineCore::flush(PeerData& p) {
 }
 
 void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
+  if (op->orphaned) [[unlikely]] {  // completed already when its peer died
+    free_op(op);
+    return;
+  }
   --tx_inflight_;
   PeerData& p = *peers_[op->peer];
   bool stale = op->incarnation != p.epoch;

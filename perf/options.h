@@ -1,0 +1,28 @@
+// sluice-perf's command line.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::perf {
+
+struct Options {
+  std::vector<std::string> tests;
+  std::vector<std::size_t> sizes;
+  int iters = 0;  // 0: per-test default
+  int warmup = -1;
+  int window = 0;
+  int repeats = 5;
+  std::string baseline = "none";
+  std::string format = "table";
+  bool stats = false;
+};
+
+void usage(FILE* out);
+// The options, or nullopt after printing what is wrong (the caller prints usage, exits 2).
+std::optional<Options> parse(int argc, char** argv);
+
+}  // namespace sluice::perf

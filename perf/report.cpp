@@ -1,0 +1,138 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <sluice/config.h>
+
+namespace sluice::perf {
+namespace {
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+std::string fmt(double v, int prec = 3) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
+  return buf;
+}
+
+// Ratios keep 4 significant digits whatever their size (fanin's is far below 1).
+std::string fmt_ratio(double v) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), std::floor(p * static_cast<double>(v.size()))));
+  return v[i];
+}
+
+
+Figures median_of(const std::vector<Figures>& runs) {
+  auto pick = [&](double Figures::*f) {
+    std::vector<double> v;
+    for (const auto& r : runs)
+      if (!std::isnan(r.*f)) v.push_back(r.*f);
+    return v.empty() ? NAN : median(v);
+  };
+  return {pick(&Figures::lat_p50_us), pick(&Figures::lat_p99_us), pick(&Figures::lat_avg_us),
+          pick(&Figures::bw_MBps), pick(&Figures::rate), pick(&Figures::extra)};
+}
+
+Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t size) {
+  Figures f;
+  std::vector<double> us;
+  double sum = 0;
+  for (double s : seconds) {
+    us.push_back(s * 1e6 * scale);
+    sum += s * 1e6 * scale;
+  }
+  f.lat_p50_us = percentile(us, 0.5);
+  f.lat_p99_us = percentile(us, 0.99);
+  f.lat_avg_us = us.empty() ? NAN : sum / static_cast<double>(us.size());
+  if (f.lat_avg_us > 0) {
+    f.rate = 1e6 / (f.lat_avg_us / scale);
+    f.bw_MBps = static_cast<double>(size) / f.lat_avg_us;
+  }
+  return f;
+}
+
+// The command rank 0 sends to the others before each run.
+std::vector<std::size_t> default_sizes(const std::string& test) {
+  if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
+  if (test == "mixed") return {8};
+  if (test == "fanin") return {1024};
+  return {8};
+}
+
+// Enough iterations for a stable median, scaled down for large messages so that every row
+// takes about the same time (a few hundred MB moved per repetition).
+int default_iters(const std::string& test, std::size_t size) {
+  int base = 20000;
+  if (test == "am_bw") base = 200000;
+  if (test == "rpc_rate") base = 50000;
+  std::size_t budget = test == "bulk_bw" || test == "am_bw" ? (std::size_t{2} << 30) : (std::size_t{256} << 20);
+  std::size_t by_size = budget / std::max<std::size_t>(size, 1);
+  return static_cast<int>(std::clamp<std::size_t>(by_size, 100, static_cast<std::size_t>(base)));
+}
+
+double headline_ratio(const Row& r) {
+  const Figures& a = r.sluice;
+  const Figures& b = r.base;
+  if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
+  if (r.test == "fanin") return a.extra / a.bw_MBps;
+  if (r.baseline == "none") return NAN;
+  if (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat") return a.lat_p50_us / b.lat_p50_us;
+  if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
+  return a.bw_MBps / b.bw_MBps;
+}
+
+void print(const std::vector<Row>& rows, const Options& o) {
+  if (o.format == "csv") {
+    std::printf("test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
+                "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
+    for (const auto& r : rows) {
+      std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
+                  fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
+                  fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
+                  fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
+                  fmt_ratio(r.ratio).c_str());
+    }
+    return;
+  }
+  if (o.format == "json") {
+    std::printf("[\n");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt(v); };
+      std::printf("  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
+                  "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
+                  "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
+                  "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
+                  r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
+                  num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
+                  num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
+                  num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
+                  i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]\n");
+    return;
+  }
+  std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
+              "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
+  for (const auto& r : rows) {
+    std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s%s\n", r.test.c_str(),
+                sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
+                fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_MBps, 1).c_str(),
+                fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(), fmt(r.base.lat_p50_us).c_str(),
+                fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
+                r.note.empty() ? "" : ("  " + r.note).c_str());
+  }
+}
+
+}  // namespace sluice::perf

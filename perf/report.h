@@ -1,0 +1,39 @@
+// sluice-perf's figures, their medians and ratios, and the table/CSV/JSON output.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace sluice::perf {
+
+// What one run of one test measured.
+struct Figures {
+  double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_MBps = NAN, rate = NAN;
+  double extra = NAN;  // mixed: p999; fanin: receive high-water mark in bytes
+};
+
+struct Row {
+  std::string test;
+  std::size_t size;
+  int iters, window;
+  Figures sluice, base;
+  std::string baseline;
+  double ratio = NAN;
+  std::string note;
+};
+
+double percentile(std::vector<double> v, double p);
+Figures median_of(const std::vector<Figures>& runs);
+// Latency figures from round trips in seconds; `scale` 0.5 for one-way latency.
+Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t size);
+
+std::vector<std::size_t> default_sizes(const std::string& test);
+int default_iters(const std::string& test, std::size_t size);
+double headline_ratio(const Row& r);
+void print(const std::vector<Row>& rows, const Options& o);
+
+}  // namespace sluice::perf
