@@ -268,7 +268,12 @@ void EngineCore::post(std::function<void()> fn) {
 void EngineCore::timers(Clock::time_point now) {
   Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
                                      std::chrono::milliseconds(1));
-  next_timer_ = now + tick;
+  // With nothing to watch (no peer connecting or connected, no call waiting), an idle engine
+  // need not wake for timers more than once a second.
+  bool watching = !calls_.empty();
+  for (auto& pp : peers_)
+    watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
+  next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
   for (auto& pp : peers_) {
     if (!pp) continue;
     PeerData& p = *pp;

@@ -1,5 +1,6 @@
 // Two engines in one process (two ranks of an in-process group), over the real UCX transports.
 #include <atomic>
+#include <ctime>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -47,6 +48,45 @@ TEST(TwoEngines, EagerMessagesArriveInOrderWithIntactBytes) {
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
   EXPECT_EQ(completed, kCount);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+TEST(TwoEngines, AnIdleEngineSleepsInWaitAndPostWakesIt) {
+  Config c;
+  c.peer_timeout = kInfinite;  // no heartbeats: nothing to wake for but the post
+  RankPair pair(c);
+  Engine& e = pair.engine(0);
+  std::atomic<bool> ran{false};
+  Clock::time_point posted_at, ran_at;
+  // Posted 300 ms into a wait whose poll would otherwise sleep up to 1 s.
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    posted_at = Clock::now();
+    e.post([&] {
+      ran_at = Clock::now();
+      ran = true;
+    });
+  });
+  double cpu0 = thread_cpu_seconds();
+  auto t0 = Clock::now();
+  while (!ran && Clock::now() - t0 < std::chrono::seconds(10)) e.wait(Clock::now() + std::chrono::seconds(5));
+  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  double cpu = thread_cpu_seconds() - cpu0;
+  poster.join();
+  ASSERT_TRUE(ran.load());
+  EXPECT_LT(std::chrono::duration<double>(ran_at - posted_at).count(), 0.15) << "post() woke the sleeping engine";
+  EXPECT_LT(cpu, 0.25 * waited) << "an idle engine sleeps instead of spinning";
 }
 
 }  // namespace
