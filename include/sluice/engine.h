@@ -10,7 +10,9 @@
 // handshake happen on first use. Messages to one peer are delivered in send order.
 //
 // Completions (SendCallback, ReplyCallback) run on the engine thread from inside progress(),
-// never from inside the call that started the operation, and exactly once.
+// never from inside the call that started the operation, and exactly once. (One exception:
+// with SLUICE_RNDV=n, a large send() whose pieces do not all fit in the send pool progresses
+// the engine until they do, so other completions may run inside that send().)
 //
 // Flow control: a sender spends one credit per message; credits are receive slots the peer
 // reserved for it. Without credits, messages wait in the peer's send queue (at most
