@@ -87,6 +87,11 @@ class Peer {
   // the call returns anything but kOk.
   Result send(HandlerId handler, std::span<const std::byte> header,
               std::span<const std::byte> payload, SendCallback on_done = {});
+  // send() of the first `length` bytes of a registered send-pool slot (Engine::try_get_send_slot):
+  // a large payload goes by rendezvous with the slot's memory handle, so UCX looks up no
+  // registration. The slot must stay alive (and unchanged) until on_done runs.
+  Result send(HandlerId handler, std::span<const std::byte> header, const Slot& payload,
+              std::size_t length, SendCallback on_done = {});
   // send(), but the payload is copied first: the caller's buffer is free when this returns.
   Result send_copy(HandlerId handler, std::span<const std::byte> header,
                    std::span<const std::byte> payload, SendCallback on_done = {});

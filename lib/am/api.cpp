@@ -77,6 +77,13 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<cons
   return engine_->send(id_, h, header, payload, std::move(on_done), false);
 }
 
+Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload,
+                  std::size_t length, SendCallback on_done) {
+  if (!payload || length > payload.size()) return Result::kInvalidArgument;
+  return engine_->send(id_, h, header, std::span<const std::byte>(payload.data(), length),
+                       std::move(on_done), false, payload.memh());
+}
+
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header,
                        std::span<const std::byte> payload, SendCallback on_done) {
   return engine_->send(id_, h, header, payload, std::move(on_done), true);

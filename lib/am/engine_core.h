@@ -143,7 +143,7 @@ class EngineCore {
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
   Result send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> payload, SendCallback cb, bool copy);
+              std::span<const std::byte> payload, SendCallback cb, bool copy, void* memh = nullptr);
   Result call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
               std::span<const std::byte> payload, CallOptions options, ReplyCallback cb, CallId* id);
   void cancel(CallId id);

@@ -87,7 +87,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, b
 }
 
 Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, SendCallback cb, bool copy) {
+                        std::span<const std::byte> payload, SendCallback cb, bool copy, void* memh) {
   PeerData& p = *peers_[peer];
   if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
@@ -102,6 +102,7 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
   Op *hop, *pop;
   Result r = pack_message(p, 0, h, header, payload, 0, 0, 0, copy, &hop, &pop);
   if (r != Result::kOk) return r;
+  if (pop != nullptr && memh != nullptr) pop->payload_memh = memh;  // a registered pool slot
   (pop ? pop : hop)->on_done = std::move(cb);  // the last operation completes the send
   return enqueue(p, hop, pop);
 }

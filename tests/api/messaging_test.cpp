@@ -376,6 +376,34 @@ TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
   }
 }
 
+TEST(Messaging, SendFromARegisteredSendSlot) {
+  RankPair pair;
+  std::uint32_t crc = 0;
+  std::size_t got = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    crc = crc32c(m.payload());
+    got = m.payload().size();
+  }).ok());
+  const std::size_t n = std::size_t{900} << 10;  // rendezvous, from a 1M send-pool slot
+  auto data = pattern(n, 77);
+  pair.run([&](Engine& e) {
+    Slot slot;
+    ASSERT_EQ(e.try_get_send_slot(n, &slot), Result::kOk);
+    ASSERT_GE(slot.size(), n);
+    ASSERT_NE(slot.memh(), nullptr);
+    std::memcpy(slot.data(), data.data(), n);
+    bool done = false;
+    EXPECT_EQ(e.peer(1)->send(kData, {}, slot, slot.size() + 1), Result::kInvalidArgument);
+    ASSERT_EQ(e.peer(1)->send(kData, {}, slot, n, [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      done = true;
+    }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    EXPECT_EQ(e.stats().value("am.rndv_sent"), 1u);
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got == n; }, Clock::now() + kLong)); });
+  EXPECT_EQ(crc, crc32c(data));
+}
+
 TEST(Api, MisuseGetsClearErrors) {
   RankPair pair;
   Engine& e = pair.engine(0);
