@@ -30,7 +30,7 @@ using sluice::Message;
 using sluice::Result;
 using namespace sluice::perf;
 
-constexpr sluice::HandlerId kCmd = 900, kDone = 901, kLat = 910, kBw = 911, kAck = 912,
+constexpr sluice::HandlerId kCmd = 900, kDone = 901, kReady = 902, kLat = 910, kBw = 911, kAck = 912,
                             kEcho = 913, kBulk = 914, kStream = 915, kFlood = 916;
 
 struct Cmd {
@@ -62,6 +62,7 @@ class Bench {
       done_count_ = 0;
     }));
     SLUICE_RETURN_IF_ERROR(main_.register_handler(kDone, [this](Message&) { ++done_count_; }));
+    SLUICE_RETURN_IF_ERROR(main_.register_handler(kReady, [this](Message&) { ++ready_count_; }));
     return absl::OkStatus();
   }
 
@@ -275,8 +276,12 @@ class Bench {
   // Rank 0: tells everyone to run `c`, runs it, waits for everyone to finish.
   Figures drive(const Cmd& c) {
     done_count_ = 0;
+    ready_count_ = 0;
     reset();
     for (int r = 1; r < n_; ++r) send_spin(main_, r, kCmd, {}, std::as_bytes(std::span(&c, 1)));
+    // The test's traffic may use another engine (the bounce baseline) than the command: nothing
+    // orders the two, so wait until every rank has taken the command (and reset its counters).
+    wait_for([&] { return ready_count_ == n_ - 1; }, "the other ranks to take the command");
     Figures f = run_one(c);
     if (std::string(c.test) == "am_lat" || std::string(c.test) == "mixed") {
       for (int r = 1; r < n_; ++r) send_spin(main_, r, kDone, {});  // "stop answering / streaming"
@@ -292,6 +297,7 @@ class Bench {
       have_cmd_ = false;
       Cmd c = pending_cmd_;
       if (c.mode == 3) return;
+      send_spin(main_, 0, kReady, {});
       std::string t = c.test;
       if (t == "am_lat" || t == "mixed") {
         if (t == "mixed" && me_ >= 2) {
@@ -342,6 +348,7 @@ class Bench {
   std::vector<std::byte> landing_;
   Cmd pending_cmd_{};
   bool have_cmd_ = false;
+  int ready_count_ = 0;
   int done_count_ = 0;
   int received_ = 0, replies_ = 0, acks_ = 0, completions_ = 0;
 };

@@ -293,6 +293,12 @@ void EngineCore::timers(Clock::time_point now) {
                                 format_duration(config_.peer_timeout)));
       continue;
     }
+    // Credits owed but below the explicit threshold go back on the next tick: a sender that
+    // spent its window must not wait for traffic that may never come (delayed-ack timer).
+    if (p.owed.owed() != 0) {
+      c_.credit_msgs->add();
+      send_ctrl(p, wire::kCredit, {});
+    }
     if (silent >= config_.heartbeat && (!p.ping_outstanding || now - p.ping_sent >= config_.heartbeat)) {
       p.ping_outstanding = true;
       p.ping_sent = now;

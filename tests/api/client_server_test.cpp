@@ -124,7 +124,7 @@ TEST_P(ClientServer, ConnectToNobodyFailsWithinTheTimeout) {
 }
 
 TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
-  const int kRounds = std::getenv("ROUNDS") ? std::atoi(std::getenv("ROUNDS")) : 20;
+  constexpr int kRounds = 20;
   Node server(GetParam());
   auto port = server.engine->listen("127.0.0.1:0");
   ASSERT_TRUE(port.ok());
