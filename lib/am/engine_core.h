@@ -212,7 +212,11 @@ class EngineCore {
   void process(PeerData& p, Message& m, const wire::Header& h);
   void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
-  void dispatch(PeerData& p, Message& m);
+  // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
+  // exception's message in *what) when it threw. Handlers never throw past this point.
+  enum class Invoke { kDone, kNoHandler, kThrew };
+  Invoke invoke_handler(Message& m, std::string* what);
+  void dispatch(Message& m);
   void finish_incoming(PeerData& p, Message& m);
   std::span<std::byte> choose_landing(Message& m, std::size_t size);
   std::vector<Op*> unposted_;  // wildcard receive ops waiting for a slot

@@ -142,7 +142,7 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
 void EngineCore::finish_incoming(PeerData& p, Message& m) {
   if (m.reply_flag_) on_reply(p, m, {});
   else if (m.request_) on_request(p, m);
-  else dispatch(p, m);
+  else dispatch(m);
 }
 
 std::span<std::byte> EngineCore::choose_landing(Message& m, std::size_t size) {
@@ -246,22 +246,29 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   }
 }
 
-void EngineCore::dispatch(PeerData& p, Message& m) {
-  (void)p;
+EngineCore::Invoke EngineCore::invoke_handler(Message& m, std::string* what) {
   if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) [[unlikely]] {
     c_.unknown_handler->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
-                            m.source_, m.handler_);
-    return;
+    return Invoke::kNoHandler;
   }
   try {
     handlers_[m.handler_].fn(m);
+    return Invoke::kDone;
   } catch (const std::exception& e) {
-    c_.handler_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, e.what());
+    *what = e.what();
   } catch (...) {
-    c_.handler_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw a non-standard exception", m.handler_);
+    *what = "a non-standard exception";
+  }
+  c_.handler_errors->add();
+  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, *what);
+  return Invoke::kThrew;
+}
+
+void EngineCore::dispatch(Message& m) {
+  std::string what;
+  if (invoke_handler(m, &what) == Invoke::kNoHandler) [[unlikely]] {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
+                            m.source_, m.handler_);
   }
 }
 

@@ -88,24 +88,19 @@ void EngineCore::on_request(PeerData& p, Message& m) {
     return;
   }
   m.holds_rpc_slot_ = true;
-  if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) {
-    c_.unknown_handler->add();
-    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
-    return;
-  }
-  try {
-    handlers_[m.handler_].fn(m);
-  } catch (const std::exception& e) {
-    c_.handler_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kError, "rpc", "method %d threw: %s", m.handler_, e.what());
-    if (m.valid() && !m.replied_) {
-      std::string what = e.what();
-      (void)reply(m, {}, std::span(reinterpret_cast<const std::byte*>(what.data()), std::min<std::size_t>(what.size(), 512)),
-                  static_cast<std::uint16_t>(absl::StatusCode::kInternal));
-    }
-  } catch (...) {
-    c_.handler_errors->add();
-    if (m.valid() && !m.replied_) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+  std::string what;
+  switch (invoke_handler(m, &what)) {
+    case Invoke::kDone: break;
+    case Invoke::kNoHandler:
+      (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
+      break;
+    case Invoke::kThrew:
+      // The caller learns why; the server goes on.
+      if (m.valid() && !m.replied_) {
+        what.resize(std::min<std::size_t>(what.size(), 512));
+        (void)reply(m, {}, std::as_bytes(std::span(what)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+      }
+      break;
   }
 }
 
