@@ -120,6 +120,13 @@ struct EngineOptions {
 
 class Engine {
  public:
+  // Orderly close, bounded by min(SLUICE_CONNECT_TIMEOUT, 5 s): messages already sent or queued
+  // go out first (rendezvous payloads included, queued ones as the peers return credits), then
+  // every connected peer is told BYE with the last sequence sent, so it closes only once all of
+  // those are in. While it runs, completion callbacks of sends and calls still run (they may be
+  // told Cancelled); handlers do not: messages that arrive are dropped and counted, requests are
+  // answered Unavailable. What the deadline cuts off completes with Cancelled. Buffers passed
+  // to send() must outlive the Engine when their sends have not completed.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

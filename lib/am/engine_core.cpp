@@ -83,15 +83,25 @@ EngineCore::~EngineCore() {
     for (auto& op : op_storage_) op.slot.release();
     return;  // init failed part-way: nothing was posted, no peer was contacted
   }
+  shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
-  // Orderly close: tell live peers, let queued work fail, flush what is in flight.
+  // Orderly close. First what was sent goes out: queued messages (as credits come back) and
+  // in-flight ones, rendezvous payloads included, until the deadline...
+  auto unsent = [&] {
+    if (tx_inflight_ > 0) return true;
+    for (auto& p : peers_)
+      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) &&
+          (!p->queue.empty() || !p->call_queue.empty()))
+        return true;  // a connecting peer's queue goes out once its HELLO is in
+    return false;
+  };
+  while (unsent() && Clock::now() < deadline) progress();
+  // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
+  // it; then a short wait for the peers' own goodbyes, so no message arrives after the
+  // receives go.
   for (auto& p : peers_) {
-    if (p && p->state == PeerState::kReady) {
-      p->bye_sent = true;
-      send_ctrl(*p, wire::kBye, {});
-    }
+    if (p && p->state == PeerState::kReady) send_bye(*p);
   }
-  // Wait briefly for the peers' own goodbyes, so no message arrives after the receives go.
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
   auto live = [&] {
     for (auto& p : peers_)

@@ -120,6 +120,10 @@ struct PeerData {
   std::array<bool, 7> ctrl_busy{};
   bool credit_again = false;
   bool bye_sent = false;
+  std::uint64_t sent_seq = 0;        // the last sequence handed to the transport (in order)
+  std::uint32_t landing = 0;         // exact receives posted for this peer's payloads
+  bool bye_received = false;         // the peer closes once everything up to bye_seq is in
+  std::uint64_t bye_seq = 0;
   std::string fail_reason;
 };
 
@@ -209,6 +213,10 @@ class EngineCore {
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   void deliver(PeerData& p);
+  // After the peer's BYE: closes it once every message it sent before is in (delivered, and
+  // no payload of it still landing).
+  void close_after_bye(PeerData& p);
+  void send_bye(PeerData& p);
   void process(PeerData& p, Message& m, const wire::Header& h);
   void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
@@ -261,6 +269,7 @@ class EngineCore {
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
   bool closing_ = false;
+  bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
   std::thread::id driver_ = std::this_thread::get_id();  // shutting down: receives are not re-posted
   absl::flat_hash_map<CallId, Call> calls_;

@@ -139,12 +139,19 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
     case wire::kPing: send_ctrl(p, wire::kPong, {}); break;
     case wire::kPong: p.ping_outstanding = false; break;
     case wire::kBye:
-      // Answer, so the peer's orderly close need not wait for a goodbye of ours.
-      if (!p.bye_sent) {
-        p.bye_sent = true;
-        send_ctrl(p, wire::kBye, {});
+      // Answer, so the peer's orderly close need not wait for a goodbye of ours; close once
+      // the messages it sent before its BYE (aux: the last sequence) are all in.
+      send_bye(p);
+      p.bye_received = true;
+      p.bye_seq = h.aux;
+      if (h.aux > p.window.delivered() + p.granted) {
+        // More undelivered messages than it had credits for: not a sequence a correct peer
+        // sends. Close now rather than wait for messages that cannot come.
+        c_.parse_errors->add();
+        SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d said goodbye after sequence %u, beyond its credits", p.rank, h.aux);
+        p.bye_seq = p.window.delivered();
       }
-      fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
+      close_after_bye(p);
       return;
     default:
       c_.parse_errors->add();
@@ -173,6 +180,10 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     p.credits = SendCredits();
     p.owed = CreditReturn();
     p.next_seq = 1;
+    p.sent_seq = 0;
+    p.landing = 0;
+    p.bye_sent = p.bye_received = false;
+    p.bye_seq = 0;
     p.window = ReorderWindow<Incoming>();
     p.rpc_slots = 0;
     p.ping_outstanding = false;
@@ -193,6 +204,18 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   if (p.state == PeerState::kNew) start_handshake(p);
   else if (!p.hello_sent) send_hello(p);  // a client answers the server's HELLO
   maybe_ready(p);
+}
+
+void EngineCore::send_bye(PeerData& p) {
+  if (p.bye_sent) return;
+  p.bye_sent = true;
+  send_ctrl(p, wire::kBye, {}, p.sent_seq);
+}
+
+void EngineCore::close_after_bye(PeerData& p) {
+  if (!p.bye_received || p.state != PeerState::kReady) return;
+  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.blocked) return;
+  fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
 void EngineCore::maybe_ready(PeerData& p) {

@@ -97,6 +97,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   if (!p->blocked && p->window.take_in_order(h.seq)) [[likely]] {
     process(*p, m, h);
     if (!p->blocked && p->window.held() != 0) deliver(*p);
+    if (p->bye_received) [[unlikely]] close_after_bye(*p);
     if (returned) flush(*p);
     return;
   }
@@ -122,6 +123,7 @@ void EngineCore::deliver(PeerData& p) {
     if (!p.window.next(&in)) break;
     process(p, in.message, in.header);
   }
+  if (p.bye_received) [[unlikely]] close_after_bye(p);
 }
 
 void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
@@ -140,7 +142,11 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
 }
 
 void EngineCore::finish_incoming(PeerData& p, Message& m) {
-  if (m.reply_flag_) on_reply(p, m, {});
+  if (m.reply_flag_) on_reply(p, m, {});  // completes a call of ours, like a send completion
+  else if (shutting_down_) [[unlikely]] {
+    if (m.request_) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnavailable));
+    count_drop("the engine is closing; handlers no longer run");
+  }
   else if (m.request_) on_request(p, m);
   else dispatch(m);
 }
@@ -180,6 +186,7 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ord
   void* memh = m.landing_ ? m.landing_.memh() : nullptr;
   op->pending = std::move(m);
   if (ordered) p.blocked = true;
+  ++p.landing;
   ++exact_posted_;
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
@@ -194,6 +201,7 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   free_op(op);
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.blocked = false;
+  --p.landing;
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: rendezvous payload of %u bytes failed: %s, %u bytes landed",
                             p.rank, m.payload_.size(), absl::StatusCodeToString(code), length);

@@ -175,6 +175,7 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
 }
 
 void EngineCore::transmit(PeerData& p, const Pending& m) {
+  ++p.sent_seq;  // messages reach the transport in sequence order (the queue is FIFO)
   wire::patch_piggyback(m.header->slot.data(), p.owed.take(), p.window.delivered());
   c_.msgs_sent->add();
   c_.bytes_sent->add(m.header->message_len + (m.payload ? m.payload->payload_len : 0));

@@ -169,6 +169,48 @@ TEST_P(Messaging, EagerAndRendezvousFromOnePeerStayInOrder) {
   send_and_check(pair, payloads, false, &order);
 }
 
+TEST_P(Messaging, ClosingEngineDeliversWhatItSentAndThePeerClosesWithoutFailure) {
+  // Rank 0 sends eager and rendezvous messages and closes at once, without waiting for a
+  // completion: its close sends them all, then BYE, and rank 1 closes the peer only once every
+  // one has reached its handler — an orderly close, not a failure.
+  RankPair pair(config());
+  constexpr int kCount = 200;
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < kCount; ++i) payloads.push_back(pattern(i % 4 == 3 ? 256 << 10 : 100, i));
+  std::vector<std::uint32_t> got;
+  std::size_t bad = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    std::uint32_t i;
+    std::memcpy(&i, m.header().data(), sizeof(i));
+    if (i >= kCount || m.payload().size() != payloads[i].size() ||
+        std::memcmp(m.payload().data(), payloads[i].data(), payloads[i].size()) != 0)
+      ++bad;
+    got.push_back(i);
+  }).ok());
+  std::atomic<int> completed_ok{0};
+  Engine& e0 = pair.engine(0);
+  std::thread receiver([&] {
+    Engine& e1 = pair.engine(1);
+    e1.run_until([&] { return got.size() == kCount && !e1.peer(0)->alive(); },
+                 Clock::now() + kLong);
+  });
+  for (std::uint32_t i = 0; i < kCount; ++i) {
+    Result r;
+    while ((r = e0.peer(1)->send(kData, bytes_of(i), payloads[i], [&](absl::Status s) {
+              if (s.ok()) ++completed_ok;
+            })) == Result::kWouldBlock)
+      e0.progress();
+    ASSERT_EQ(r, Result::kOk);
+  }
+  pair.close(0);
+  receiver.join();
+  EXPECT_EQ(completed_ok.load(), kCount);
+  ASSERT_EQ(got.size(), std::size_t{kCount});
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], static_cast<std::uint32_t>(i));
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(pair.engine(1).stats().value("peers.failed"), 0u) << "a goodbye is not a failure";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Messaging,
                          ::testing::Values(Transport{"shm", "", true}, Transport{"tcp", "tcp", true},
                                            Transport{"shm_bounce", "", false}, Transport{"tcp_bounce", "tcp", false}),

@@ -51,6 +51,12 @@ class PeerFailure(unittest.TestCase):
 
     def check_kill(self, tls, extra, bound):
         self.start("kill", tls, extra)
+        # Stop the victim a moment first, so that operations towards it are surely in flight
+        # (rendezvous payloads it has not pulled, or messages waiting for credits) when it dies;
+        # a running victim on a fast transport may have completed all of them by then.
+        self.procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(0.3)
+        t_kill = time.time()
         self.procs[1].send_signal(signal.SIGKILL)
         rc, r, err = self.finish()
         self.assertEqual(rc, 0, "%s\n%s" % (r, err))
@@ -58,7 +64,8 @@ class PeerFailure(unittest.TestCase):
         self.assertEqual(r["twice"], "0")
         self.assertGreater(int(r["failed1"]), 0, "operations in flight completed with Unavailable")
         self.assertGreater(int(r["to2_after"]), 2000, "the bystander's flow went on")
-        self.assertLess(float(r["detect_s"]), bound)
+        self.assertLess(float(r["last_failure_wall"]) - t_kill, bound,
+                        "every operation towards the dead peer completed within the bound after the kill")
         self.assertEqual(r["held_send_slots"], "0")
         self.assertEqual(r["outstanding"], "0")
         self.assertEqual(r["posted_exact"], "0", "receives posted for the dead sender's payloads were cancelled")
@@ -95,7 +102,7 @@ class PeerFailure(unittest.TestCase):
         self.assertEqual(rc, 0, "%s\n%s" % (r, err))
         self.assertEqual(r["dead"], "0")
         self.assertEqual(r["failed1"], "0")
-        self.assertEqual(r["peers_failed"], "0")
+        self.assertEqual(r["peers_failed"], "0", err)
         self.assertEqual(r["sent1"], r["ok1"])
 
 

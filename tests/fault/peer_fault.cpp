@@ -23,6 +23,9 @@ using Secs = std::chrono::duration<double>;
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "kill";  // kill | stop | stop-survive
+  // Send buffers outlive the engine: its close still sends what is in flight.
+  std::vector<std::byte> small(64), big(std::size_t{1} << 20);
+  int from0 = 0, from1 = 0, finish = 0;
   auto ctx = Context::create();
   if (!ctx.ok()) {
     std::fprintf(stderr, "peer_fault: %s\n", ctx.status().ToString().c_str());
@@ -35,8 +38,6 @@ int main(int argc, char** argv) {
   }
   Engine& e = **eng;
   int me = e.rank();
-  std::vector<std::byte> small(64), big(std::size_t{1} << 20);
-  int from0 = 0, from1 = 0, finish = 0;
   (void)e.register_handler(1, [&](Message& m) { m.source() == 0 ? ++from0 : ++from1; });
   (void)e.register_handler(2, [&](Message&) { ++finish; });
   std::printf("rank %d pid %d ready\n", me, getpid());
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   } to1, to2;
   std::vector<int> done_count;
   Clock::time_point first_failure{}, last_ok{};
+  double last_failure_wall = -1;  // seconds since the epoch, for the driver's kill time
   auto t_start = Clock::now();
   auto send = [&](int to, Flow& f, bool large) {
     auto idx = done_count.size();
@@ -84,6 +86,9 @@ int main(int argc, char** argv) {
                                     if (s.code() != absl::StatusCode::kUnavailable)
                                       std::fprintf(stderr, "unexpected status %s\n", s.ToString().c_str());
                                     if (ff.failed++ == 0 && to == 1) first_failure = Clock::now();
+                                    if (to == 1)
+                                      last_failure_wall =
+                                          Secs(std::chrono::system_clock::now().time_since_epoch()).count();
                                   }
                                 });
     if (r == Result::kOk) ++f.sent;
@@ -135,11 +140,13 @@ int main(int argc, char** argv) {
   double detect = dead ? Secs(first_failure - last_ok).count() : -1;
   std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
-              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu\n",
+              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
+              "last_failure_wall=%.6f\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
-              static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager);
+              static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
+              last_failure_wall);
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&

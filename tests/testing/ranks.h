@@ -35,6 +35,8 @@ class RankPair {
   }
 
   Engine& engine(int r) { return *engines_[r]; }
+  // Destroys rank r's engine now (its orderly close); the other may go on.
+  void close(int r) { engines_[r].reset(); }
 
   // Runs `f0` on rank 0 and `f1` on rank 1 concurrently, each on its own thread.
   void run(const std::function<void(Engine&)>& f0, const std::function<void(Engine&)>& f1) {

@@ -199,9 +199,18 @@ TEST(Pool, CrossThreadReleaseLosesNothingAndDuplicatesNothing) {
     std::lock_guard lock(mu[i % kThreads]);
     inbox[static_cast<std::size_t>(i % kThreads)].push_back(std::move(s));
   }
+  // The releasing threads empty their inboxes themselves (on a loaded machine they may not
+  // have run at all yet), so every slot goes back from a non-owner thread.
+  auto inboxes_empty = [&] {
+    for (int t = 0; t < kThreads; ++t) {
+      std::lock_guard lock(mu[t]);
+      if (!inbox[static_cast<std::size_t>(t)].empty()) return false;
+    }
+    return true;
+  };
+  while (!inboxes_empty()) std::this_thread::yield();
   stop = true;
   for (auto& t : threads) t.join();
-  for (auto& box : inbox) box.clear();
   // Every slot comes back exactly once: all `total` can be taken again, all distinct.
   std::vector<Slot> again;
   Slot s;
