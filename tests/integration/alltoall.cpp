@@ -2,13 +2,15 @@
 // `count` ledger messages (and one rendezvous payload) to every other rank and checks what it
 // receives: all of it, in order, intact. Then every rank calls every other once.
 //
-//   alltoall [COUNT] [--hang-rank R] [--exit-rank R CODE] [--print-env VAR]
+//   alltoall [COUNT] [--small] [--hang-rank R] [--exit-rank R CODE] [--print-env VAR]
+// --small: payloads of 0 to 64 bytes only (the volume run: a million messages per pair).
 // Exit 0 when every check passed.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,11 +27,13 @@ using testing_support::pattern;
 int main(int argc, char** argv) {
   int count = 2000, hang_rank = -1, exit_rank = -1, exit_code = 0;
   const char* print_env = nullptr;
+  bool small = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--hang-rank" && i + 1 < argc) hang_rank = std::atoi(argv[++i]);
     else if (a == "--exit-rank" && i + 2 < argc) exit_rank = std::atoi(argv[++i]), exit_code = std::atoi(argv[++i]);
     else if (a == "--print-env" && i + 1 < argc) print_env = argv[++i];
+    else if (a == "--small") small = true;
     else count = std::atoi(argv[i]);
   }
   auto ctx = Context::create();
@@ -84,7 +88,8 @@ int main(int argc, char** argv) {
       // Sizes around every boundary: empty, tiny, a cache line, the eager limit -1/0/+1.
       static const std::size_t kSizes[] = {0, 1, 63, 64, 8192 - sizeof(Ledger) - 1, 8192 - sizeof(Ledger),
                                            8192 - sizeof(Ledger) + 1, 200};
-      auto payload = pattern(kSizes[i % 8], static_cast<std::uint64_t>(i));
+      static const std::size_t kSmall[] = {0, 1, 8, 17, 32, 63, 64, 40};
+      auto payload = pattern(small ? kSmall[i % 8] : kSizes[i % 8], static_cast<std::uint64_t>(i));
       Ledger l{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(i), payload.size(), crc32c(payload)};
       Result r;
       while ((r = e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb)) == Result::kWouldBlock) e.progress();
@@ -95,19 +100,33 @@ int main(int argc, char** argv) {
       ++expected_sends;
     }
   }
+  // kWouldBlock (the send queue is full while the peer catches up): progress and retry.
+  auto retry = [&](int to, const char* what, const std::function<Result()>& op) {
+    Result r;
+    while ((r = op()) == Result::kWouldBlock) e.progress();
+    if (r != Result::kOk) std::fprintf(stderr, "alltoall: rank %d: %s to %d: %s\n", me, what, to, to_string(r));
+    return r == Result::kOk;
+  };
   for (int k = 1; k < n; ++k) {
-    (void)e.peer((me + k) % n)->send(2, {}, big_payload, cb);
+    int to = (me + k) % n;
+    if (!retry(to, "send", [&] { return e.peer(to)->send(2, {}, big_payload, cb); })) return 1;
     ++expected_sends;
-    (void)e.peer((me + k) % n)->call(3, {}, std::as_bytes(std::span(&me, 1)), {}, [&](absl::Status s, Message& r) {
-      if (!s.ok() || r.payload().size() != sizeof(int)) ++bad;
-      ++replies;
-    });
+    if (!retry(to, "call", [&] {
+          return e.peer(to)->call(3, {}, std::as_bytes(std::span(&me, 1)), {}, [&](absl::Status s, Message& r) {
+            if (!s.ok() || r.payload().size() != sizeof(int)) ++bad;
+            ++replies;
+          });
+        }))
+      return 1;
   }
   bool ok = e.run_until([&] {
     return received == count * (n - 1) && big == n - 1 && replies == n - 1 && completions == expected_sends;
   }, Clock::now() + std::chrono::seconds(120));
   // Stay up (progressing) until every rank says it needs nothing more from us.
-  for (int k = 1; k < n; ++k) (void)e.peer((me + k) % n)->send(4, {}, {});
+  for (int k = 1; k < n; ++k) {
+    int to = (me + k) % n;
+    if (!retry(to, "send", [&] { return e.peer(to)->send(4, {}, {}); })) return 1;
+  }
   ok = e.run_until([&] { return dones == n - 1; }, Clock::now() + std::chrono::seconds(120)) && ok;
   if (!ok || bad != 0 || failures != 0) {
     std::fprintf(stderr, "alltoall: rank %d: %s, received %d/%d, big %d, replies %d, bad %d, failures %d\n", me,

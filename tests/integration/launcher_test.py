@@ -66,6 +66,14 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
 
+    def test_a_million_small_messages_each_way_between_two_processes(self):
+        # Volume: 1,000,000 messages of 0-64 bytes from each rank to the other, every CRC and
+        # the order checked by the receiver, over shared memory and over TCP.
+        for tls in ("", "tcp"):
+            r = run([RUN, "-n", "2", ALLTOALL, "1000000", "--small"], env=dict(self.env, SLUICE_TLS=tls))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.count("ok (1000000 messages from each peer)"), 2, r.stdout)
+
     def test_rank_exit_status_is_the_jobs_and_nothing_is_left(self):
         t0 = time.time()
         r = run([RUN, "-n", "3", ALLTOALL, "--exit-rank", "1", "3"], env=self.env)
