@@ -48,6 +48,7 @@ struct SlotDesc {
   void* memh;
   PoolClass* owner;
   std::size_t size;
+  bool reserved = false;  // taken from a held-back reservation (send pool: reply capacity)
 };
 }  // namespace detail
 

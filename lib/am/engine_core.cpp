@@ -425,6 +425,10 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     recv_pool_->eager().unreserve(p.granted);
     p.granted = 0;
   }
+  if (p.reply_reserved != 0) {
+    send_pool_->eager().unreserve(p.reply_reserved);
+    p.reply_reserved = 0;
+  }
   p.server_slots = SlotTable(config_.rpc_slots);
   p.calls_outstanding = 0;
 }

@@ -102,6 +102,7 @@ struct PeerData {
   SendCredits credits;
   CreditReturn owed;
   std::uint32_t granted = 0;  // receive slots reserved for this peer
+  std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
   std::uint64_t next_seq = 1;
   ReorderWindow<Incoming> window;
   std::deque<Pending> queue;
@@ -217,6 +218,8 @@ class EngineCore {
   // no payload of it still landing).
   void close_after_bye(PeerData& p);
   void send_bye(PeerData& p);
+  // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
+  void refuse(PeerData& p, const std::string& why);
   void process(PeerData& p, Message& m, const wire::Header& h);
   void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);

@@ -19,20 +19,22 @@ void EngineCore::start_handshake(PeerData& p) {
   send_hello(p);
 }
 
+void EngineCore::refuse(PeerData& p, const std::string& why) {
+  SLUICE_LOG(kError, "flow", "%s", why);
+  send_ctrl(p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()),
+                                        std::min<std::size_t>(why.size(), 128)));
+  fail_peer(p, absl::StatusCode::kResourceExhausted, why);
+}
+
 bool EngineCore::send_hello(PeerData& p) {
   if (p.hello_sent) return true;
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
   std::uint32_t grant = config_.credits;
   while (grant >= 2 && !recv_pool_->eager().reserve(grant).ok()) grant /= 2;
   if (grant < 2) {
-    std::string why = absl::StrFormat(
-        "cannot reserve the minimum of 2 credits (%u B receive slots) for rank %d: receive "
-        "budget exhausted; raise SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
-        recv_pool_->eager().slot_size(), p.rank);
-    SLUICE_LOG(kError, "flow", "%s", why);
-    send_ctrl(p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()),
-                                          std::min<std::size_t>(why.size(), 128)));
-    fail_peer(p, absl::StatusCode::kResourceExhausted, why);
+    refuse(p, absl::StrFormat("cannot reserve the minimum of 2 credits (%u B receive slots) for rank %d: "
+                              "receive budget exhausted; raise SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
+                              recv_pool_->eager().slot_size(), p.rank));
     return false;
   }
   if (grant < config_.credits) {
@@ -40,10 +42,27 @@ bool EngineCore::send_hello(PeerData& p) {
   }
   p.granted = grant;
   p.owed.grant(grant);
+  // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
+  // slots are held back for replies, so that a reply — even while the previous one is still in
+  // flight — is never refused for want of send memory that one-way sends used up.
+  std::uint32_t slots = config_.rpc_slots;
+  while (slots >= 1 && !send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
+  if (slots == 0) {
+    refuse(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for rank %d: send budget "
+                              "exhausted; raise SLUICE_SEND_POOL_MAX",
+                              send_pool_->eager().slot_size(), p.rank));
+    return false;
+  }
+  if (slots < config_.rpc_slots) {
+    SLUICE_LOG(kInfo, "flow", "rank %d granted %u RPC slots, not %u: send budget for replies", p.rank, slots,
+               config_.rpc_slots);
+  }
+  p.reply_reserved = 2 * slots;
+  p.server_slots = SlotTable(slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
   wire::Hello hello{me, static_cast<std::uint32_t>(engine_id_), static_cast<std::uint32_t>(eager_limit_),
-                    grant, config_.rpc_slots, p.id, incarnation_};
+                    grant, slots, p.id, incarnation_};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.hello_sent = true;

@@ -16,7 +16,9 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
   PoolClass& cls = send_pool_->eager();
   if (total > cls.slot_size()) return Result::kInvalidArgument;
   Slot slot;
-  if (cls.try_get(&slot) != Result::kOk) [[unlikely]] {
+  // Replies may use the capacity held back for them; everything else leaves it.
+  Result got = (flags & wire::kFlagReply) ? cls.try_get_reserved(&slot) : cls.try_get(&slot);
+  if (got != Result::kOk) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
   }

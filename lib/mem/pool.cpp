@@ -56,7 +56,7 @@ absl::Status PoolClass::grow() {
     unbacked = budget_->reserved_bytes;  // conservative: reservations are never lent out
   }
   std::size_t limit = budget_->max > unbacked ? budget_->max - unbacked : 0;
-  if (reserved_only_) limit = budget_->max;
+  if (reserved_only_ || reserved_ != 0) limit = budget_->max;  // the class holding them
   std::size_t room = limit > budget_->mapped ? limit - budget_->mapped : 0;
   if (room < slot_size_) return absl::ResourceExhaustedError("budget");
   std::size_t bytes = std::min(want, room / slot_size_ * slot_size_);
@@ -89,11 +89,8 @@ void PoolClass::drain_remote() {
   SlotDesc* list = remote_.exchange(nullptr, std::memory_order_acquire);
   while (list != nullptr) {
     SlotDesc* next = list->next;
-    list->next = free_;
-    free_ = list;
-    ++free_count_;
+    put_back(list);
     ++cross_thread_;
-    budget_->held_bytes -= slot_size_;
     list = next;
   }
 }
@@ -105,7 +102,7 @@ void PoolClass::note_exhausted() {
       "%s pool exhausted: class %s, %u/%u slots of %u B in use, hwm %u, %s%s of %s mapped; "
       "raise %s",
       to_string(budget_->direction), name_, in_use(), total_, slot_size_, high_water_,
-      reserved_only_ ? absl::StrFormat("%u reserved, ", reserved_) : std::string(),
+      reserved_ != 0 ? absl::StrFormat("%u reserved, ", reserved_) : std::string(),
       format_size(budget_->mapped), format_size(budget_->max),
       reserved_only_ ? "SLUICE_CREDITS or SLUICE_RECV_POOL_MAX" : budget_->variable);
 }
@@ -116,20 +113,41 @@ Result PoolClass::try_get(Slot* out) {
   return r;
 }
 
-Result PoolClass::try_take(Slot* out) {
+Result PoolClass::try_get_reserved(Slot* out) {
+  Result r = take(out, true);
+  if (r != Result::kOk) [[unlikely]] note_exhausted();
+  return r;
+}
+
+Result PoolClass::try_take(Slot* out) { return take(out, false); }
+
+Result PoolClass::take(Slot* out, bool from_reserve) {
   // Slots released on other threads count as in use until drained: drain before refusing.
-  if (reserved_only_ && in_use() >= reserved_) [[unlikely]] drain_remote();
-  if (free_ == nullptr) [[unlikely]] {
-    drain_remote();
-    bool allowed = !reserved_only_ || in_use() < reserved_;
-    if (free_ == nullptr && allowed) (void)grow();
-  }
-  if (free_ == nullptr || (reserved_only_ && in_use() >= reserved_)) [[unlikely]] {
-    return Result::kExhausted;
+  bool held = false;  // this slot comes out of held-back capacity
+  if (reserved_only_) {
+    if (in_use() >= reserved_) [[unlikely]] drain_remote();
+    if (free_ == nullptr) [[unlikely]] {
+      drain_remote();
+      if (free_ == nullptr && in_use() < reserved_) (void)grow();
+    }
+    if (free_ == nullptr || in_use() >= reserved_) [[unlikely]] return Result::kExhausted;
+  } else {
+    // Free slots beyond those still owed to reserved takers; grow while there are none.
+    std::size_t owed = reserved_ > reserved_in_use_ ? reserved_ - reserved_in_use_ : 0;
+    held = from_reserve && owed != 0;
+    std::size_t keep = held ? 0 : owed;
+    if (free_count_ <= keep) [[unlikely]] {
+      drain_remote();
+      while (free_count_ <= keep && grow().ok()) {
+      }
+      if (free_count_ <= keep) return Result::kExhausted;
+    }
   }
   SlotDesc* d = free_;
   free_ = d->next;
   --free_count_;
+  d->reserved = held;
+  if (held) ++reserved_in_use_;
   std::size_t used = total_ - free_count_;
   if (used > high_water_) high_water_ = used;
   budget_->held_bytes += slot_size_;
@@ -152,10 +170,7 @@ Result PoolClass::get(Slot* out, std::chrono::steady_clock::time_point deadline,
 
 void PoolClass::release(SlotDesc* d) {
   if (std::this_thread::get_id() == owner_) [[likely]] {
-    d->next = free_;
-    free_ = d;
-    ++free_count_;
-    budget_->held_bytes -= slot_size_;
+    put_back(d);
     return;
   }
   SlotDesc* head = remote_.load(std::memory_order_relaxed);
@@ -163,6 +178,17 @@ void PoolClass::release(SlotDesc* d) {
     d->next = head;
   } while (!remote_.compare_exchange_weak(head, d, std::memory_order_release,
                                           std::memory_order_relaxed));
+}
+
+void PoolClass::put_back(SlotDesc* d) {
+  d->next = free_;
+  free_ = d;
+  ++free_count_;
+  budget_->held_bytes -= slot_size_;
+  if (d->reserved) [[unlikely]] {
+    d->reserved = false;
+    --reserved_in_use_;
+  }
 }
 
 absl::Status PoolClass::reserve(std::size_t n) {

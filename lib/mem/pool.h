@@ -55,11 +55,15 @@ class PoolClass {
   Result get(Slot* out, std::chrono::steady_clock::time_point deadline,
              const std::function<void()>& progress);
 
-  // Reservations (receive pool, eager class): only reserved capacity can be handed out.
-  // Fails with ResourceExhausted when the budget cannot back `n` more slots.
+  // Reservations, checked against the budget (ResourceExhausted when it cannot back `n` more
+  // slots). In a reserved_only class (receive pool, eager class) only reserved capacity can be
+  // handed out at all. In any other class (send pool, eager class: reply capacity) reserved
+  // slots are held back: try_get/try_take leave them, and only try_get_reserved takes them.
   absl::Status reserve(std::size_t n);
   void unreserve(std::size_t n);
   std::size_t reserved() const { return reserved_; }
+  // try_get that may use held-back capacity (and ordinary capacity once that is used up).
+  Result try_get_reserved(Slot* out);
 
   // Maps the first chunk now (pools start with one chunk).
   absl::Status prime();
@@ -77,6 +81,8 @@ class PoolClass {
   std::size_t max_slots() const;
   void drain_remote();
   void note_exhausted();
+  Result take(Slot* out, bool from_reserve);
+  void put_back(SlotDesc* d);
 
   std::string name_;
   std::size_t slot_size_;
@@ -88,6 +94,7 @@ class PoolClass {
   std::size_t free_count_ = 0;
   std::size_t total_ = 0;
   std::size_t reserved_ = 0;
+  std::size_t reserved_in_use_ = 0;  // held-back slots handed out (not reserved_only)
   std::atomic<SlotDesc*> remote_{nullptr};
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::vector<std::unique_ptr<SlotDesc[]>> descs_;

@@ -253,5 +253,74 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
   EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
 }
 
+TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
+  // The server's one-way sends to a client that holds their credits fill its send pool; a
+  // reply still finds a send slot, out of the 2·S held back for replies (rpc.md).
+  Config c;
+  c.send_pool_max = 256 << 10;
+  c.pool_chunk = 64 << 10;
+  c.credits = 4;
+  c.rpc_slots = 4;
+  c.send_queue_max = 1000;
+  RankPair pair(c);
+  constexpr HandlerId kFlood = 24;
+  std::vector<Message> kept;
+  bool keep = true;
+  int flood_seen = 0;
+  ASSERT_TRUE(pair.engine(0).register_handler(kFlood, [&](Message& m) {
+    ++flood_seen;
+    if (keep) kept.push_back(std::move(m));
+  }).ok());
+  std::atomic<bool> server_full{false}, replied{false}, stop{false};
+  std::atomic<Result> reply_result{Result::kInvalidArgument};
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [&](Message& m) {
+    reply_result.store(m.reply(m.header(), m.payload()));
+    replied = true;
+  }).ok());
+  int sent = 0;
+  pair.run([&](Engine& e) {
+    ASSERT_TRUE(e.run_until([&] { return server_full.load(); }, Clock::now() + kLong));
+    std::string text = "still answered";
+    bool done = false;
+    absl::Status status;
+    std::string echoed;
+    ASSERT_EQ(e.peer(1)->call(kEcho, {}, std::as_bytes(std::span(text)), {}, [&](absl::Status st, Message& r) {
+      status = st;
+      if (st.ok()) echoed.assign(reinterpret_cast<const char*>(r.payload().data()), r.payload().size());
+      done = true;
+    }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return replied.load(); }, Clock::now() + kLong));
+    keep = false;
+    kept.clear();  // credits go back: the queued sends and then the reply flow
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(echoed, text);
+    ASSERT_TRUE(e.run_until([&] { return flood_seen == sent; }, Clock::now() + kLong));
+    stop = true;
+  }, [&](Engine& e) {
+    std::vector<std::byte> small(100);
+    // Send until the pool has stayed full for 200 ms: the slots of sends that complete (those
+    // the client's credits let through) are taken again, the rest wait in the queue.
+    Result r = Result::kOk;
+    auto last_ok = Clock::now();
+    while (Clock::now() - last_ok < std::chrono::milliseconds(200)) {
+      r = e.peer(0)->send_copy(kFlood, {}, small);
+      if (r == Result::kOk) {
+        ++sent;
+        last_ok = Clock::now();
+      }
+      e.progress();
+    }
+    EXPECT_EQ(r, Result::kWouldBlock);
+    PoolStats ps = e.pool_stats(Direction::kSend);
+    EXPECT_GE(ps.classes[0].slots_total - ps.classes[0].slots_free, static_cast<std::size_t>(sent) - c.credits)
+        << "the queued sends (all but those the credits let through) hold the send pool";
+    EXPECT_LT(sent, 1000) << "the pool ran out, not the send queue";
+    server_full = true;
+    e.run_until([&] { return stop.load(); }, Clock::now() + kLong);
+  });
+  EXPECT_EQ(reply_result.load(), Result::kOk);
+}
+
 }  // namespace
 }  // namespace sluice

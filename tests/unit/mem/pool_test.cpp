@@ -223,6 +223,42 @@ TEST(Pool, CrossThreadReleaseLosesNothingAndDuplicatesNothing) {
   EXPECT_GT(handed, 0);
 }
 
+TEST(Pool, HeldBackSendCapacityIsOnlyForReservedTakers) {
+  // Reply capacity: with 8 slots held back, ordinary sends stop 8 short of the budget, the 8
+  // stay for try_get_reserved, and once they are out a reserved taker uses ordinary capacity.
+  Fixture f(small(1 << 20, 1 << 20));
+  auto pool = f.make(Direction::kSend);
+  PoolClass& cls = pool->eager();
+  const std::size_t n = (std::size_t{1} << 20) / cls.slot_size();
+  ASSERT_TRUE(cls.reserve(8).ok());
+  std::vector<Slot> ordinary, replies;
+  Slot s;
+  while (cls.try_get(&s) == Result::kOk) ordinary.push_back(std::move(s));
+  EXPECT_EQ(ordinary.size(), n - 8);
+  while (cls.try_get_reserved(&s) == Result::kOk) replies.push_back(std::move(s));
+  EXPECT_EQ(replies.size(), 8u);
+  // A held-back slot returned is held back again: not for an ordinary taker.
+  replies.pop_back();
+  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
+  ASSERT_EQ(cls.try_get_reserved(&s), Result::kOk);
+  replies.push_back(std::move(s));
+  // Ordinary slots returned serve a reserved taker too once its own are out.
+  ordinary.pop_back();
+  ASSERT_EQ(cls.try_get_reserved(&s), Result::kOk);
+  replies.push_back(std::move(s));
+  // Unreserving releases the capacity to everyone.
+  replies.clear();
+  ordinary.clear();
+  cls.unreserve(8);
+  while (cls.try_get(&s) == Result::kOk) ordinary.push_back(std::move(s));
+  EXPECT_EQ(ordinary.size(), n);
+  // A reservation the budget cannot back is refused, naming the variable.
+  ordinary.clear();
+  absl::Status st = cls.reserve(n + 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("SLUICE_SEND_POOL_MAX"));
+}
+
 TEST(Arena, PagesLandOnTheRequestedNode) {
   auto topo = Topology::load();
   ASSERT_TRUE(topo.ok());
