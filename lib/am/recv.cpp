@@ -73,8 +73,9 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d returned %u credits, more than granted", p->rank, h.credits);
   }
-  Incoming in;
-  Message& m = in.message;
+  // The fast path builds only the Message; the early-arrival path wraps it (with its header)
+  // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
+  Message m;
   m.engine_ = this;
   m.peer_ = p->id;
   m.source_ = static_cast<int>(p->id);
@@ -101,6 +102,8 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     if (returned) flush(*p);
     return;
   }
+  Incoming in;
+  in.message = std::move(m);
   in.header = h;
   wire::Header copy = h;
   switch (p->window.offer(copy.seq, std::move(in), p->granted + 64)) {
