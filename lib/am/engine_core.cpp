@@ -44,7 +44,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.replies"),         &s.counter("rpc.late_replies"),
                 &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
-                &s.counter("am.orphaned_sends")};
+                &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -398,6 +398,14 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
       if (m.payload) free_op(m.payload);
     }
   }
+  // A batch not posted yet never reached the transport either.
+  if (p.batch != nullptr) {
+    Op* head = p.batch;
+    p.batch = p.batch_tail = nullptr;
+    if (head->on_done) head->on_done(status);
+    complete_coalesced(head, status, false);
+    free_op(head);
+  }
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
@@ -542,6 +550,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
       cb(status);
     }
     if (op.releases_rpc_slot) op.releases_rpc_slot = false;
+    complete_coalesced(&op, status, false);
   }
 }
 

@@ -29,6 +29,9 @@ class EngineCore;
 enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx };
 
 // A transport operation of this engine; pooled, never allocated on the hot path once warm.
+// Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
+inline constexpr std::size_t kCoalesceMax = 1024;
+
 struct Op : TransportOp {
   EngineCore* engine = nullptr;
   OpKind kind = OpKind::kSend;
@@ -50,6 +53,7 @@ struct Op : TransportOp {
   bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
                                        // callback only frees it
   Op* next_free = nullptr;
+  Op* coalesced_next = nullptr;        // sends riding in this one's tagged message
 };
 
 struct Completion {
@@ -125,6 +129,9 @@ struct PeerData {
   std::uint32_t landing = 0;         // exact receives posted for this peer's payloads
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
+  Op* batch = nullptr;               // coalesced messages not posted yet: the first one's op...
+  Op* batch_tail = nullptr;          // ...the last one riding with it
+  std::size_t batch_last = 0;        // offset of the last message's header in the batch slot
   std::string fail_reason;
 };
 
@@ -197,7 +204,9 @@ class EngineCore {
   Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
               std::span<const std::byte> inline_payload, std::uint32_t payload_len,
               std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out);
-  void transmit(PeerData& p, const Pending& m);
+  // Posts a message. With `coalesce` (draining a queue), a small one may join the peer's
+  // open batch instead; the caller posts the batch when it is done.
+  void transmit(PeerData& p, const Pending& m, bool coalesce = false);
   void flush(PeerData& p);
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
@@ -218,6 +227,13 @@ class EngineCore {
   // no payload of it still landing).
   void close_after_bye(PeerData& p);
   void send_bye(PeerData& p);
+  // Coalescing: posts a peer's open batch; completes the sends that rode in `head`'s tagged
+  // message (not `head` itself).
+  void flush_batch(PeerData& p);
+  void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
+  void post_message(PeerData& p, Op* header);
+  void accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length);
+  void accept_coalesced(PeerData* p, Slot slot, std::size_t length);
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void refuse(PeerData& p, const std::string& why);
   void process(PeerData& p, Message& m, const wire::Header& h);
@@ -315,6 +331,7 @@ class EngineCore {
     Counter* rpc_cancelled;
     HighWater* queue_hwm;
     Counter* orphaned_sends;
+    Counter* coalesced;
   } c_{};
   friend class ::sluice::Message;
 };

@@ -57,9 +57,42 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
+  if (h.flags & wire::kFlagMore) [[unlikely]] {
+    accept_coalesced(p, std::move(slot), length);
+    return;
+  }
+  accept(p, std::move(slot), h, length);
+}
+
+void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
+  // Several messages in one tagged message: each is checked against the bytes that remain and
+  // copied into a receive slot of its own (within the peer's credits, so within the
+  // reservation), then taken like any other. The batch's slot goes back at the end.
+  wire::Parse pr = wire::for_each_message(
+      std::span<const std::byte>(slot.data(), length), [&](const wire::Header& h, std::span<const std::byte> msg) {
+        Slot own;
+        if (recv_pool_->eager().try_take(&own) != Result::kOk) {
+          // Only a peer sending beyond its credits gets here.
+          c_.parse_errors->add();
+          SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d sent more coalesced messages than it had credits; rest dropped",
+                                  p->rank);
+          return false;
+        }
+        std::memcpy(own.data(), msg.data(), msg.size());
+        accept(p, std::move(own), h, msg.size());
+        return true;
+      });
+  if (pr != wire::Parse::kOk) {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d: a coalesced message was rejected: %s; the rest dropped", p->rank,
+                            wire::to_string(pr));
+  }
+}
+
+void EngineCore::accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length) {
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
-    handle_ctrl(*p, h, bytes.subspan(wire::kHeaderSize, h.user_header_len));
+    handle_ctrl(*p, h, std::span<const std::byte>(slot.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
   if (p->state != PeerState::kReady) [[unlikely]] {

@@ -176,22 +176,72 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   return Result::kOk;
 }
 
-void EngineCore::transmit(PeerData& p, const Pending& m) {
+void EngineCore::transmit(PeerData& p, const Pending& m, bool coalesce) {
   ++p.sent_seq;  // messages reach the transport in sequence order (the queue is FIFO)
   wire::patch_piggyback(m.header->slot.data(), p.owed.take(), p.window.delivered());
   c_.msgs_sent->add();
   c_.bytes_sent->add(m.header->message_len + (m.payload ? m.payload->payload_len : 0));
-  ++tx_inflight_;
-  PostResult r = p.ep.post_send(m.header, m.header->slot.data(), m.header->message_len,
-                                m.header->tag, m.header->slot.memh());
-  if (r.kind != Post::kPending) done_.push_back({m.header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+  std::byte* bytes = m.header->slot.data();
+  bool small = m.payload == nullptr && m.header->message_len <= kCoalesceMax &&
+               (wire::flags_of(bytes) & wire::kFlagFrag) == 0;
+  if (coalesce && small) {
+    // Coalescing (a queue drains as credits come back): join the peer's open batch when it
+    // has room, otherwise open one; the drain posts it when it ends.
+    if (p.batch != nullptr) {
+      std::size_t off = (p.batch->message_len + 7) / 8 * 8;
+      if (off + m.header->message_len <= p.batch->slot.size()) {
+        std::byte* b = p.batch->slot.data();
+        wire::set_flags(b + p.batch_last, wire::flags_of(b + p.batch_last) | wire::kFlagMore);
+        std::memset(b + p.batch->message_len, 0, off - p.batch->message_len);
+        std::memcpy(b + off, bytes, m.header->message_len);
+        p.batch->message_len = off + m.header->message_len;
+        p.batch_last = off;
+        m.header->slot.release();
+        p.batch_tail->coalesced_next = m.header;
+        p.batch_tail = m.header;
+        c_.coalesced->add();
+        return;
+      }
+      flush_batch(p);
+    }
+    p.batch = p.batch_tail = m.header;
+    p.batch_last = 0;
+    return;
+  }
+  if (p.batch != nullptr) flush_batch(p);  // what was batched goes first
+  post_message(p, m.header);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
     c_.rndv_sent->add();
     ++tx_inflight_;
-    r = p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag,
+    PostResult r = p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag,
                        m.payload->payload_memh);
     if (r.kind != Post::kPending) done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+  }
+}
+
+void EngineCore::post_message(PeerData& p, Op* header) {
+  ++tx_inflight_;
+  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, header->tag, header->slot.memh());
+  if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+}
+
+void EngineCore::flush_batch(PeerData& p) {
+  Op* head = p.batch;
+  p.batch = p.batch_tail = nullptr;
+  post_message(p, head);
+}
+
+void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
+  Op* op = head->coalesced_next;
+  head->coalesced_next = nullptr;
+  while (op != nullptr) {
+    Op* next = op->coalesced_next;
+    op->coalesced_next = nullptr;
+    if (op->on_done) op->on_done(status);
+    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->server_slots.release();
+    free_op(op);
+    op = next;
   }
 }
 
@@ -206,8 +256,9 @@ void EngineCore::flush(PeerData& p) {
   while (!p.queue.empty() && p.credits.try_consume()) {
     Pending m = p.queue.front();
     p.queue.pop_front();
-    transmit(p, m);
+    transmit(p, m, config_.coalesce);
   }
+  if (p.batch != nullptr) flush_batch(p);
   if (!p.queue.empty()) c_.credit_stalls->add();  // waits for the peer to return credits
 }
 
@@ -223,15 +274,13 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
     fail_peer(p, absl::StatusCode::kUnavailable,
               absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
-  if (op->on_done) {
-    if (code == absl::StatusCode::kOk) {
-      op->on_done(absl::OkStatus());
-    } else {
-      op->on_done(absl::UnavailableError(absl::StrFormat(
-          "peer rank %d: %s", p.rank, p.fail_reason.empty() ? "send failed" : p.fail_reason)));
-    }
-  }
+  absl::Status status = code == absl::StatusCode::kOk
+                            ? absl::OkStatus()
+                            : absl::UnavailableError(absl::StrFormat(
+                                  "peer rank %d: %s", p.rank, p.fail_reason.empty() ? "send failed" : p.fail_reason));
+  if (op->on_done) op->on_done(status);
   if (op->releases_rpc_slot && !stale) p.server_slots.release();
+  complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   free_op(op);
 }
 

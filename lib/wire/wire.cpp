@@ -86,6 +86,13 @@ Parse decode(std::span<const std::byte> bytes, Header* out) {
     return Parse::kBadFlags;
   if ((h.flags & kFlagFrag) && (h.flags & kFlagRndv)) return Parse::kBadFlags;
   std::size_t body = bytes.size() - kHeaderSize;
+  if (h.flags & kFlagMore) {
+    // Coalesced: only plain eager messages, and the next one must start inside the bytes.
+    if (h.flags & (kFlagCtrl | kFlagRndv | kFlagFrag)) return Parse::kBadFlags;
+    if (coalesced_stride(h) + kHeaderSize > bytes.size()) return Parse::kBadLength;
+    *out = h;
+    return Parse::kOk;
+  }
   if (h.flags & kFlagFrag) {
     if (h.user_header_len > body) return Parse::kBadLength;
     std::uint64_t piece = body - h.user_header_len;

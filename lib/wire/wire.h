@@ -57,8 +57,9 @@ enum Flags : std::uint8_t {
   kFlagReplyBuf = 8,   // request: the caller posted an exact receive for the reply payload
   kFlagCtrl = 16,      // control message; handler is the control kind
   kFlagFrag = 32,      // bounce mode: one piece of a payload; aux is its offset
+  kFlagMore = 64,      // coalesced: another message follows at the next 8-byte boundary
 };
-inline constexpr std::uint8_t kKnownFlags = 63;
+inline constexpr std::uint8_t kKnownFlags = 127;
 
 enum CtrlKind : std::uint16_t {
   kHello = 1,
@@ -82,6 +83,11 @@ struct Header {
   std::uint64_t aux = 0;
   bool operator==(const Header&) const = default;
 };
+
+// Where the message after a MORE message starts (8-byte aligned), from its header.
+inline std::size_t coalesced_stride(const Header& h) {
+  return (kHeaderSize + std::size_t{h.user_header_len} + h.payload_len + 7) / 8 * 8;
+}
 
 // HELLO body (the user header of a HELLO control message).
 struct Hello {
@@ -111,6 +117,9 @@ void encode(const Header& h, std::byte* out);  // writes kHeaderSize bytes
 // and acknowledgement at transmit time).
 void patch_seq(std::byte* out, std::uint64_t seq);
 void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack);
+// The flags byte of an encoded header.
+inline std::uint8_t flags_of(const std::byte* header) { return static_cast<std::uint8_t>(header[3]); }
+inline void set_flags(std::byte* header, std::uint8_t flags) { header[3] = static_cast<std::byte>(flags); }
 // Bytes of payload carried inline by a decoded message of `body` bytes after the header.
 inline std::size_t inline_payload(const Header& h, std::size_t total) {
   return total - kHeaderSize - h.user_header_len;
@@ -118,6 +127,26 @@ inline std::size_t inline_payload(const Header& h, std::size_t total) {
 // Parses and checks `bytes` (one whole received message). Never reads past bytes.size(),
 // never trusts a length before checking it against bytes.size().
 Parse decode(std::span<const std::byte> bytes, Header* out);
+
+// Walks the messages of one tagged message (several when coalesced: each but the last has
+// MORE and the next starts at coalesced_stride): calls fn(header, its bytes) for each, in
+// order, until fn returns false. Every header is checked against the bytes that remain before
+// anything of it is used; returns the first failure, kOk otherwise.
+template <typename Fn>
+Parse for_each_message(std::span<const std::byte> bytes, Fn&& fn) {
+  std::size_t offset = 0;
+  while (true) {
+    std::span<const std::byte> rest = bytes.subspan(offset);
+    Header h;
+    Parse pr = decode(rest, &h);
+    if (pr != Parse::kOk) return pr;
+    bool more = (h.flags & kFlagMore) != 0;
+    std::size_t len = more ? kHeaderSize + h.user_header_len + h.payload_len : rest.size();
+    if (!fn(h, rest.first(len)) || !more) return Parse::kOk;
+    offset += coalesced_stride(h);  // decode checked that a header fits there
+  }
+}
+
 
 void encode_hello(const Hello& h, std::byte* out);  // writes kHelloSize bytes
 Parse decode_hello(std::span<const std::byte> bytes, Hello* out);

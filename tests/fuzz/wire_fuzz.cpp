@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "wire/wire.h"
@@ -20,6 +21,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     Header back;
     if (decode(again, &back) != Parse::kOk || !(back == h)) std::abort();
   }
+  // The receive path's walk over coalesced messages: every message it yields lies inside the
+  // input (ASan checks the reads), and they come in increasing order.
+  const std::byte* end = copy.data() + size;
+  const std::byte* last = nullptr;
+  (void)for_each_message(copy, [&](const Header&, std::span<const std::byte> msg) {
+    if (msg.data() + msg.size() > end || msg.data() <= last) std::abort();
+    last = msg.data();
+    unsigned sum = 0;
+    for (std::byte b : msg) sum += static_cast<unsigned>(b);  // touch every byte it claims
+    return sum != ~0u;
+  });
   Hello hello;
   if (decode_hello(copy, &hello) == Parse::kOk) {
     std::vector<std::byte> again(kHelloSize);

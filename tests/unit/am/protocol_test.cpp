@@ -99,13 +99,18 @@ class Rogue {
     r.op.on_complete = [](TransportOp* op, absl::StatusCode code, std::size_t len, Tag tag) {
       Rx* rx = reinterpret_cast<Rx*>(reinterpret_cast<char*>(op) - offsetof(Rx, op));
       if (code != absl::StatusCode::kOk) return;
-      Received m{};
-      ASSERT_EQ(wire::decode(std::span(rx->buf).first(len), &m.header), wire::Parse::kOk);
-      m.body.assign(rx->buf.begin() + wire::kHeaderSize, rx->buf.begin() + static_cast<long>(len));
-      m.tag = tag;
-      bool heartbeat = (m.header.flags & wire::kFlagCtrl) &&
-                       (m.header.handler == wire::kPing || m.header.handler == wire::kPong);
-      if (!heartbeat) rx->self->got_.push_back(std::move(m));
+      // One tagged message may hold several coalesced messages: each is one received.
+      wire::Parse pr = wire::for_each_message(std::span<const std::byte>(rx->buf).first(len),
+                                              [&](const wire::Header& h, std::span<const std::byte> bytes) {
+        Received m{};
+        m.header = h;
+        m.body.assign(bytes.begin() + wire::kHeaderSize, bytes.end());
+        m.tag = tag;
+        bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
+        if (!heartbeat) rx->self->got_.push_back(std::move(m));
+        return true;
+      });
+      EXPECT_EQ(pr, wire::Parse::kOk);
       rx->self->post(*rx);
     };
     worker_->post_recv(&r.op, r.buf.data(), r.buf.size(), wire::kWildcardTag, wire::kWildcardMask, nullptr);

@@ -115,6 +115,82 @@ TEST(Header, RejectsUnknownAndContradictoryFlags) {
   }
 }
 
+// Builds one tagged message from `parts` the way the sender coalesces them: MORE on all but
+// the last, each at an 8-byte boundary.
+std::vector<std::byte> coalesce(std::vector<std::pair<Header, std::size_t>> parts) {
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    Header h = parts[i].first;
+    if (i + 1 < parts.size()) h.flags |= kFlagMore;
+    out.resize((out.size() + 7) / 8 * 8);
+    auto m = message(h, h.user_header_len, parts[i].second);
+    out.insert(out.end(), m.begin(), m.end());
+  }
+  return out;
+}
+
+TEST(Coalesced, WalksEveryMessageInOrder) {
+  std::vector<std::pair<Header, std::size_t>> parts;
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    Header h{};
+    h.seq = 100 + i;
+    h.user_header_len = static_cast<std::uint16_t>(i);
+    h.payload_len = 3 * i + 1;
+    parts.push_back({h, h.payload_len});
+  }
+  auto bytes = coalesce(parts);
+  std::vector<std::uint64_t> seqs;
+  std::vector<std::size_t> sizes;
+  EXPECT_EQ(for_each_message(bytes, [&](const Header& h, std::span<const std::byte> m) {
+    seqs.push_back(h.seq);
+    sizes.push_back(m.size());
+    return true;
+  }), Parse::kOk);
+  EXPECT_EQ(seqs, (std::vector<std::uint64_t>{100, 101, 102, 103, 104}));
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(sizes[i], kHeaderSize + 4 * i + 1);
+  // A single message is a walk of one.
+  seqs.clear();
+  EXPECT_EQ(for_each_message(message(parts[0].first, 0, 1), [&](const Header& h, std::span<const std::byte>) {
+    seqs.push_back(h.seq);
+    return true;
+  }), Parse::kOk);
+  EXPECT_EQ(seqs.size(), 1u);
+}
+
+TEST(Coalesced, RejectsWhatCannotBeCoalescedOrDoesNotFit) {
+  Header out;
+  Header h{};
+  h.flags = kFlagMore;
+  h.payload_len = 8;
+  // MORE with nothing after it: the next header must fit in the bytes.
+  EXPECT_EQ(decode(message(h, 0, 8), &out), Parse::kBadLength);
+  // A claimed length that runs past the bytes.
+  Header big = h;
+  big.payload_len = 1 << 20;
+  EXPECT_EQ(decode(message(big, 0, 8 + kHeaderSize), &out), Parse::kBadLength);
+  // Control, rendezvous and fragment messages are never coalesced.
+  for (std::uint8_t f : {std::uint8_t{kFlagCtrl}, std::uint8_t{kFlagRndv}, std::uint8_t{kFlagFrag}}) {
+    Header c = h;
+    c.flags = static_cast<std::uint8_t>(kFlagMore | f);
+    EXPECT_EQ(decode(message(c, 0, 8 + kHeaderSize), &out), Parse::kBadFlags) << int(f);
+  }
+  // A bad message in the middle stops the walk there: the ones before it were seen.
+  Header a{}, b{};
+  a.payload_len = b.payload_len = 4;
+  auto bytes = coalesce({{a, 4}, {b, 4}, {a, 4}});
+  std::size_t second = ((kHeaderSize + 4) + 7) / 8 * 8;
+  bytes[second] = std::byte{0};  // the second one's magic
+  int seen = 0;
+  EXPECT_EQ(for_each_message(bytes, [&](const Header&, std::span<const std::byte>) { return ++seen, true; }),
+            Parse::kBadMagic);
+  EXPECT_EQ(seen, 1);
+  // The last message must end exactly where the bytes end.
+  bytes = coalesce({{a, 4}, {b, 4}});
+  bytes.push_back(std::byte{0});
+  EXPECT_EQ(for_each_message(bytes, [&](const Header&, std::span<const std::byte>) { return true; }),
+            Parse::kBadLength);
+}
+
 TEST(Hello, RoundTripsAndChecksItsSize) {
   Hello h{3, 1, 8192, 32, 16, 3, 0xdeadbeefcafef00dULL};
   std::vector<std::byte> b(kHelloSize);
