@@ -101,7 +101,7 @@ struct PoolClassStats {
   std::size_t slots_total;  // mapped so far
   std::size_t slots_free;
   std::size_t slots_max;  // what the budget allows for this class alone
-  std::size_t reserved;   // receive reservations (eager receive class only)
+  std::size_t reserved;   // eager classes: receive slots reserved (receive), slots held back for replies (send)
   std::uint64_t high_water;
   std::uint64_t growth_events;
   std::uint64_t exhaustion_events;
