@@ -551,6 +551,11 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     }
     if (op.releases_rpc_slot) op.releases_rpc_slot = false;
     complete_coalesced(&op, status, false);
+    // Its pool slot goes back now ("pools full again" must not wait for a callback that may
+    // never come). The endpoint is closed, so the transport sends nothing more from it, and
+    // pool memory stays mapped while the engine lives, so even a late read would be harmless.
+    // (A heap copy is kept until the callback: that memory could be unmapped.)
+    op.slot.release();
   }
 }
 

@@ -141,12 +141,12 @@ int main(int argc, char** argv) {
   std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
               "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
-              "last_failure_wall=%.6f\n",
+              "last_failure_wall=%.6f orphaned=%lu\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
               static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
-              last_failure_wall);
+              last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")));
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
