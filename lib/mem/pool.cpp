@@ -132,15 +132,18 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
     }
     if (free_ == nullptr || in_use() >= reserved_) [[unlikely]] return Result::kExhausted;
   } else {
-    // Free slots beyond those still owed to reserved takers; grow while there are none.
+    // An ordinary taker leaves room, under the budget, for what is still owed to reserved
+    // takers; owed slots need not be mapped yet, only be mappable.
     std::size_t owed = reserved_ > reserved_in_use_ ? reserved_ - reserved_in_use_ : 0;
     held = from_reserve && owed != 0;
     std::size_t keep = held ? 0 : owed;
     if (free_count_ <= keep) [[unlikely]] {
       drain_remote();
-      while (free_count_ <= keep && grow().ok()) {
+      if (free_count_ <= keep) {
+        if (in_use() + keep + 1 > max_slots()) return Result::kExhausted;
+        if (free_ == nullptr) (void)grow();
+        if (free_ == nullptr) return Result::kExhausted;
       }
-      if (free_count_ <= keep) return Result::kExhausted;
     }
   }
   SlotDesc* d = free_;
