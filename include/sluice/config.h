@@ -47,7 +47,7 @@ struct Config {
   // am: eager / rendezvous
   std::optional<std::size_t> eager_max;  // nullopt: auto, chosen from the transports
   bool rndv = true;
-  bool coalesce = true;  // small messages to one peer between progress calls: one tagged message
+  bool coalesce = true;  // queued small messages to one peer leave in one tagged message
   std::size_t max_message = std::size_t{1} << 30;
   // flow
   std::uint32_t credits = 32;
