@@ -55,6 +55,17 @@ std::optional<Options> parse(int argc, char** argv) {
       *out = static_cast<int>(n);
       return true;
     };
+    // A value that must be one of `x`, `y`, `z`.
+    auto choice = [&](const char* x, const char* y, const char* z, std::string* out) -> bool {
+      auto v = value();
+      if (!v) return false;
+      if (*v != x && *v != y && *v != z) {
+        std::fprintf(stderr, "sluice-perf: %s %s: need %s, %s or %s\n", a.c_str(), v->c_str(), x, y, z);
+        return false;
+      }
+      *out = *v;
+      return true;
+    };
     if (a == "-t") {
       auto v = value();
       if (!v) return std::nullopt;
@@ -88,21 +99,9 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (a == "-r") {
       if (!number(1, &o.repeats)) return std::nullopt;
     } else if (a == "--baseline") {
-      auto v = value();
-      if (!v) return std::nullopt;
-      if (*v != "ucx" && *v != "bounce" && *v != "none") {
-        std::fprintf(stderr, "sluice-perf: --baseline %s: need ucx, bounce or none\n", v->c_str());
-        return std::nullopt;
-      }
-      o.baseline = *v;
+      if (!choice("ucx", "bounce", "none", &o.baseline)) return std::nullopt;
     } else if (a == "--format") {
-      auto v = value();
-      if (!v) return std::nullopt;
-      if (*v != "table" && *v != "csv" && *v != "json") {
-        std::fprintf(stderr, "sluice-perf: --format %s: need table, csv or json\n", v->c_str());
-        return std::nullopt;
-      }
-      o.format = *v;
+      if (!choice("table", "csv", "json", &o.format)) return std::nullopt;
     } else if (a == "--stats") {
       o.stats = true;
     } else if (a == "-h" || a == "--help") {

@@ -398,14 +398,6 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
       if (m.payload) free_op(m.payload);
     }
   }
-  // A batch not posted yet never reached the transport either.
-  if (p.batch != nullptr) {
-    Op* head = p.batch;
-    p.batch = p.batch_tail = nullptr;
-    if (head->on_done) head->on_done(status);
-    complete_coalesced(head, status, false);
-    free_op(head);
-  }
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);

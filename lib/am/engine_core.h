@@ -129,9 +129,6 @@ struct PeerData {
   std::uint32_t landing = 0;         // exact receives posted for this peer's payloads
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
-  Op* batch = nullptr;               // coalesced messages not posted yet: the first one's op...
-  Op* batch_tail = nullptr;          // ...the last one riding with it
-  std::size_t batch_last = 0;        // offset of the last message's header in the batch slot
   std::string fail_reason;
 };
 
@@ -204,9 +201,15 @@ class EngineCore {
   Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
               std::span<const std::byte> inline_payload, std::uint32_t payload_len,
               std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out);
-  // Posts a message. With `coalesce` (draining a queue), a small one may join the peer's
-  // open batch instead; the caller posts the batch when it is done.
-  void transmit(PeerData& p, const Pending& m, bool coalesce = false);
+  // Messages coalesced while a send queue drains, not posted yet (lives in flush()).
+  struct Batch {
+    Op* head = nullptr;     // the first one's op: its slot carries them all
+    Op* tail = nullptr;     // the last one riding with it
+    std::size_t last = 0;   // offset of the last message's header in the head's slot
+  };
+  // Posts a message. With a batch (a queue draining), a small one joins it instead; the
+  // caller posts the batch when it is done.
+  void transmit(PeerData& p, const Pending& m, Batch* batch = nullptr);
   void flush(PeerData& p);
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
@@ -227,9 +230,9 @@ class EngineCore {
   // no payload of it still landing).
   void close_after_bye(PeerData& p);
   void send_bye(PeerData& p);
-  // Coalescing: posts a peer's open batch; completes the sends that rode in `head`'s tagged
-  // message (not `head` itself).
-  void flush_batch(PeerData& p);
+  // Coalescing: posts a batch; completes the sends that rode in `head`'s tagged message (not
+  // `head` itself).
+  void post_batch(PeerData& p, Batch* batch);
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
   void accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length);

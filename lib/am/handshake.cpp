@@ -227,7 +227,6 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
 
 void EngineCore::send_bye(PeerData& p) {
   if (p.bye_sent) return;
-  if (p.batch != nullptr) flush_batch(p);  // everything up to sent_seq goes before the BYE
   p.bye_sent = true;
   send_ctrl(p, wire::kBye, {}, p.sent_seq);
 }

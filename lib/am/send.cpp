@@ -176,39 +176,36 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   return Result::kOk;
 }
 
-void EngineCore::transmit(PeerData& p, const Pending& m, bool coalesce) {
+void EngineCore::transmit(PeerData& p, const Pending& m, Batch* batch) {
   ++p.sent_seq;  // messages reach the transport in sequence order (the queue is FIFO)
   wire::patch_piggyback(m.header->slot.data(), p.owed.take(), p.window.delivered());
   c_.msgs_sent->add();
   c_.bytes_sent->add(m.header->message_len + (m.payload ? m.payload->payload_len : 0));
   std::byte* bytes = m.header->slot.data();
-  bool small = m.payload == nullptr && m.header->message_len <= kCoalesceMax &&
-               (wire::flags_of(bytes) & wire::kFlagFrag) == 0;
-  if (coalesce && small) {
-    // Coalescing (a queue drains as credits come back): join the peer's open batch when it
-    // has room, otherwise open one; the drain posts it when it ends.
-    if (p.batch != nullptr) {
-      std::size_t off = (p.batch->message_len + 7) / 8 * 8;
-      if (off + m.header->message_len <= p.batch->slot.size()) {
-        std::byte* b = p.batch->slot.data();
-        wire::set_flags(b + p.batch_last, wire::flags_of(b + p.batch_last) | wire::kFlagMore);
-        std::memset(b + p.batch->message_len, 0, off - p.batch->message_len);
+  if (batch != nullptr && m.payload == nullptr && m.header->message_len <= kCoalesceMax &&
+      (wire::flags_of(bytes) & wire::kFlagFrag) == 0) {
+    // Coalescing: join the batch when it has room, otherwise start one.
+    if (Op* head = batch->head) {
+      std::size_t off = (head->message_len + 7) / 8 * 8;
+      if (off + m.header->message_len <= head->slot.size()) {
+        std::byte* b = head->slot.data();
+        wire::set_flags(b + batch->last, wire::flags_of(b + batch->last) | wire::kFlagMore);
+        std::memset(b + head->message_len, 0, off - head->message_len);
         std::memcpy(b + off, bytes, m.header->message_len);
-        p.batch->message_len = off + m.header->message_len;
-        p.batch_last = off;
+        head->message_len = off + m.header->message_len;
+        batch->last = off;
         m.header->slot.release();
-        p.batch_tail->coalesced_next = m.header;
-        p.batch_tail = m.header;
+        batch->tail->coalesced_next = m.header;
+        batch->tail = m.header;
         c_.coalesced->add();
         return;
       }
-      flush_batch(p);
+      post_batch(p, batch);
     }
-    p.batch = p.batch_tail = m.header;
-    p.batch_last = 0;
+    *batch = {m.header, m.header, 0};
     return;
   }
-  if (p.batch != nullptr) flush_batch(p);  // what was batched goes first
+  if (batch != nullptr) post_batch(p, batch);  // what was batched goes first
   post_message(p, m.header);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
@@ -226,10 +223,10 @@ void EngineCore::post_message(PeerData& p, Op* header) {
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
-void EngineCore::flush_batch(PeerData& p) {
-  Op* head = p.batch;
-  p.batch = p.batch_tail = nullptr;
-  post_message(p, head);
+void EngineCore::post_batch(PeerData& p, Batch* batch) {
+  if (batch->head == nullptr) return;
+  post_message(p, batch->head);
+  *batch = Batch();
 }
 
 void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
@@ -253,12 +250,14 @@ void EngineCore::flush(PeerData& p) {
     ++p.calls_outstanding;
     (void)enqueue(p, m.header, m.payload);
   }
+  Batch batch;
+  Batch* coalesce = config_.coalesce ? &batch : nullptr;
   while (!p.queue.empty() && p.credits.try_consume()) {
     Pending m = p.queue.front();
     p.queue.pop_front();
-    transmit(p, m, config_.coalesce);
+    transmit(p, m, coalesce);
   }
-  if (p.batch != nullptr) flush_batch(p);
+  post_batch(p, &batch);
   if (!p.queue.empty()) c_.credit_stalls->add();  // waits for the peer to return credits
 }
 
