@@ -44,7 +44,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.replies"),         &s.counter("rpc.late_replies"),
                 &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
-                &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced")};
+                &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
+                &s.counter("am.sent_inline")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -322,9 +323,9 @@ void EngineCore::timers(Clock::time_point now) {
 // ---- peers ---------------------------------------------------------------------------------
 
 PeerData* EngineCore::peer_by_rank(int rank) {
-  if (rank < 0 || rank >= static_cast<int>(peers_.size())) return nullptr;
+  if (rank < 0 || rank >= boot_->size()) return nullptr;
   auto& slot = peers_[static_cast<std::size_t>(rank)];
-  if (!slot) {
+  if (!slot) [[unlikely]] {
     slot = std::make_unique<PeerData>();
     slot->id = static_cast<std::uint32_t>(rank);
     slot->rank = rank;
@@ -336,6 +337,7 @@ PeerData* EngineCore::peer_by_rank(int rank) {
 }
 
 PeerData* EngineCore::peer_by_slot(std::uint32_t slot) {
+  if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
   if (slot < static_cast<std::uint32_t>(boot_->size())) return peer_by_rank(static_cast<int>(slot));
   if (slot == wire::kUnassignedSlot) return connecting_;
   if (slot < peers_.size() && peers_[slot]) return peers_[slot].get();

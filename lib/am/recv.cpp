@@ -132,7 +132,7 @@ void EngineCore::accept(PeerData* p, Slot slot, const wire::Header& h, std::size
     process(*p, m, h);
     if (!p->blocked && p->window.held() != 0) deliver(*p);
     if (p->bye_received) [[unlikely]] close_after_bye(*p);
-    if (returned) flush(*p);
+    if (returned && p->has_waiting()) flush(*p);
     return;
   }
   Incoming in;
@@ -150,7 +150,7 @@ void EngineCore::accept(PeerData* p, Slot slot, const wire::Header& h, std::size
       break;
   }
   deliver(*p);
-  if (returned) flush(*p);
+  if (returned && p->has_waiting()) flush(*p);
 }
 
 void EngineCore::deliver(PeerData& p) {

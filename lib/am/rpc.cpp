@@ -27,8 +27,14 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
   Op* hop = nullptr;
   Op* pop = nullptr;
   bool fragmented = false;
-  Result r;
-  if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
+  // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
+  // receive is posted before its request leaves, so those take the ordinary path).
+  bool sent = options.reply_buffer.empty() && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots &&
+              send_inline(p, flags, method, header, payload, id, aux, 0);
+  Result r = Result::kOk;
+  if (sent) {
+    ++p.calls_outstanding;
+  } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
     r = pack_message(p, flags, method, header, payload, id, aux, 0, false, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
@@ -60,6 +66,7 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
   }
   c_.rpc_calls->add();
   if (id_out) *id_out = id;
+  if (sent) return Result::kOk;
   if (fragmented) {
     ++p.calls_outstanding;
     return send_fragmented(p, method, header, payload, {}, flags, id, aux);
@@ -143,6 +150,12 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     return enqueue(p, hop, pop);
   }
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
+  if (send_inline(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status)) [[likely]] {
+    m.replied_ = true;
+    if (m.holds_rpc_slot_) p.server_slots.release();  // its send is complete already
+    c_.rpc_replies->add();
+    return Result::kOk;
+  }
   if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
     r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, true, &hop, &pop);
   } else {

@@ -63,6 +63,51 @@ Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
   return r;
 }
 
+bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
+                             std::span<const std::byte> header, std::span<const std::byte> payload,
+                             std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
+  std::size_t total = wire::kHeaderSize + header.size() + payload.size();
+  if (total > kInlineMax || p.state != PeerState::kReady || !p.queue.empty() ||
+      p.credits.available() == 0) {
+    return false;
+  }
+  alignas(8) std::byte buf[kInlineMax];
+  wire::Header wh;
+  wh.flags = flags;
+  wh.handler = h;
+  wh.user_header_len = static_cast<std::uint16_t>(header.size());
+  wh.payload_len = static_cast<std::uint32_t>(payload.size());
+  wh.credits = static_cast<std::uint16_t>(p.owed.owed());
+  wh.status = status;
+  wh.seq = p.next_seq;
+  wh.ack = p.window.delivered();
+  wh.rpc_id = rpc_id;
+  wh.aux = aux;
+  wire::encode(wh, buf);
+  if (!header.empty()) std::memcpy(buf + wire::kHeaderSize, header.data(), header.size());
+  if (!payload.empty()) std::memcpy(buf + wire::kHeaderSize + header.size(), payload.data(), payload.size());
+  PostResult r = p.ep.send_now(buf, total, wire::make_tag(wire::kEager, p.remote_slot, wh.seq));
+  if (r.kind != Post::kDone) return false;
+  // Sent: now it counts, exactly as transmit() counts a queued message.
+  (void)p.credits.try_consume();
+  (void)p.owed.take();
+  ++p.next_seq;
+  ++p.sent_seq;
+  c_.msgs_sent->add();
+  c_.bytes_sent->add(total);
+  c_.sent_inline->add();
+  return true;
+}
+
+void EngineCore::complete_inline(std::uint32_t peer, SendCallback&& cb) {
+  if (!cb) return;
+  Op* op = new_op(OpKind::kSend, peer);
+  op->incarnation = peers_[peer]->epoch;
+  op->on_done = std::move(cb);
+  ++tx_inflight_;
+  done_.push_back({op, absl::StatusCode::kOk, 0, 0});
+}
+
 Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, bool copy) {
   op->payload_len = payload.size();
   if (!copy) {
@@ -97,6 +142,10 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
   if (p.queue.size() >= config_.send_queue_max) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
+  }
+  if (send_inline(p, 0, h, header, payload, 0, 0, 0)) [[likely]] {
+    complete_inline(p.id, std::move(cb));
+    return Result::kOk;
   }
   if (!config_.rndv && header.size() + payload.size() > eager_limit_) {
     return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);

@@ -275,6 +275,21 @@ PostResult UcxEndpoint::post_send(TransportOp* op, const void* buf, std::size_t 
   return from_status_ptr(ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p), op);
 }
 
+PostResult UcxEndpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p);
+  if (r == nullptr) [[likely]] return {Post::kDone};
+  if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
+  // Not reached in 1.13.1 (FORCE_IMM_CMPL never returns a request); should a later UCX
+  // return one, the caller's buffer is on its stack: finish the send before returning.
+  ucs_status_t st;
+  while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) ucp_worker_progress(worker_of(worker_));
+  ucp_request_free(r);
+  if (st == UCS_OK) return {Post::kDone};
+  return {Post::kError, ucx_status_code(st)};
+}
+
 void* UcxEndpoint::start_close(bool force) {
   if (ep_ == nullptr) return nullptr;
   ucp_request_param_t p;

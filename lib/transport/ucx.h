@@ -101,6 +101,11 @@ class UcxEndpoint {
 
   PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
                        void* memh) const;
+  // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the
+  // bytes (the buffer is free again, no callback follows); kError otherwise, with
+  // kResourceExhausted when it could not right now (too large for UCX's inline send, or the
+  // transport's queue is full) and nothing was sent.
+  PostResult send_now(const void* buf, std::size_t len, Tag tag) const;
   // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
   // Returns a request to wait for with UcxWorker::wait_request, or nullptr when done.
   void* start_close(bool force);

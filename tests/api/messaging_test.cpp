@@ -125,6 +125,38 @@ TEST_P(Messaging, QueuedSmallMessagesTravelCoalescedIntactAndInOrder) {
   }
 }
 
+TEST_P(Messaging, SmallMessagesLeaveInlineAndStillCompleteFromProgress) {
+  // Once the handshake is done, a message of at most 92 bytes with the wire header leaves
+  // inline (no pool slot, no transport operation); its completion still runs from progress(),
+  // never inside send(). A larger one takes the pool path. Both arrive, in order.
+  RankPair pair(config());
+  std::vector<std::size_t> sizes;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) { sizes.push_back(m.payload().size()); }).ok());
+  std::vector<std::byte> small(8, std::byte{1}), large(200, std::byte{2});
+  pair.run([&](Engine& e) {
+    bool done = false;
+    auto cb = [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      done = true;
+    };
+    ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);  // starts the handshake
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    std::uint64_t inline_before = e.stats().value("am.sent_inline");
+    done = false;
+    ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);
+    EXPECT_FALSE(done) << "a completion ran inside send()";
+    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1);
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    done = false;
+    ASSERT_EQ(e.peer(1)->send(kData, {}, large, cb), Result::kOk);
+    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1) << "200 bytes do not go inline";
+    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+    ASSERT_EQ(e.peer(1)->send(kData, {}, small), Result::kOk);  // without a callback
+    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 2);
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return sizes.size() == 4; }, Clock::now() + kLong)); });
+  EXPECT_THAT(sizes, ::testing::ElementsAre(8u, 8u, 200u, 8u));
+}
+
 TEST_P(Messaging, SixtyFourMegabytesIntact) {
   RankPair pair(config());
   std::vector<std::vector<std::byte>> payloads{pattern(std::size_t{64} << 20, 64)};
