@@ -166,6 +166,10 @@ void EngineCore::free_op(Op* op) {
   op->call_id = 0;
   op->tag = 0;
   op->orphaned = false;
+  op->batchable = false;
+  op->batch_count = 1;
+  op->batch_last = 0;
+  op->coalesced_tail = nullptr;
   op->request = nullptr;
   op->next_free = free_ops_;
   free_ops_ = op;
@@ -389,6 +393,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
                       absl::StrFormat("peer rank %d: %s", p.rank, reason));
   // Queued messages never reached the transport: complete them here, once.
+  p.queued = 0;
   for (auto* q : {&p.queue, &p.call_queue}) {
     while (!q->empty()) {
       Pending m = q->front();
@@ -396,6 +401,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
       Op* last = m.payload ? m.payload : m.header;
       if (last->on_done) last->on_done(status);
       if (last->releases_rpc_slot) release_call_slot(p);
+      complete_coalesced(m.header, status, false);  // sends that joined it in the queue
       free_op(m.header);
       if (m.payload) free_op(m.payload);
     }

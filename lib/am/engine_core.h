@@ -59,6 +59,11 @@ struct Op : TransportOp {
                                        // callback only frees it
   Op* next_free = nullptr;
   Op* coalesced_next = nullptr;        // sends riding in this one's tagged message
+  // A queued plain eager send that later small sends may join (see append_queued()).
+  bool batchable = false;
+  std::uint32_t batch_count = 1;       // messages in its tagged message: the credits it takes
+  std::size_t batch_last = 0;          // offset of the last message's header in `slot`
+  Op* coalesced_tail = nullptr;        // the last op of the coalesced_next chain
 };
 
 struct Completion {
@@ -115,6 +120,7 @@ struct PeerData {
   std::uint64_t next_seq = 1;
   ReorderWindow<Incoming> window;
   std::deque<Pending> queue;
+  std::size_t queued = 0;          // messages in `queue` (an entry may carry several)
   std::deque<Pending> call_queue;  // requests beyond the server's slots
   std::uint32_t rpc_slots = 0;     // granted by the peer (server)
   std::uint32_t calls_outstanding = 0;
@@ -212,21 +218,26 @@ class EngineCore {
   bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
                    std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
                    std::uint16_t status);
+  // Coalescing at enqueue time: a small plain send to a peer whose send queue waits for
+  // credits is written straight into the queue's last tagged message when that one is a small
+  // plain send with room (no pool slot and no copy of its own). False when it cannot.
+  bool append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                     std::span<const std::byte> payload, SendCallback& cb);
   // A completion for a message that left inline: runs `cb` from progress(), as every
   // completion does.
   void complete_inline(std::uint32_t peer, SendCallback&& cb);
   Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
               std::span<const std::byte> inline_payload, std::uint32_t payload_len,
               std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out);
-  // Messages coalesced while a send queue drains, not posted yet (lives in flush()).
-  struct Batch {
-    Op* head = nullptr;     // the first one's op: its slot carries them all
-    Op* tail = nullptr;     // the last one riding with it
-    std::size_t last = 0;   // offset of the last message's header in the head's slot
-  };
-  // Posts a message. With a batch (a queue draining), a small one joins it instead; the
-  // caller posts the batch when it is done.
-  void transmit(PeerData& p, const Pending& m, Batch* batch = nullptr);
+  // Coalescing (docs/wire-protocol.md, MORE): `head`'s tagged message grows by one run of
+  // `len` bytes (one message, or several already joined); returns where the run goes, or
+  // nullptr when the slot has no room. The caller writes it there.
+  std::byte* grow_batch(Op* head, std::size_t len);
+  // `op`, and the sends riding with it, complete with `head`.
+  static void chain(Op* head, Op* op);
+  // Posts a message. With `open` (a queue draining), a small one joins the batch *open
+  // instead (or opens one); the caller posts *open when it is done.
+  void transmit(PeerData& p, const Pending& m, Op** open = nullptr);
   void flush(PeerData& p);
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
@@ -247,9 +258,9 @@ class EngineCore {
   // no payload of it still landing).
   void close_after_bye(PeerData& p);
   void send_bye(PeerData& p);
-  // Coalescing: posts a batch; completes the sends that rode in `head`'s tagged message (not
-  // `head` itself).
-  void post_batch(PeerData& p, Batch* batch);
+  // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
+  // rode in `head`'s tagged message (not `head` itself).
+  void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
   void accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length);

@@ -16,7 +16,7 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
   if (p.state == PeerState::kDead) return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb)
     return Result::kInvalidArgument;
-  if (p.queue.size() + p.call_queue.size() >= config_.send_queue_max) {
+  if (p.queued + p.call_queue.size() >= config_.send_queue_max) {
     c_.would_block->add();
     return Result::kWouldBlock;
   }

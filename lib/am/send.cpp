@@ -139,7 +139,7 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
   if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
     return Result::kInvalidArgument;
-  if (p.queue.size() >= config_.send_queue_max) [[unlikely]] {
+  if (p.queued >= config_.send_queue_max) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
   }
@@ -147,6 +147,7 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
     complete_inline(p.id, std::move(cb));
     return Result::kOk;
   }
+  if (append_queued(p, h, header, payload, cb)) return Result::kOk;
   if (!config_.rndv && header.size() + payload.size() > eager_limit_) {
     return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
   }
@@ -154,6 +155,7 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
   Result r = pack_message(p, 0, h, header, payload, 0, 0, 0, copy, &hop, &pop);
   if (r != Result::kOk) return r;
   if (pop != nullptr && memh != nullptr) pop->payload_memh = memh;  // a registered pool slot
+  hop->batchable = pop == nullptr && hop->message_len <= kCoalesceMax;
   (pop ? pop : hop)->on_done = std::move(cb);  // the last operation completes the send
   return enqueue(p, hop, pop);
 }
@@ -221,41 +223,35 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   }
   if (p.state == PeerState::kReady) c_.credit_stalls->add();
   p.queue.push_back({header, payload});
-  c_.queue_hwm->update(p.queue.size());
+  c_.queue_hwm->update(++p.queued);
   return Result::kOk;
 }
 
-void EngineCore::transmit(PeerData& p, const Pending& m, Batch* batch) {
-  ++p.sent_seq;  // messages reach the transport in sequence order (the queue is FIFO)
-  wire::patch_piggyback(m.header->slot.data(), p.owed.take(), p.window.delivered());
-  c_.msgs_sent->add();
-  c_.bytes_sent->add(m.header->message_len + (m.payload ? m.payload->payload_len : 0));
-  std::byte* bytes = m.header->slot.data();
-  if (batch != nullptr && m.payload == nullptr && m.header->message_len <= kCoalesceMax &&
-      (wire::flags_of(bytes) & wire::kFlagFrag) == 0) {
-    // Coalescing: join the batch when it has room, otherwise start one.
-    if (Op* head = batch->head) {
-      std::size_t off = (head->message_len + 7) / 8 * 8;
-      if (off + m.header->message_len <= head->slot.size()) {
-        std::byte* b = head->slot.data();
-        wire::set_flags(b + batch->last, wire::flags_of(b + batch->last) | wire::kFlagMore);
-        std::memset(b + head->message_len, 0, off - head->message_len);
-        std::memcpy(b + off, bytes, m.header->message_len);
-        head->message_len = off + m.header->message_len;
-        batch->last = off;
-        m.header->slot.release();
-        batch->tail->coalesced_next = m.header;
-        batch->tail = m.header;
-        c_.coalesced->add();
+void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
+  Op* h = m.header;
+  p.sent_seq += h->batch_count;  // messages reach the transport in sequence order (FIFO queue)
+  wire::patch_piggyback(h->slot.data(), p.owed.take(), p.window.delivered());
+  c_.msgs_sent->add(h->batch_count);
+  c_.bytes_sent->add(h->message_len + (m.payload ? m.payload->payload_len : 0));
+  if (open != nullptr && m.payload == nullptr && h->message_len <= kCoalesceMax &&
+      (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
+    // Coalescing: join the open batch when it has room, otherwise open one.
+    if (Op* head = *open) {
+      if (std::byte* at = grow_batch(head, h->message_len)) {
+        std::memcpy(at, h->slot.data(), h->message_len);
+        head->batch_last += h->batch_last;  // the run's own last header
+        h->slot.release();
+        chain(head, h);
+        c_.coalesced->add(h->batch_count);
         return;
       }
-      post_batch(p, batch);
+      post_batch(p, open);
     }
-    *batch = {m.header, m.header, 0};
+    *open = h;
     return;
   }
-  if (batch != nullptr) post_batch(p, batch);  // what was batched goes first
-  post_message(p, m.header);
+  if (open != nullptr) post_batch(p, open);  // what was batched goes first
+  post_message(p, h);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
     c_.rndv_sent->add();
@@ -266,16 +262,69 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Batch* batch) {
   }
 }
 
+std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
+  std::size_t off = (head->message_len + 7) / 8 * 8;
+  if (off + len > head->slot.size()) return nullptr;
+  std::byte* b = head->slot.data();
+  wire::set_flags(b + head->batch_last, wire::flags_of(b + head->batch_last) | wire::kFlagMore);
+  std::memset(b + head->message_len, 0, off - head->message_len);
+  head->message_len = off + len;
+  head->batch_last = off;
+  return b + off;
+}
+
+void EngineCore::chain(Op* head, Op* op) {
+  Op* tail = head->coalesced_tail != nullptr ? head->coalesced_tail : head;
+  tail->coalesced_next = op;
+  head->coalesced_tail = op->coalesced_tail != nullptr ? op->coalesced_tail : op;
+  op->coalesced_tail = nullptr;
+}
+
+bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                               std::span<const std::byte> payload, SendCallback& cb) {
+  if (p.queue.empty() || !config_.coalesce) return false;
+  const Pending& last = p.queue.back();
+  Op* head = last.header;
+  std::size_t len = wire::kHeaderSize + header.size() + payload.size();
+  // At most half the grant rides in one tagged message, so a batch goes as soon as half the
+  // credits are back (and always can: it never needs more than the peer granted).
+  if (last.payload != nullptr || !head->batchable || len > kCoalesceMax ||
+      head->batch_count >= std::max<std::uint32_t>(1, p.credits.granted() / 2)) {
+    return false;
+  }
+  std::byte* at = grow_batch(head, len);
+  if (at == nullptr) return false;
+  wire::Header wh;
+  wh.handler = h;
+  wh.user_header_len = static_cast<std::uint16_t>(header.size());
+  wh.payload_len = static_cast<std::uint32_t>(payload.size());
+  wh.seq = p.next_seq++;
+  wire::encode(wh, at);
+  if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
+  if (!payload.empty()) std::memcpy(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
+  ++head->batch_count;
+  c_.queue_hwm->update(++p.queued);
+  if (cb) {
+    Op* op = new_op(OpKind::kSend, p.id);
+    op->incarnation = p.epoch;
+    op->on_done = std::move(cb);
+    chain(head, op);
+  }
+  c_.coalesced->add();
+  if (p.state == PeerState::kReady) c_.credit_stalls->add();
+  return true;
+}
+
 void EngineCore::post_message(PeerData& p, Op* header) {
   ++tx_inflight_;
   PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, header->tag, header->slot.memh());
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
-void EngineCore::post_batch(PeerData& p, Batch* batch) {
-  if (batch->head == nullptr) return;
-  post_message(p, batch->head);
-  *batch = Batch();
+void EngineCore::post_batch(PeerData& p, Op** open) {
+  if (*open == nullptr) return;
+  post_message(p, *open);
+  *open = nullptr;
 }
 
 void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
@@ -299,14 +348,15 @@ void EngineCore::flush(PeerData& p) {
     ++p.calls_outstanding;
     (void)enqueue(p, m.header, m.payload);
   }
-  Batch batch;
-  Batch* coalesce = config_.coalesce ? &batch : nullptr;
-  while (!p.queue.empty() && p.credits.try_consume()) {
+  Op* open = nullptr;
+  Op** coalesce = config_.coalesce ? &open : nullptr;
+  while (!p.queue.empty() && p.credits.try_consume(p.queue.front().header->batch_count)) {
     Pending m = p.queue.front();
     p.queue.pop_front();
+    p.queued -= m.header->batch_count;
     transmit(p, m, coalesce);
   }
-  post_batch(p, &batch);
+  post_batch(p, &open);
   if (!p.queue.empty()) c_.credit_stalls->add();  // waits for the peer to return credits
 }
 

@@ -11,9 +11,10 @@ namespace sluice::detail {
 class SendCredits {
  public:
   void grant(std::uint32_t n) { granted_ = available_ = n; }
-  bool try_consume() {
-    if (available_ == 0) return false;
-    --available_;
+  // Spends `n` credits, all or none.
+  bool try_consume(std::uint32_t n = 1) {
+    if (available_ < n) return false;
+    available_ -= n;
     return true;
   }
   // Credits the peer returned. False (and nothing changes) when they would exceed the grant:

@@ -157,6 +157,63 @@ TEST_P(Messaging, SmallMessagesLeaveInlineAndStillCompleteFromProgress) {
   EXPECT_THAT(sizes, ::testing::ElementsAre(8u, 8u, 200u, 8u));
 }
 
+TEST_P(Messaging, SendsWaitingForCreditsShareSlotsUpToHalfTheGrant) {
+  // The receiver keeps every message, so no credit comes back: after the 8 the grant lets
+  // through, 40 small sends wait. Coalesced at enqueue, they ride 4 (half the grant) to a
+  // tagged message and take 10 send-pool slots; without coalescing, 40. Released, all arrive
+  // intact and in order.
+  for (bool coalesce : {true, false}) {
+    Config c = config();
+    c.credits = 8;
+    c.coalesce = coalesce;
+    RankPair pair(c);
+    std::vector<Message> kept;
+    std::vector<std::uint32_t> got;
+    std::atomic<bool> keep{true}, counted{false};
+    ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+      std::uint32_t i;
+      ASSERT_EQ(m.payload().size(), sizeof(i));
+      std::memcpy(&i, m.payload().data(), sizeof(i));
+      got.push_back(i);
+      if (keep) kept.push_back(std::move(m));
+    }).ok());
+    std::atomic<int> delivered{0};
+    pair.run([&](Engine& e) {
+      int completed = 0;
+      auto cb = [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        ++completed;
+      };
+      for (std::uint32_t i = 0; i < 48; ++i) {
+        ASSERT_EQ(e.peer(1)->send(kData, {}, bytes_of(i), cb), Result::kOk);
+        if (i == 0) {  // the handshake first: before it, nothing is granted to coalesce into
+          ASSERT_TRUE(e.run_until([&] { return delivered.load() == 1; }, Clock::now() + kLong));
+        }
+      }
+      ASSERT_TRUE(e.run_until([&] { return completed == 8; }, Clock::now() + kLong));
+      PoolStats ps = e.pool_stats(Direction::kSend);
+      std::size_t in_use = ps.classes[0].slots_total - ps.classes[0].slots_free;
+      if (coalesce) {
+        EXPECT_EQ(in_use, 10u) << "40 waiting sends, 4 to a slot";
+      } else {
+        EXPECT_EQ(in_use, 40u);
+      }
+      counted = true;
+      ASSERT_TRUE(e.run_until([&] { return completed == 48; }, Clock::now() + kLong));
+    }, [&](Engine& e) {
+      ASSERT_TRUE(e.run_until([&] {
+        delivered = static_cast<int>(got.size());
+        return counted.load();
+      }, Clock::now() + kLong));
+      keep = false;
+      kept.clear();  // the credits go back: the waiting sends leave
+      ASSERT_TRUE(e.run_until([&] { return got.size() == 48; }, Clock::now() + kLong));
+    });
+    ASSERT_EQ(got.size(), 48u);
+    for (std::uint32_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], i);
+  }
+}
+
 TEST_P(Messaging, SixtyFourMegabytesIntact) {
   RankPair pair(config());
   std::vector<std::vector<std::byte>> payloads{pattern(std::size_t{64} << 20, 64)};
