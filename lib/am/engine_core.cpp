@@ -61,6 +61,7 @@ absl::Status EngineCore::init(int numa_node_option) {
   SLUICE_RETURN_IF_ERROR(recv_pool_->eager().prime());
 
   int n = boot_->size();
+  ranks_ = n;
   peers_.resize(static_cast<std::size_t>(n));
   addresses_.resize(static_cast<std::size_t>(n));
   std::string key = absl::StrFormat("sluice.engine.%d", engine_id_);
@@ -327,7 +328,7 @@ void EngineCore::timers(Clock::time_point now) {
 // ---- peers ---------------------------------------------------------------------------------
 
 PeerData* EngineCore::peer_by_rank(int rank) {
-  if (rank < 0 || rank >= boot_->size()) return nullptr;
+  if (rank < 0 || rank >= ranks_) return nullptr;
   auto& slot = peers_[static_cast<std::size_t>(rank)];
   if (!slot) [[unlikely]] {
     slot = std::make_unique<PeerData>();
@@ -342,7 +343,7 @@ PeerData* EngineCore::peer_by_rank(int rank) {
 
 PeerData* EngineCore::peer_by_slot(std::uint32_t slot) {
   if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
-  if (slot < static_cast<std::uint32_t>(boot_->size())) return peer_by_rank(static_cast<int>(slot));
+  if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
   if (slot == wire::kUnassignedSlot) return connecting_;
   if (slot < peers_.size() && peers_[slot]) return peers_[slot].get();
   return nullptr;

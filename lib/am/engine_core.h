@@ -166,7 +166,7 @@ class EngineCore {
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
   Result send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> payload, SendCallback cb, bool copy, void* memh = nullptr);
+              std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh = nullptr);
   Result call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
               std::span<const std::byte> payload, CallOptions options, ReplyCallback cb, CallId* id);
   void cancel(CallId id);
@@ -307,6 +307,7 @@ class EngineCore {
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
   std::vector<std::unique_ptr<PeerData>> peers_;  // ranks first, then client/server peers
+  int ranks_ = 0;                                  // boot_->size(), read on every lookup
   std::unique_ptr<UcxListener> listener_;
   std::vector<void*> conn_requests_;               // arrived at the listener, not yet accepted
   PeerData* connecting_ = nullptr;                 // our one connect() in progress

@@ -134,7 +134,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, b
 }
 
 Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, SendCallback cb, bool copy, void* memh) {
+                        std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh) {
   PeerData& p = *peers_[peer];
   if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
@@ -143,11 +143,14 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
     c_.would_block->add();
     return Result::kWouldBlock;
   }
-  if (send_inline(p, 0, h, header, payload, 0, 0, 0)) [[likely]] {
-    complete_inline(p.id, std::move(cb));
+  if (p.queue.empty()) [[likely]] {
+    if (send_inline(p, 0, h, header, payload, 0, 0, 0)) [[likely]] {
+      complete_inline(p.id, std::move(cb));
+      return Result::kOk;
+    }
+  } else if (append_queued(p, h, header, payload, cb)) {
     return Result::kOk;
   }
-  if (append_queued(p, h, header, payload, cb)) return Result::kOk;
   if (!config_.rndv && header.size() + payload.size() > eager_limit_) {
     return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
   }
@@ -233,16 +236,16 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
   wire::patch_piggyback(h->slot.data(), p.owed.take(), p.window.delivered());
   c_.msgs_sent->add(h->batch_count);
   c_.bytes_sent->add(h->message_len + (m.payload ? m.payload->payload_len : 0));
-  if (open != nullptr && m.payload == nullptr && h->message_len <= kCoalesceMax &&
+  if (open != nullptr && m.payload == nullptr && h->batch_count == 1 && h->message_len <= kCoalesceMax &&
       (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
-    // Coalescing: join the open batch when it has room, otherwise open one.
+    // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
+    // that carries several already goes as it is: joining would copy them all again.)
     if (Op* head = *open) {
       if (std::byte* at = grow_batch(head, h->message_len)) {
         std::memcpy(at, h->slot.data(), h->message_len);
-        head->batch_last += h->batch_last;  // the run's own last header
         h->slot.release();
         chain(head, h);
-        c_.coalesced->add(h->batch_count);
+        c_.coalesced->add();
         return;
       }
       post_batch(p, open);
@@ -267,7 +270,11 @@ std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
   if (off + len > head->slot.size()) return nullptr;
   std::byte* b = head->slot.data();
   wire::set_flags(b + head->batch_last, wire::flags_of(b + head->batch_last) | wire::kFlagMore);
-  std::memset(b + head->message_len, 0, off - head->message_len);
+  // Zero the padding (under 8 bytes) with one 8-byte store: what it writes past `off` the
+  // message written there next overwrites, and it stays inside the slot (len >= a header).
+  static_assert(wire::kHeaderSize >= 8);
+  constexpr std::uint64_t zero = 0;
+  std::memcpy(b + head->message_len, &zero, sizeof(zero));
   head->message_len = off + len;
   head->batch_last = off;
   return b + off;

@@ -17,6 +17,7 @@
 //   32 u64 rpc id           40 u64 aux (request: reply capacity; hello: incarnation)
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -112,11 +113,50 @@ enum class Parse : std::uint8_t {
 };
 const char* to_string(Parse p);
 
-void encode(const Header& h, std::byte* out);  // writes kHeaderSize bytes
-// Rewrites fields of an encoded header in place (sequence at send time, piggybacked credits
+// Little-endian on the wire; on little-endian hosts a plain copy. Inline: every message
+// passes through them.
+template <typename T>
+T byteswap(T v) {
+  if constexpr (sizeof(T) == 1) return v;
+  else if constexpr (sizeof(T) == 2) return static_cast<T>(__builtin_bswap16(v));
+  else if constexpr (sizeof(T) == 4) return static_cast<T>(__builtin_bswap32(v));
+  else return static_cast<T>(__builtin_bswap64(v));
+}
+template <typename T>
+void put(std::byte* p, T v) {
+  if constexpr (std::endian::native == std::endian::big) v = byteswap(v);
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T get(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  if constexpr (std::endian::native == std::endian::big) v = byteswap(v);
+  return v;
+}
+
+// Writes kHeaderSize bytes.
+inline void encode(const Header& h, std::byte* out) {
+  put<std::uint16_t>(out + 0, kMagic);
+  put<std::uint8_t>(out + 2, kVersion);
+  put<std::uint8_t>(out + 3, h.flags);
+  put<std::uint16_t>(out + 4, h.handler);
+  put<std::uint16_t>(out + 6, h.user_header_len);
+  put<std::uint32_t>(out + 8, h.payload_len);
+  put<std::uint16_t>(out + 12, h.credits);
+  put<std::uint16_t>(out + 14, h.status);
+  put<std::uint64_t>(out + 16, h.seq);
+  put<std::uint64_t>(out + 24, h.ack);
+  put<std::uint64_t>(out + 32, h.rpc_id);
+  put<std::uint64_t>(out + 40, h.aux);
+}
+// Rewrite fields of an encoded header in place (sequence at send time, piggybacked credits
 // and acknowledgement at transmit time).
-void patch_seq(std::byte* out, std::uint64_t seq);
-void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack);
+inline void patch_seq(std::byte* out, std::uint64_t seq) { put<std::uint64_t>(out + 16, seq); }
+inline void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack) {
+  put<std::uint16_t>(out + 12, credits);
+  put<std::uint64_t>(out + 24, ack);
+}
 // The flags byte of an encoded header.
 inline std::uint8_t flags_of(const std::byte* header) { return static_cast<std::uint8_t>(header[3]); }
 inline void set_flags(std::byte* header, std::uint8_t flags) { header[3] = static_cast<std::byte>(flags); }
