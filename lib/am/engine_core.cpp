@@ -235,6 +235,11 @@ bool EngineCore::progress() {
     send_pool_->set_owner(driver_);
     recv_pool_->set_owner(driver_);
   }
+  // Receives consumed in the last call are re-posted here, before polling, rather than at
+  // the end of it: a handler's reply, or the caller's next send after progress() returns,
+  // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
+  // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
+  post_receives();
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -245,7 +250,6 @@ bool EngineCore::progress() {
     run_posted();
   }
   if (!conn_requests_.empty()) [[unlikely]] accept_pending();
-  post_receives();
   // Reading the clock is not free on every machine (a VM without a stable TSC pays a
   // system-call-like price): timers are checked every kTimerEvery calls.
   if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
