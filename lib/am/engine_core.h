@@ -168,7 +168,8 @@ class EngineCore {
   Result send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
               std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh = nullptr);
   Result call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
-              std::span<const std::byte> payload, CallOptions options, ReplyCallback cb, CallId* id);
+              std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
+              CallId* id);
   void cancel(CallId id);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
                std::uint16_t status);

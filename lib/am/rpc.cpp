@@ -10,8 +10,8 @@
 namespace sluice::detail {
 
 Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, CallOptions options, ReplyCallback cb,
-                        CallId* id_out) {
+                        std::span<const std::byte> payload, const CallOptions& options,
+                        ReplyCallback&& cb, CallId* id_out) {
   PeerData& p = *peers_[peer];
   if (p.state == PeerState::kDead) return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb)
@@ -195,6 +195,13 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
       c.reply.payload_ = c.reply_buffer.first(c.payload_len);
       finish_call(id, absl::OkStatus());
     }
+    return;
+  }
+  if (c.reply_rx == nullptr) [[likely]] {
+    // Complete as it arrived: the callback gets this message (no moves through the call).
+    ReplyCallback cb = std::move(c.on_reply);
+    calls_.erase(it);
+    cb(absl::OkStatus(), m);
     return;
   }
   c.reply = std::move(m);
