@@ -365,7 +365,6 @@ PeerData& EngineCore::new_cs_peer() {
 }
 
 Peer* EngineCore::peer(int rank) {
-  if (rank >= boot_->size()) return nullptr;
   PeerData* p = peer_by_rank(rank);
   return p ? p->handle.get() : nullptr;
 }

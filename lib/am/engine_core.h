@@ -264,7 +264,7 @@ class EngineCore {
   void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
-  void accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length);
+  void accept(PeerData* p, Slot&& slot, const wire::Header& h, std::size_t length);
   void accept_coalesced(PeerData* p, Slot slot, std::size_t length);
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void refuse(PeerData& p, const std::string& why);
@@ -272,9 +272,10 @@ class EngineCore {
   void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
   // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
-  // exception's message in *what) when it threw. Handlers never throw past this point.
+  // exception's message in handler_error_) when it threw. Handlers never throw past this point.
   enum class Invoke { kDone, kNoHandler, kThrew };
-  Invoke invoke_handler(Message& m, std::string* what);
+  Invoke invoke_handler(Message& m);
+  std::string handler_error_;
   void dispatch(Message& m);
   void finish_incoming(PeerData& p, Message& m);
   std::span<std::byte> choose_landing(Message& m, std::size_t size);

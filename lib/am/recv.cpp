@@ -89,7 +89,7 @@ void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
   }
 }
 
-void EngineCore::accept(PeerData* p, Slot slot, const wire::Header& h, std::size_t length) {
+void EngineCore::accept(PeerData* p, Slot&& slot, const wire::Header& h, std::size_t length) {
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
     handle_ctrl(*p, h, std::span<const std::byte>(slot.data() + wire::kHeaderSize, h.user_header_len));
@@ -290,7 +290,7 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   }
 }
 
-EngineCore::Invoke EngineCore::invoke_handler(Message& m, std::string* what) {
+EngineCore::Invoke EngineCore::invoke_handler(Message& m) {
   if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) [[unlikely]] {
     c_.unknown_handler->add();
     return Invoke::kNoHandler;
@@ -299,18 +299,17 @@ EngineCore::Invoke EngineCore::invoke_handler(Message& m, std::string* what) {
     handlers_[m.handler_].fn(m);
     return Invoke::kDone;
   } catch (const std::exception& e) {
-    *what = e.what();
+    handler_error_ = e.what();
   } catch (...) {
-    *what = "a non-standard exception";
+    handler_error_ = "a non-standard exception";
   }
   c_.handler_errors->add();
-  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, *what);
+  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, handler_error_);
   return Invoke::kThrew;
 }
 
 void EngineCore::dispatch(Message& m) {
-  std::string what;
-  if (invoke_handler(m, &what) == Invoke::kNoHandler) [[unlikely]] {
+  if (invoke_handler(m) == Invoke::kNoHandler) [[unlikely]] {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
                             m.source_, m.handler_);
   }

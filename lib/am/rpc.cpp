@@ -95,8 +95,7 @@ void EngineCore::on_request(PeerData& p, Message& m) {
     return;
   }
   m.holds_rpc_slot_ = true;
-  std::string what;
-  switch (invoke_handler(m, &what)) {
+  switch (invoke_handler(m)) {
     case Invoke::kDone: break;
     case Invoke::kNoHandler:
       (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
@@ -104,6 +103,7 @@ void EngineCore::on_request(PeerData& p, Message& m) {
     case Invoke::kThrew:
       // The caller learns why; the server goes on.
       if (m.valid() && !m.replied_) {
+        std::string what = std::move(handler_error_);
         what.resize(std::min<std::size_t>(what.size(), 512));
         (void)reply(m, {}, std::as_bytes(std::span(what)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
       }
