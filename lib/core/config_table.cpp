@@ -158,9 +158,9 @@ std::vector<Field> am_vars() {
                "send and receive pool slots (the bounce-buffer baseline for benchmarks).",
                &Config::rndv),
       bool_var("SLUICE_COALESCE", "am", "y",
-               "Small messages (up to 1 KiB) that waited in a peer's send queue leave together "
-               "as one tagged message when returned credits let several go, each with its own "
-               "header, sequence and credit. n: one tagged message each.",
+               "Small messages (up to 1 KiB) that wait in a peer's send queue for credits share "
+               "tagged messages (up to half the grant in one), each with its own header, "
+               "sequence and credit. n: one tagged message each.",
                &Config::coalesce),
       size_var("SLUICE_MAX_MESSAGE", "am", "1G",
                "Largest payload a peer may announce; a larger announcement is refused with "

@@ -24,6 +24,16 @@ TEST(SendCredits, NeverNegativeNeverAboveTheGrant) {
   EXPECT_EQ(c.available(), 4u);
 }
 
+TEST(SendCredits, ATaggedMessageOfSeveralTakesAllItsCreditsOrNone) {
+  SendCredits c;
+  c.grant(8);
+  EXPECT_TRUE(c.try_consume(5));
+  EXPECT_FALSE(c.try_consume(4)) << "4 of the 3 left";
+  EXPECT_EQ(c.available(), 3u) << "a refused batch spends nothing";
+  EXPECT_TRUE(c.try_consume(3));
+  EXPECT_EQ(c.available(), 0u);
+}
+
 TEST(CreditReturn, ExplicitMessageOnceHalfIsOwed) {
   CreditReturn r;
   r.grant(8);
