@@ -36,9 +36,12 @@ Message& Message::operator=(Message&& o) noexcept {
   heap_ = std::move(o.heap_);
   header_ = o.header_;
   payload_ = o.payload_;
+  borrowed_ = o.borrowed_;
   o.engine_ = nullptr;
   o.header_ = {};
   o.payload_ = {};
+  o.borrowed_ = false;
+  if (borrowed_) engine_->own_bytes(*this);  // it outlives the handler: its bytes must too
   return *this;
 }
 

@@ -116,6 +116,7 @@ struct PeerData {
   SendCredits credits;
   CreditReturn owed;
   std::uint32_t granted = 0;  // receive slots reserved for this peer
+  std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
   std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
   std::uint64_t next_seq = 1;
   ReorderWindow<Incoming> window;
@@ -264,7 +265,13 @@ class EngineCore {
   void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
-  void accept(PeerData* p, Slot&& slot, const wire::Header& h, std::size_t length);
+  // Takes one received message: `bytes` (wire header first) lie in `slot`, or, for one of
+  // a coalesced tagged message's messages, `slot` is empty and the Message borrows `bytes`
+  // from the caller, which keeps them until the Message is released or moved.
+  void accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, const wire::Header& h);
+  // A borrowed Message being moved (kept beyond its handler): copies its user header and
+  // payload into a receive slot of its own (the heap when none is free).
+  void own_bytes(Message& m);
   void accept_coalesced(PeerData* p, Slot slot, std::size_t length);
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void refuse(PeerData& p, const std::string& why);

@@ -198,6 +198,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     p.hello_sent = p.hello_received = false;
     p.credits = SendCredits();
     p.owed = CreditReturn();
+    p.unreleased = 0;
     p.next_seq = 1;
     p.sent_seq = 0;
     p.landing = 0;

@@ -61,25 +61,29 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     accept_coalesced(p, std::move(slot), length);
     return;
   }
-  accept(p, std::move(slot), h, length);
+  std::span<std::byte> whole(slot.data(), length);
+  accept(p, std::move(slot), whole, h);
 }
 
 void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
   // Several messages in one tagged message: each is checked against the bytes that remain and
-  // copied into a receive slot of its own (within the peer's credits, so within the
-  // reservation), then taken like any other. The batch's slot goes back at the end.
+  // taken like any other, its Message borrowing its bytes from the batch's slot, which is
+  // held here until the last has been handled. A Message kept beyond its handler (moved)
+  // copies its bytes into a receive slot of its own then (own_bytes): the peer's credits
+  // bound those, so they stay within the reservation.
   wire::Parse pr = wire::for_each_message(
       std::span<const std::byte>(slot.data(), length), [&](const wire::Header& h, std::span<const std::byte> msg) {
-        Slot own;
-        if (recv_pool_->eager().try_take(&own) != Result::kOk) {
-          // Only a peer sending beyond its credits gets here.
+        // A correct peer never has more messages unreleased or unreturned than it was
+        // granted; one beyond that could make kept messages take more than the reservation.
+        if (p->state == PeerState::kReady && (h.flags & wire::kFlagCtrl) == 0 &&
+            p->unreleased + p->owed.owed() >= p->granted) {
           c_.parse_errors->add();
           SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d sent more coalesced messages than it had credits; rest dropped",
                                   p->rank);
           return false;
         }
-        std::memcpy(own.data(), msg.data(), msg.size());
-        accept(p, std::move(own), h, msg.size());
+        std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
+        accept(p, Slot(), bytes, h);
         return true;
       });
   if (pr != wire::Parse::kOk) {
@@ -89,7 +93,8 @@ void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
   }
 }
 
-void EngineCore::accept(PeerData* p, Slot&& slot, const wire::Header& h, std::size_t length) {
+void EngineCore::accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, const wire::Header& h) {
+  std::size_t length = bytes.size();
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
     handle_ctrl(*p, h, std::span<const std::byte>(slot.data() + wire::kHeaderSize, h.user_header_len));
@@ -123,10 +128,12 @@ void EngineCore::accept(PeerData* p, Slot&& slot, const wire::Header& h, std::si
   m.seq_ = h.seq;
   m.announced_ = h.payload_len;
   m.credit_ = true;
-  std::byte* d = slot.data();
+  ++p->unreleased;
+  std::byte* d = bytes.data();
   m.header_ = std::span<const std::byte>(d + wire::kHeaderSize, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
   m.payload_ = std::span<std::byte>(d + wire::kHeaderSize + h.user_header_len, inl);
+  m.borrowed_ = !slot;
   m.slot_ = std::move(slot);
   if (!p->blocked && p->window.take_in_order(h.seq)) [[likely]] {
     process(*p, m, h);
@@ -145,6 +152,7 @@ void EngineCore::accept(PeerData* p, Slot&& slot, const wire::Header& h, std::si
     case Arrival::kDuplicate:
       c_.duplicates->add();
       in.message.credit_ = false;
+      --p->unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "rank %d: dropped duplicate or stale sequence %u (expected %u)",
                               p->rank, copy.seq, p->window.expected());
       break;
@@ -242,6 +250,7 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: rendezvous payload of %u bytes failed: %s, %u bytes landed",
                             p.rank, m.payload_.size(), absl::StatusCodeToString(code), length);
     m.credit_ = false;
+    --p.unreleased;
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
@@ -315,6 +324,25 @@ void EngineCore::dispatch(Message& m) {
   }
 }
 
+void EngineCore::own_bytes(Message& m) {
+  std::size_t hl = m.header_.size(), pl = m.payload_.size();
+  std::byte* d;
+  Slot own;
+  if (recv_pool_->eager().try_take(&own) == Result::kOk && own.size() >= hl + pl) {
+    d = own.data();
+    m.slot_ = std::move(own);
+  } else {
+    own.release();
+    m.heap_.reset(new std::byte[hl + pl]);
+    d = m.heap_.get();
+  }
+  if (hl != 0) std::memcpy(d, m.header_.data(), hl);
+  if (pl != 0) std::memcpy(d + hl, m.payload_.data(), pl);
+  m.header_ = std::span<const std::byte>(d, hl);
+  m.payload_ = std::span<std::byte>(d + hl, pl);
+  m.borrowed_ = false;
+}
+
 void EngineCore::release(Message& m) {
   if (m.request_ && !m.replied_) {
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
@@ -325,6 +353,7 @@ void EngineCore::release(Message& m) {
   if (m.credit_) {
     PeerData& p = *peers_[m.peer_];
     if (p.epoch == m.incarnation_ && p.state == PeerState::kReady) {
+      --p.unreleased;
       p.owed.released();
       maybe_return_credits(p);
     }
