@@ -6,7 +6,9 @@
 // sender send again, return when the Message is released (destroyed or release()d).
 //
 // Ownership rules:
-// - Release every Message on its engine's thread, before the engine is destroyed.
+// - Release every Message before its engine is destroyed, on its engine's thread. (One
+//   released on another thread is handed to the engine thread through Engine::post(), so
+//   its credit and slot still come back, a little later.)
 // - A request (is_request()) must be answered once with reply() or reply_error(); a request
 //   released without an answer is answered with an Internal error for the caller.
 #pragma once

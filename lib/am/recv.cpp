@@ -344,6 +344,13 @@ void EngineCore::own_bytes(Message& m) {
 }
 
 void EngineCore::release(Message& m) {
+  if (std::this_thread::get_id() != driver_) [[unlikely]] {
+    // Released on another thread (message.h asks for the engine's): its credit, slot and
+    // unanswered request belong to the engine thread's state, so the release is handed there.
+    auto* held = new Message(std::move(m));
+    post([held] { delete held; });
+    return;
+  }
   if (m.request_ && !m.replied_) {
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
   }

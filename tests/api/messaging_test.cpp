@@ -479,6 +479,42 @@ std::size_t rss_bytes() {
   return static_cast<std::size_t>(resident) * 4096;
 }
 
+TEST(Messaging, AMessageReleasedOnAnotherThreadStillReturnsItsCredit) {
+  // Two credits, 20 messages: every handler hands its Message to a thread of its own, which
+  // releases it there. The release is handed back to the engine thread, so the credits return
+  // and all 20 arrive (with the release done off the engine thread, the credit accounting
+  // and the CREDIT message would race with the engine).
+  Config c;
+  c.credits = 2;
+  RankPair pair(c);
+  std::vector<std::thread> releasers;
+  int seen = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    ++seen;
+    auto held = std::make_shared<Message>(std::move(m));
+    releasers.emplace_back([held]() mutable {
+      held->release();
+      held.reset();
+    });
+  }).ok());
+  constexpr int kCount = 20;
+  int completed = 0;
+  pair.run([&](Engine& e) {
+    for (int i = 0; i < kCount;) {
+      Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
+      if (r == Result::kWouldBlock) {
+        e.progress();
+        continue;
+      }
+      ASSERT_EQ(r, Result::kOk);
+      ++i;
+    }
+    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong)); });
+  for (auto& t : releasers) t.join();
+  EXPECT_EQ(seen, kCount);
+}
+
 TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   Config c;
   c.credits = 16;
