@@ -349,7 +349,6 @@ PeerData* EngineCore::peer_by_slot(std::uint32_t slot) {
   if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
   if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
   if (slot == wire::kUnassignedSlot) return connecting_;
-  if (slot < peers_.size() && peers_[slot]) return peers_[slot].get();
   return nullptr;
 }
 

@@ -28,7 +28,6 @@ class EngineCore;
 
 enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx };
 
-// A transport operation of this engine; pooled, never allocated on the hot path once warm.
 // Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
 inline constexpr std::size_t kCoalesceMax = 1024;
 // Messages up to this size (header included) to a ready peer with credits and an empty send
@@ -37,6 +36,7 @@ inline constexpr std::size_t kCoalesceMax = 1024;
 // bytes go inline, 93 do not, as measured with am.sent_inline; TCP's limit is larger).
 inline constexpr std::size_t kInlineMax = 92;
 
+// A transport operation of this engine; pooled, never allocated on the hot path once warm.
 struct Op : TransportOp {
   EngineCore* engine = nullptr;
   OpKind kind = OpKind::kSend;

@@ -73,10 +73,16 @@ void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
   // bound those, so they stay within the reservation.
   wire::Parse pr = wire::for_each_message(
       std::span<const std::byte>(slot.data(), length), [&](const wire::Header& h, std::span<const std::byte> msg) {
+        // Only eager messages ride coalesced (wire-protocol.md): anything else is refused.
+        if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag)) {
+          c_.parse_errors->add();
+          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d coalesced a control, rendezvous or fragment message; rest dropped",
+                                  p->rank);
+          return false;
+        }
         // A correct peer never has more messages unreleased or unreturned than it was
         // granted; one beyond that could make kept messages take more than the reservation.
-        if (p->state == PeerState::kReady && (h.flags & wire::kFlagCtrl) == 0 &&
-            p->unreleased + p->owed.owed() >= p->granted) {
+        if (p->state == PeerState::kReady && p->unreleased + p->owed.owed() >= p->granted) {
           c_.parse_errors->add();
           SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d sent more coalesced messages than it had credits; rest dropped",
                                   p->rank);
@@ -97,7 +103,7 @@ void EngineCore::accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, co
   std::size_t length = bytes.size();
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
-    handle_ctrl(*p, h, std::span<const std::byte>(slot.data() + wire::kHeaderSize, h.user_header_len));
+    handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
   if (p->state != PeerState::kReady) [[unlikely]] {

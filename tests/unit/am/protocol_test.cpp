@@ -56,21 +56,32 @@ class Rogue {
   }
 
   // Data messages with sequences first, first+1, ... (payload: the sequence times 10), coalesced
-  // into one tagged message; the message at `corrupt` gets a bad magic.
-  void coalesced(std::uint64_t first, std::size_t count, std::size_t corrupt = SIZE_MAX) {
+  // into one tagged message; the message at `corrupt` gets a bad magic, the one at `ctrl` is
+  // made a CREDIT control message (which no sender may coalesce).
+  void coalesced(std::uint64_t first, std::size_t count, std::size_t corrupt = SIZE_MAX,
+                 std::size_t ctrl = SIZE_MAX) {
     Bytes out;
+    std::uint64_t seq = first;
     for (std::size_t i = 0; i < count; ++i) {
       wire::Header h;
-      h.handler = 5;
-      h.seq = first + i;
-      h.payload_len = sizeof(std::uint32_t);
-      if (i + 1 < count) h.flags = wire::kFlagMore;
+      std::size_t body = 0;
+      if (i == ctrl) {  // a well-formed CREDIT returning one credit
+        h.flags = wire::kFlagCtrl;
+        h.handler = wire::kCredit;
+        h.credits = 1;
+      } else {
+        h.handler = 5;
+        h.seq = seq++;
+        h.payload_len = sizeof(std::uint32_t);
+        body = sizeof(std::uint32_t);
+      }
+      if (i + 1 < count) h.flags |= wire::kFlagMore;
       out.resize((out.size() + 7) / 8 * 8);
       std::size_t at = out.size();
-      out.resize(at + wire::kHeaderSize + sizeof(std::uint32_t));
+      out.resize(at + wire::kHeaderSize + body);
       wire::encode(h, out.data() + at);
       auto v = static_cast<std::uint32_t>(h.seq * 10);
-      std::memcpy(out.data() + at + wire::kHeaderSize, &v, sizeof(v));
+      if (body != 0) std::memcpy(out.data() + at + wire::kHeaderSize, &v, sizeof(v));
       if (i == corrupt) out[at] = std::byte{0};
     }
     send_raw(std::move(out), wire::make_tag(wire::kEager, 1, first));
@@ -332,6 +343,21 @@ TEST_F(ProtocolTest, CoalescedMessagesAreEachDeliveredInOrder) {
   ASSERT_TRUE(pump([&] { return delivered_.size() == 5; }));
   EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{10, 20, 30, 40, 50}));
   EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
+TEST_F(ProtocolTest, AControlMessageInsideABatchIsRefusedAndTheConnectionLives) {
+  expect_hello();
+  rogue_.hello(8);
+  // The last of three is a CREDIT (the wire parser already refuses one with MORE, so only the
+  // last of a batch can be one): 1 and 2 stand, the CREDIT is refused.
+  rogue_.coalesced(1, 3, SIZE_MAX, 2);
+  ASSERT_TRUE(pump([&] { return stat("wire.parse_errors") >= 1; }));
+  settle();
+  EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{10, 20}));
+  EXPECT_EQ(stat("wire.parse_errors"), 1u);
+  rogue_.coalesced(3, 2);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 4; }));
+  EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
 TEST_F(ProtocolTest, ACorruptMessageInABatchDropsItAndTheRestButNotTheConnection) {
