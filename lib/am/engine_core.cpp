@@ -311,10 +311,12 @@ void EngineCore::timers(Clock::time_point now) {
       SLUICE_LOG(kWarn, "am",
                  "peer rank %d silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-                 "sequence from it %u, %u held early; %u receives unposted, %u sends in flight",
+                 "sequence from it %u, %u held early; %u receives unposted, %u sends in flight; "
+                 "a message waits unmatched in UCX: %s",
                  p.rank, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
                  p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
-                 unposted_.size(), tx_inflight_);
+                 unposted_.size(), tx_inflight_,
+                 worker_->has_unexpected(wire::kWildcardTag, wire::kWildcardMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                 format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),

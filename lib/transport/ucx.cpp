@@ -407,6 +407,11 @@ void UcxWorker::cancel(TransportOp* op) {
   if (op->request != nullptr) ucp_request_cancel(worker_of(worker_), op->request);
 }
 
+bool UcxWorker::has_unexpected(Tag tag, Tag mask) {
+  ucp_tag_recv_info_t info;
+  return ucp_tag_probe_nb(worker_of(worker_), tag, mask, 0, &info) != nullptr;
+}
+
 bool UcxWorker::progress() { return ucp_worker_progress(worker_of(worker_)) != 0; }
 
 bool UcxWorker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }

@@ -146,6 +146,9 @@ class UcxWorker {
                        void* memh);
   // Cancels a pending operation; its callback then runs with kCancelled.
   void cancel(TransportOp* op);
+  // Whether UCX holds an arrived message that matches (tag, mask) but no posted receive took
+  // (ucp_tag_probe_nb without removing it): for diagnostics.
+  bool has_unexpected(Tag tag, Tag mask);
 
   // Progresses communication; returns whether anything happened.
   bool progress();
