@@ -80,6 +80,22 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
   for (std::size_t i = 0; i < order->size(); ++i) ASSERT_EQ((*order)[i], i);
 }
 
+// Sends the ints 0..count-1 from e to rank 1 (retrying on kWouldBlock) and waits until every
+// send has completed successfully.
+void send_numbers(Engine& e, int count) {
+  int completed = 0;
+  for (int i = 0; i < count;) {
+    Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
+    if (r == Result::kWouldBlock) {
+      e.progress();
+      continue;
+    }
+    ASSERT_EQ(r, Result::kOk);
+    ++i;
+  }
+  ASSERT_TRUE(e.run_until([&] { return completed == count; }, Clock::now() + kLong));
+}
+
 TEST_P(Messaging, SizeBoundariesArriveIntactAndInOrder) {
   RankPair pair(config());
   std::size_t eager = pair.engine(0).eager_limit() - sizeof(Ledger);  // header counts too
@@ -429,19 +445,7 @@ TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
     }
   }).ok());
   constexpr int kCount = 100;
-  int completed = 0;
-  pair.run([&](Engine& e) {
-    for (int i = 0; i < kCount;) {
-      Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
-      if (r == Result::kWouldBlock) {
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
-  }, [&](Engine& e) {
+  pair.run([&](Engine& e) { send_numbers(e, kCount); }, [&](Engine& e) {
     // With all 8 credits held, nothing more can arrive.
     e.run_until([&] { return seen == 8; }, Clock::now() + kLong);
     e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
@@ -498,19 +502,7 @@ TEST(Messaging, AMessageReleasedOnAnotherThreadStillReturnsItsCredit) {
     });
   }).ok());
   constexpr int kCount = 20;
-  int completed = 0;
-  pair.run([&](Engine& e) {
-    for (int i = 0; i < kCount;) {
-      Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
-      if (r == Result::kWouldBlock) {
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong)); });
+  pair.run([&](Engine& e) { send_numbers(e, kCount); }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong)); });
   for (auto& t : releasers) t.join();
   EXPECT_EQ(seen, kCount);
 }
