@@ -80,19 +80,20 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
   for (std::size_t i = 0; i < order->size(); ++i) ASSERT_EQ((*order)[i], i);
 }
 
-// Sends the ints 0..count-1 from e to rank 1 (retrying on kWouldBlock) and waits until every
-// send has completed successfully.
+// Sends `payload` from e to rank 1 on handler kData, progressing e while the send answers
+// kWouldBlock; returns the first other answer.
+Result send_when_taken(Engine& e, std::span<const std::byte> payload, const SendCallback& on_done) {
+  Result r;
+  while ((r = e.peer(1)->send(kData, {}, payload, on_done)) == Result::kWouldBlock) e.progress();
+  return r;
+}
+
+// Sends the ints 0..count-1 from e to rank 1 and waits until every send has completed
+// successfully.
 void send_numbers(Engine& e, int count) {
   int completed = 0;
-  for (int i = 0; i < count;) {
-    Result r = e.peer(1)->send(kData, {}, bytes_of(i), [&](absl::Status s) { completed += s.ok(); });
-    if (r == Result::kWouldBlock) {
-      e.progress();
-      continue;
-    }
-    ASSERT_EQ(r, Result::kOk);
-    ++i;
-  }
+  for (int i = 0; i < count; ++i)
+    ASSERT_EQ(send_when_taken(e, bytes_of(i), [&](absl::Status s) { completed += s.ok(); }), Result::kOk);
   ASSERT_TRUE(e.run_until([&] { return completed == count; }, Clock::now() + kLong));
 }
 
@@ -365,17 +366,11 @@ TEST_P(Volume, ManySmallMessagesCheckedInOrder) {
   std::uint32_t done = 0;
   pair.run([&](Engine& e) {
     std::array<std::byte, 8> buf;
-    for (std::uint32_t i = 0; i < count;) {
+    for (std::uint32_t i = 0; i < count; ++i) {
       std::memcpy(buf.data(), &i, 4);
       std::uint32_t crc = crc32c(std::span(buf).first(4));
       std::memcpy(buf.data() + 4, &crc, 4);
-      Result r = e.peer(1)->send(kData, {}, buf, [&](absl::Status s) { done += s.ok(); });
-      if (r == Result::kWouldBlock) {
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
+      ASSERT_EQ(send_when_taken(e, buf, [&](absl::Status s) { done += s.ok(); }), Result::kOk);
     }
     ASSERT_TRUE(e.run_until([&] { return done == count; }, Clock::now() + kLong));
   }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return next == count; }, Clock::now() + kLong)); });
