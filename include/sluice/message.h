@@ -76,9 +76,12 @@ class Message {
   std::uint16_t status_ = 0;
   std::uint64_t seq_ = 0;
   std::size_t announced_ = 0;         // payload length announced by a rendezvous header
-  bool borrowed_ = false;             // views a coalesced tagged message's slot, which the
-                                      // engine holds while the handler runs; moving the
-                                      // Message copies the bytes into a slot of its own
+  bool borrowed_ = false;             // views receive memory the engine holds while the
+                                      // handler runs; moving the Message makes the bytes its
+                                      // own: it takes over `lender_` when there is one (a
+                                      // tagged message that held only this message), else
+                                      // copies them (one of a coalesced tagged message's)
+  Slot* lender_ = nullptr;
   Slot slot_;                          // the eager slot holding the wire message
   Slot landing_;                       // rendezvous landing slot from the receive pool
   std::unique_ptr<std::byte[]> heap_;  // rendezvous landing beyond the largest class

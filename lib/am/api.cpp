@@ -37,10 +37,12 @@ Message& Message::operator=(Message&& o) noexcept {
   header_ = o.header_;
   payload_ = o.payload_;
   borrowed_ = o.borrowed_;
+  lender_ = o.lender_;
   o.engine_ = nullptr;
   o.header_ = {};
   o.payload_ = {};
   o.borrowed_ = false;
+  o.lender_ = nullptr;
   if (borrowed_) engine_->own_bytes(*this);  // it outlives the handler: its bytes must too
   return *this;
 }
@@ -54,6 +56,8 @@ void Message::release() {
   heap_.reset();
   header_ = {};
   payload_ = {};
+  borrowed_ = false;  // released: nothing left to own when it is moved
+  lender_ = nullptr;
 }
 
 Peer* Message::peer() const { return engine_ ? engine_->peer_handle(peer_) : nullptr; }

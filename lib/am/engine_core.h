@@ -255,6 +255,8 @@ class EngineCore {
   // recv.cpp
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
+  // One received tagged message in `slot`: checks it and takes its message(s).
+  void parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag);
   void deliver(PeerData& p);
   // After the peer's BYE: closes it once every message it sent before is in (delivered, and
   // no payload of it still landing).
@@ -265,14 +267,16 @@ class EngineCore {
   void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
-  // Takes one received message: `bytes` (wire header first) lie in `slot`, or, for one of
-  // a coalesced tagged message's messages, `slot` is empty and the Message borrows `bytes`
-  // from the caller, which keeps them until the Message is released or moved.
-  void accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, const wire::Header& h);
-  // A borrowed Message being moved (kept beyond its handler): copies its user header and
-  // payload into a receive slot of its own (the heap when none is free).
+  // Takes one received message: `bytes` (wire header first). The Message borrows them from
+  // the caller, which keeps them until the Message is released or moved. `lender` is the
+  // slot they lie in when they are its only message (a Message moved takes it over), or
+  // nullptr (one of a coalesced tagged message's messages: a move copies them).
+  void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
+  // A borrowed Message being moved (kept beyond its handler): takes over its lender's slot,
+  // or copies its user header and payload into a receive slot of its own (the heap when
+  // none is free).
   void own_bytes(Message& m);
-  void accept_coalesced(PeerData* p, Slot slot, std::size_t length);
+  void accept_coalesced(PeerData* p, std::span<const std::byte> bytes);
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void refuse(PeerData& p, const std::string& why);
   void process(PeerData& p, Message& m, const wire::Header& h);

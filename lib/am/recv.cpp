@@ -15,7 +15,8 @@ void EngineCore::post_receives() {
   PoolClass& cls = recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
-    if (cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
+    // An operation usually still holds the slot it last received into (see on_rx).
+    if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(), wire::kWildcardTag,
                                       wire::kWildcardMask, op->slot.memh());
     if (r.kind == Post::kError) {
@@ -29,6 +30,11 @@ void EngineCore::post_receives() {
 }
 
 void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+  // The operation goes back for re-posting at once (a handler that progresses the engine
+  // finds it there and re-posts it with a fresh slot). Its slot is held here while the
+  // message is handled, and given back to it afterwards unless a Message kept it or the
+  // operation was re-posted meanwhile: the usual re-post then needs no pool take, and the
+  // usual release no pool return.
   Slot slot = std::move(op->slot);
   unposted_.push_back(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
@@ -39,6 +45,11 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
+  parse_and_accept(slot, length, tag);
+  if (slot && !op->slot) op->slot = std::move(slot);
+}
+
+void EngineCore::parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag) {
   std::span<const std::byte> bytes(slot.data(), length);
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
   wire::Header h;
@@ -58,21 +69,20 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     return;
   }
   if (h.flags & wire::kFlagMore) [[unlikely]] {
-    accept_coalesced(p, std::move(slot), length);
+    accept_coalesced(p, bytes);
     return;
   }
-  std::span<std::byte> whole(slot.data(), length);
-  accept(p, std::move(slot), whole, h);
+  accept(p, &slot, std::span<std::byte>(slot.data(), length), h);
 }
 
-void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
+void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   // Several messages in one tagged message: each is checked against the bytes that remain and
-  // taken like any other, its Message borrowing its bytes from the batch's slot, which is
-  // held here until the last has been handled. A Message kept beyond its handler (moved)
-  // copies its bytes into a receive slot of its own then (own_bytes): the peer's credits
-  // bound those, so they stay within the reservation.
+  // taken like any other, its Message borrowing its bytes from the batch's slot, which on_rx
+  // holds until the last has been handled. A Message kept beyond its handler (moved) copies
+  // its bytes into a receive slot of its own then (own_bytes): the peer's credits bound
+  // those, so they stay within the reservation.
   wire::Parse pr = wire::for_each_message(
-      std::span<const std::byte>(slot.data(), length), [&](const wire::Header& h, std::span<const std::byte> msg) {
+      batch, [&](const wire::Header& h, std::span<const std::byte> msg) {
         // Only eager messages ride coalesced (wire-protocol.md): anything else is refused.
         if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag)) {
           c_.parse_errors->add();
@@ -89,7 +99,7 @@ void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
           return false;
         }
         std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
-        accept(p, Slot(), bytes, h);
+        accept(p, nullptr, bytes, h);
         return true;
       });
   if (pr != wire::Parse::kOk) {
@@ -99,7 +109,7 @@ void EngineCore::accept_coalesced(PeerData* p, Slot slot, std::size_t length) {
   }
 }
 
-void EngineCore::accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, const wire::Header& h) {
+void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h) {
   std::size_t length = bytes.size();
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
@@ -139,10 +149,13 @@ void EngineCore::accept(PeerData* p, Slot&& slot, std::span<std::byte> bytes, co
   m.header_ = std::span<const std::byte>(d + wire::kHeaderSize, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
   m.payload_ = std::span<std::byte>(d + wire::kHeaderSize + h.user_header_len, inl);
-  m.borrowed_ = !slot;
-  m.slot_ = std::move(slot);
+  m.borrowed_ = true;
+  m.lender_ = lender;
   if (!p->blocked && p->window.take_in_order(h.seq)) [[likely]] {
-    process(*p, m, h);
+    // A plain message in order (the common case) goes straight to its handler.
+    constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
+    if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] dispatch(m);
+    else process(*p, m, h);
     if (!p->blocked && p->window.held() != 0) deliver(*p);
     if (p->bye_received) [[unlikely]] close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);
@@ -331,6 +344,13 @@ void EngineCore::dispatch(Message& m) {
 }
 
 void EngineCore::own_bytes(Message& m) {
+  m.borrowed_ = false;
+  if (m.lender_ != nullptr && *m.lender_) {
+    m.slot_ = std::move(*m.lender_);  // the bytes stay where they are
+    m.lender_ = nullptr;
+    return;
+  }
+  m.lender_ = nullptr;
   std::size_t hl = m.header_.size(), pl = m.payload_.size();
   std::byte* d;
   Slot own;
@@ -346,7 +366,6 @@ void EngineCore::own_bytes(Message& m) {
   if (pl != 0) std::memcpy(d + hl, m.payload_.data(), pl);
   m.header_ = std::span<const std::byte>(d, hl);
   m.payload_ = std::span<std::byte>(d + hl, pl);
-  m.borrowed_ = false;
 }
 
 void EngineCore::release(Message& m) {

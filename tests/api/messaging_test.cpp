@@ -467,6 +467,51 @@ TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
   EXPECT_GT(pair.engine(0).stats().value("am.coalesced"), 0u) << "the waiting sends were coalesced";
 }
 
+TEST(Messaging, AHandlerThatProgressesTheEngineKeepsItsMessageIntact) {
+  // One wildcard receive. While a message's handler progresses the engine, that receive is
+  // posted again and the next message lands meanwhile: it must land in a fresh slot, not in
+  // the one the handler's Message still reads. (A first message, sent and completed before
+  // the others, finishes the handshake: the others then leave one by one, not coalesced.)
+  Config c;
+  c.rx_posted = 1;
+  RankPair pair(c);
+  std::vector<int> seen;
+  int intact_after_progress = -1;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    int v;
+    std::memcpy(&v, m.payload().data(), sizeof(v));
+    seen.push_back(v);
+    if (seen.size() != 2) return;
+    auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (Clock::now() < until) pair.engine(1).progress();
+    std::memcpy(&v, m.payload().data(), sizeof(v));
+    intact_after_progress = v;
+  }).ok());
+  constexpr int kCount = 10;
+  pair.run([&](Engine& e) {
+    send_numbers(e, 1);
+    send_numbers(e, kCount);
+  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen.size() == kCount + 1; }, Clock::now() + kLong)); });
+  EXPECT_EQ(intact_after_progress, 0);
+  std::vector<int> expected{0};
+  for (int i = 0; i < kCount; ++i) expected.push_back(i);
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(pair.engine(0).stats().value("am.coalesced"), 0u) << "sent one by one";
+}
+
+TEST(Messaging, AReleasedMessageMayStillBeMoved) {
+  RankPair pair;
+  int moved_valid = -1;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    m.release();
+    Message kept = std::move(m);
+    moved_valid = kept.valid();
+  }).ok());
+  pair.run([&](Engine& e) { send_numbers(e, 1); },
+           [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return moved_valid != -1; }, Clock::now() + kLong)); });
+  EXPECT_EQ(moved_valid, 0);
+}
+
 // Resident set size of this process, from /proc.
 std::size_t rss_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");
