@@ -308,14 +308,15 @@ void EngineCore::timers(Clock::time_point now) {
     Duration silent = now - p.last_heard;
     if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
       // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
+      PoolClassStats rx = recv_pool_->eager().stats();
       SLUICE_LOG(kWarn, "am",
                  "peer rank %d silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-                 "sequence from it %u, %u held early; %u receives unposted, %u sends in flight; "
-                 "a message waits unmatched in UCX: %s",
+                 "sequence from it %u, %u held early; %u receives unposted (receive slots: %u of "
+                 "%u in use, %u reserved), %u sends in flight; a message waits unmatched in UCX: %s",
                  p.rank, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
                  p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
-                 unposted_.size(), tx_inflight_,
+                 unposted_.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
                  worker_->has_unexpected(wire::kWildcardTag, wire::kWildcardMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
