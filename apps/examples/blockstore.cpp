@@ -84,14 +84,17 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
     BlockHeader h{static_cast<std::uint64_t>(i)};
     written[static_cast<std::size_t>(i)] = block_data(h.id, size_of(i));
     ++pending;
-    sluice::Result r;
-    while ((r = (*peer)->call(kWrite, std::as_bytes(std::span(&h, 1)), written[static_cast<std::size_t>(i)], {},
-                              [&](absl::Status s, sluice::Message&) {
-                                errors += !s.ok();
-                                --pending;
-                              })) == sluice::Result::kWouldBlock) {
-      engine.progress();
-    }
+    // kWouldBlock (no RPC slot or credit free yet): retried inside run_until, which
+    // progresses between attempts and sleeps while nothing arrives.
+    sluice::Result r = sluice::Result::kWouldBlock;
+    engine.run_until([&] {
+      r = (*peer)->call(kWrite, std::as_bytes(std::span(&h, 1)), written[static_cast<std::size_t>(i)], {},
+                        [&](absl::Status s, sluice::Message&) {
+                          errors += !s.ok();
+                          --pending;
+                        });
+      return r != sluice::Result::kWouldBlock;
+    });
     if (r != sluice::Result::kOk) return -1;
   }
   if (!engine.run_until([&] { return pending == 0; }, sluice::Clock::now() + std::chrono::seconds(60))) return -1;

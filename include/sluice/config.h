@@ -66,6 +66,8 @@ struct Config {
   Duration peer_timeout = std::chrono::seconds(10);
   Duration heartbeat = std::chrono::seconds(1);
   Duration connect_timeout = std::chrono::seconds(10);
+  // progress
+  Duration spin = std::chrono::microseconds(100);  // run_until() busy-polls this long idle
   // transport
   std::string tls;  // empty: UCX's own choice
   // boot

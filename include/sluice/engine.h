@@ -16,7 +16,10 @@
 //
 // Flow control: a sender spends one credit per message; credits are receive slots the peer
 // reserved for it. Without credits, messages wait in the peer's send queue (at most
-// SLUICE_SEND_QUEUE_MAX), after which sends return kWouldBlock: progress, then retry.
+// SLUICE_SEND_QUEUE_MAX), after which sends return kWouldBlock: progress, then retry. The
+// retry is best made inside run_until, which sleeps while nothing arrives:
+//   Result r;
+//   engine.run_until([&] { return (r = peer->send(h, {}, bytes)) != Result::kWouldBlock; }, deadline);
 #pragma once
 
 #include <chrono>
@@ -157,6 +160,10 @@ class Engine {
   // anything happened.
   bool progress();
   // Progresses until `done()` is true (returns true) or `deadline` passes (returns false).
+  // Busy-polls while there is work and for SLUICE_SPIN (100us) after the last of it, then
+  // sleeps as wait() does: a done() that another thread makes true should be followed by
+  // post() on this engine, which wakes it (otherwise it is seen at the next timer tick,
+  // within 50 ms with connected peers, 1 s without).
   bool run_until(const std::function<bool()>& done, Clock::time_point deadline = Clock::time_point::max());
   // Sleeps until there is something to do or `deadline` (efd + ucp_worker_arm: an idle engine
   // uses no CPU), then progresses.

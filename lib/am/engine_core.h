@@ -183,6 +183,7 @@ class EngineCore {
   std::size_t outstanding_sends() const { return tx_inflight_; }
   std::size_t posted_exact_receives() const { return exact_posted_; }
   std::size_t eager_limit() const { return eager_limit_; }
+  Duration spin() const { return config_.spin; }
   int rank() const { return boot_->rank(); }
   absl::StatusOr<int> listen(std::string_view host_port);
   absl::StatusOr<Peer*> connect(std::string_view host_port);

@@ -272,6 +272,12 @@ std::vector<Field> liveness_vars() {
                    "Deadline for connecting and handshaking with a peer, and for bootstrap "
                    "fences.",
                    &Config::connect_timeout, true),
+      duration_var("SLUICE_SPIN", "progress", "100us",
+                   "Engine::run_until() busy-polls while there is work and this long after "
+                   "the last of it, then sleeps until a message, a timer or post() wakes it "
+                   "(the core goes to other threads: what keeps an oversubscribed machine "
+                   "from crawling). inf: never sleep.",
+                   &Config::spin, true),
   };
 }
 

@@ -80,11 +80,14 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
   for (std::size_t i = 0; i < order->size(); ++i) ASSERT_EQ((*order)[i], i);
 }
 
-// Sends `payload` from e to rank 1 on handler kData, progressing e while the send answers
-// kWouldBlock; returns the first other answer.
+// Sends `payload` from e to rank 1 on handler kData, retrying while the send answers
+// kWouldBlock; returns the first other answer. The retries run inside run_until: between
+// attempts the engine progresses, and sleeps once idle beyond SLUICE_SPIN, so a sender
+// waiting for credits leaves the core to its receiver.
 Result send_when_taken(Engine& e, std::span<const std::byte> payload, const SendCallback& on_done) {
-  Result r;
-  while ((r = e.peer(1)->send(kData, {}, payload, on_done)) == Result::kWouldBlock) e.progress();
+  Result r = Result::kWouldBlock;
+  e.run_until([&] { return (r = e.peer(1)->send(kData, {}, payload, on_done)) != Result::kWouldBlock; },
+              Clock::now() + kLong);
   return r;
 }
 

@@ -89,5 +89,46 @@ TEST(TwoEngines, AnIdleEngineSleepsInWaitAndPostWakesIt) {
   EXPECT_LT(cpu, 0.25 * waited) << "an idle engine sleeps instead of spinning";
 }
 
+// Runs e.run_until(flag) on this thread while another thread sets the flag after 300 ms and
+// then calls post(); returns {seconds from the post to run_until's return, CPU share}.
+std::pair<double, double> run_until_woken_by_post(Engine& e) {
+  std::atomic<bool> flag{false};
+  Clock::time_point posted_at;
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    flag = true;
+    posted_at = Clock::now();
+    e.post([] {});
+  });
+  double cpu0 = thread_cpu_seconds();
+  auto t0 = Clock::now();
+  bool ok = e.run_until([&] { return flag.load(); }, Clock::now() + std::chrono::seconds(10));
+  auto t1 = Clock::now();
+  double cpu = thread_cpu_seconds() - cpu0;
+  poster.join();
+  EXPECT_TRUE(ok);
+  return {std::chrono::duration<double>(t1 - posted_at).count(),
+          cpu / std::chrono::duration<double>(t1 - t0).count()};
+}
+
+TEST(TwoEngines, RunUntilSleepsWhenIdleAndPostWakesIt) {
+  Config c;
+  c.peer_timeout = kInfinite;  // no heartbeats: nothing to wake for but the post
+  RankPair pair(c);
+  auto [woken_after, cpu_share] = run_until_woken_by_post(pair.engine(0));
+  EXPECT_LT(woken_after, 0.15) << "post() woke the sleeping run_until";
+  EXPECT_LT(cpu_share, 0.25) << "an idle run_until sleeps after SLUICE_SPIN instead of spinning";
+}
+
+TEST(TwoEngines, RunUntilSpinsWithoutSleepingWhenSpinIsInfinite) {
+  Config c;
+  c.peer_timeout = kInfinite;
+  c.spin = kInfinite;
+  RankPair pair(c);
+  auto [woken_after, cpu_share] = run_until_woken_by_post(pair.engine(0));
+  EXPECT_LT(woken_after, 0.15);
+  EXPECT_GT(cpu_share, 0.3) << "SLUICE_SPIN=inf: run_until never sleeps";
+}
+
 }  // namespace
 }  // namespace sluice

@@ -91,8 +91,12 @@ int main(int argc, char** argv) {
       static const std::size_t kSmall[] = {0, 1, 8, 17, 32, 63, 64, 40};
       auto payload = pattern(small ? kSmall[i % 8] : kSizes[i % 8], static_cast<std::uint64_t>(i));
       Ledger l{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(i), payload.size(), crc32c(payload)};
-      Result r;
-      while ((r = e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb)) == Result::kWouldBlock) e.progress();
+      // kWouldBlock (no credit, or the send queue is full): retried inside run_until, which
+      // progresses between attempts and sleeps when idle beyond SLUICE_SPIN.
+      Result r = Result::kWouldBlock;
+      e.run_until([&] {
+        return (r = e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb)) != Result::kWouldBlock;
+      });
       if (r != Result::kOk) {
         std::fprintf(stderr, "alltoall: rank %d: send to %d: %s\n", me, to, to_string(r));
         return 1;
@@ -100,10 +104,10 @@ int main(int argc, char** argv) {
       ++expected_sends;
     }
   }
-  // kWouldBlock (the send queue is full while the peer catches up): progress and retry.
+  // kWouldBlock (the send queue is full while the peer catches up): retried as above.
   auto retry = [&](int to, const char* what, const std::function<Result()>& op) {
-    Result r;
-    while ((r = op()) == Result::kWouldBlock) e.progress();
+    Result r = Result::kWouldBlock;
+    e.run_until([&] { return (r = op()) != Result::kWouldBlock; });
     if (r != Result::kOk) std::fprintf(stderr, "alltoall: rank %d: %s to %d: %s\n", me, what, to, to_string(r));
     return r == Result::kOk;
   };
