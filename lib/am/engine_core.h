@@ -221,6 +221,21 @@ class EngineCore {
   bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
                    std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
                    std::uint16_t status);
+  // A plain eager message, too large to go inline, to a ready peer with a credit and nothing
+  // queued: packed into a send-pool slot with its final header and posted at once (what
+  // pack_message + enqueue + transmit do, without rewriting the header and without the
+  // queue's checks). False when it cannot, with nothing changed.
+  bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                   std::span<const std::byte> payload, SendCallback& cb);
+  // Writes the wire header of the next message to `p` (its sequence number, the credits we
+  // owe it, our acknowledgement), the user header and the payload at `out`; returns the bytes.
+  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
+                          std::span<const std::byte> header, std::span<const std::byte> payload,
+                          std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,
+                          std::byte* out) const;
+  // Counts a message that left at once (encode_next's header): its credit, the credits
+  // returned with it, its sequence number.
+  void count_sent_now(PeerData& p, std::size_t total);
   // Coalescing at enqueue time: a small plain send to a peer whose send queue waits for
   // credits is written straight into the queue's last tagged message when that one is a small
   // plain send with room (no pool slot and no copy of its own). False when it cannot.

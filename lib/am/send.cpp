@@ -63,15 +63,10 @@ Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
   return r;
 }
 
-bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
-                             std::span<const std::byte> header, std::span<const std::byte> payload,
-                             std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
-  std::size_t total = wire::kHeaderSize + header.size() + payload.size();
-  if (total > kInlineMax || p.state != PeerState::kReady || !p.queue.empty() ||
-      p.credits.available() == 0) {
-    return false;
-  }
-  alignas(8) std::byte buf[kInlineMax];
+std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
+                                     std::span<const std::byte> header,
+                                     std::span<const std::byte> payload, std::uint64_t rpc_id,
+                                     std::uint64_t aux, std::uint16_t status, std::byte* out) const {
   wire::Header wh;
   wh.flags = flags;
   wh.handler = h;
@@ -83,19 +78,54 @@ bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
   wh.ack = p.window.delivered();
   wh.rpc_id = rpc_id;
   wh.aux = aux;
-  wire::encode(wh, buf);
-  if (!header.empty()) std::memcpy(buf + wire::kHeaderSize, header.data(), header.size());
-  if (!payload.empty()) std::memcpy(buf + wire::kHeaderSize + header.size(), payload.data(), payload.size());
-  PostResult r = p.ep.send_now(buf, total, wire::make_tag(wire::kEager, p.remote_slot, wh.seq));
-  if (r.kind != Post::kDone) return false;
-  // Sent: now it counts, exactly as transmit() counts a queued message.
+  wire::encode(wh, out);
+  if (!header.empty()) std::memcpy(out + wire::kHeaderSize, header.data(), header.size());
+  if (!payload.empty()) std::memcpy(out + wire::kHeaderSize + header.size(), payload.data(), payload.size());
+  return wire::kHeaderSize + header.size() + payload.size();
+}
+
+void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
   (void)p.credits.try_consume();
   (void)p.owed.take();
   ++p.next_seq;
   ++p.sent_seq;
   c_.msgs_sent->add();
   c_.bytes_sent->add(total);
+}
+
+bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
+                             std::span<const std::byte> header, std::span<const std::byte> payload,
+                             std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
+  if (wire::kHeaderSize + header.size() + payload.size() > kInlineMax || p.state != PeerState::kReady ||
+      !p.queue.empty() || p.credits.available() == 0) {
+    return false;
+  }
+  alignas(8) std::byte buf[kInlineMax];
+  std::size_t total = encode_next(p, flags, h, header, payload, rpc_id, aux, status, buf);
+  PostResult r = p.ep.send_now(buf, total, wire::make_tag(wire::kEager, p.remote_slot, p.next_seq));
+  if (r.kind != Post::kDone) return false;
+  // Sent: now it counts, exactly as transmit() counts a queued message.
+  count_sent_now(p, total);
   c_.sent_inline->add();
+  return true;
+}
+
+bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                             std::span<const std::byte> payload, SendCallback& cb) {
+  if (header.size() + payload.size() > eager_limit_ || p.state != PeerState::kReady ||
+      !p.queue.empty() || p.credits.available() == 0) {
+    return false;
+  }
+  Slot slot;
+  if (send_pool_->eager().try_get(&slot) != Result::kOk) return false;  // the ordinary path reports it
+  Op* op = new_op(OpKind::kSend, p.id);
+  op->message_len = encode_next(p, 0, h, header, payload, 0, 0, 0, slot.data());
+  op->slot = std::move(slot);
+  op->tag = wire::make_tag(wire::kEager, p.remote_slot, p.next_seq);
+  op->incarnation = p.epoch;
+  op->on_done = std::move(cb);
+  count_sent_now(p, op->message_len);
+  post_message(p, op);
   return true;
 }
 
@@ -148,6 +178,7 @@ Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::by
       complete_inline(p.id, std::move(cb));
       return Result::kOk;
     }
+    if (send_direct(p, h, header, payload, cb)) return Result::kOk;
   } else if (append_queued(p, h, header, payload, cb)) {
     return Result::kOk;
   }
