@@ -117,7 +117,9 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
     return false;
   }
   Slot slot;
-  if (send_pool_->eager().try_get(&slot) != Result::kOk) return false;  // the ordinary path reports it
+  // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
+  // here, so it is counted once).
+  if (send_pool_->eager().try_take(&slot) != Result::kOk) return false;
   Op* op = new_op(OpKind::kSend, p.id);
   op->message_len = encode_next(p, 0, h, header, payload, 0, 0, 0, slot.data());
   op->slot = std::move(slot);
