@@ -1,7 +1,7 @@
 # gdb script: the UCX shared-memory state of the two engines of a RankPair test process
-# (tests/testing/ranks.h), for the open stall in docs/reliability.md. Needs a UCX with debug
-# symbols (built from Debian's source: apt-get source ucx, ./autogen.sh, configure with
-# CFLAGS="-O3 -g", run the test with LD_LIBRARY_PATH pointing at it).
+# (tests/testing/ranks.h); it showed what the "stall" of docs/reliability.md was. Needs a
+# UCX with debug symbols (built from Debian's source: apt-get source ucx, ./autogen.sh,
+# configure with CFLAGS="-O3 -g", run the test with LD_LIBRARY_PATH pointing at it).
 #   gdb -p PID -batch -x scripts/debug/ucx-state.gdb -ex 'thread apply all bt 10'
 # Prints per worker: its progress queue, each interface (mm: FIFO head, tail, read index, the
 # owner/inline flags of the element at the read index, whether sends wait), and per endpoint
