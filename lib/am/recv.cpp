@@ -344,13 +344,13 @@ void EngineCore::dispatch(Message& m) {
 }
 
 void EngineCore::own_bytes(Message& m) {
+  Slot* lender = m.lender_;
+  m.lender_ = nullptr;
   m.borrowed_ = false;
-  if (m.lender_ != nullptr && *m.lender_) {
-    m.slot_ = std::move(*m.lender_);  // the bytes stay where they are
-    m.lender_ = nullptr;
+  if (lender != nullptr && *lender) {
+    m.slot_ = std::move(*lender);  // the bytes stay where they are
     return;
   }
-  m.lender_ = nullptr;
   std::size_t hl = m.header_.size(), pl = m.payload_.size();
   std::byte* d;
   Slot own;

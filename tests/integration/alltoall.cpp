@@ -81,6 +81,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "alltoall: rank %d: send failed: %s\n", me, s.ToString().c_str());
     }
   };
+  // kWouldBlock (no credit, or the send queue is full while the peer catches up): retried
+  // inside run_until, which progresses between attempts and sleeps when idle beyond
+  // SLUICE_SPIN.
+  auto retry = [&](int to, const char* what, const std::function<Result()>& op) {
+    Result r = Result::kWouldBlock;
+    e.run_until([&] { return (r = op()) != Result::kWouldBlock; });
+    if (r != Result::kOk) std::fprintf(stderr, "alltoall: rank %d: %s to %d: %s\n", me, what, to, to_string(r));
+    return r == Result::kOk;
+  };
   int expected_sends = 0;
   for (int i = 0; i < count; ++i) {
     for (int k = 1; k < n; ++k) {
@@ -91,26 +100,11 @@ int main(int argc, char** argv) {
       static const std::size_t kSmall[] = {0, 1, 8, 17, 32, 63, 64, 40};
       auto payload = pattern(small ? kSmall[i % 8] : kSizes[i % 8], static_cast<std::uint64_t>(i));
       Ledger l{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(i), payload.size(), crc32c(payload)};
-      // kWouldBlock (no credit, or the send queue is full): retried inside run_until, which
-      // progresses between attempts and sleeps when idle beyond SLUICE_SPIN.
-      Result r = Result::kWouldBlock;
-      e.run_until([&] {
-        return (r = e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb)) != Result::kWouldBlock;
-      });
-      if (r != Result::kOk) {
-        std::fprintf(stderr, "alltoall: rank %d: send to %d: %s\n", me, to, to_string(r));
+      if (!retry(to, "send", [&] { return e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb); }))
         return 1;
-      }
       ++expected_sends;
     }
   }
-  // kWouldBlock (the send queue is full while the peer catches up): retried as above.
-  auto retry = [&](int to, const char* what, const std::function<Result()>& op) {
-    Result r = Result::kWouldBlock;
-    e.run_until([&] { return (r = op()) != Result::kWouldBlock; });
-    if (r != Result::kOk) std::fprintf(stderr, "alltoall: rank %d: %s to %d: %s\n", me, what, to, to_string(r));
-    return r == Result::kOk;
-  };
   for (int k = 1; k < n; ++k) {
     int to = (me + k) % n;
     if (!retry(to, "send", [&] { return e.peer(to)->send(2, {}, big_payload, cb); })) return 1;
