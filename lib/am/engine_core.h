@@ -228,7 +228,9 @@ class EngineCore {
   bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
                    std::span<const std::byte> payload, SendCallback& cb);
   // Writes the wire header of the next message to `p` (its sequence number, the credits we
-  // owe it, our acknowledgement), the user header and the payload at `out`; returns the bytes.
+  // owe it; the compact header when the flags allow, else the full one with our
+  // acknowledgement), the user header and the payload at `out`; returns the bytes. The
+  // message must leave as written: a queued one is patched at transmit (full header only).
   std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
                           std::span<const std::byte> header, std::span<const std::byte> payload,
                           std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,

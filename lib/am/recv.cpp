@@ -83,10 +83,11 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   // those, so they stay within the reservation.
   wire::Parse pr = wire::for_each_message(
       batch, [&](const wire::Header& h, std::span<const std::byte> msg) {
-        // Only eager messages ride coalesced (wire-protocol.md): anything else is refused.
-        if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag)) {
+        // Only eager messages with the full header ride coalesced (wire-protocol.md): anything
+        // else is refused.
+        if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
           c_.parse_errors->add();
-          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d coalesced a control, rendezvous or fragment message; rest dropped",
+          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d coalesced a control, rendezvous, fragment or compact message; rest dropped",
                                   p->rank);
           return false;
         }
@@ -122,6 +123,8 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
   }
   c_.msgs_received->add();
   c_.bytes_received->add(length);
+  std::uint64_t seq = h.seq;
+  if (h.flags & wire::kFlagCompact) [[likely]] seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
   if (returned && !p->credits.give_back(h.credits)) {
     c_.parse_errors->add();
@@ -141,17 +144,17 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
   m.reply_capacity_ = h.aux;
   m.rpc_id_ = h.rpc_id;
   m.status_ = h.status;
-  m.seq_ = h.seq;
+  m.seq_ = seq;
   m.announced_ = h.payload_len;
   m.credit_ = true;
   ++p->unreleased;
-  std::byte* d = bytes.data();
-  m.header_ = std::span<const std::byte>(d + wire::kHeaderSize, h.user_header_len);
+  std::byte* d = bytes.data() + wire::header_size(h);
+  m.header_ = std::span<const std::byte>(d, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
-  m.payload_ = std::span<std::byte>(d + wire::kHeaderSize + h.user_header_len, inl);
+  m.payload_ = std::span<std::byte>(d + h.user_header_len, inl);
   m.borrowed_ = true;
   m.lender_ = lender;
-  if (!p->blocked && p->window.take_in_order(h.seq)) [[likely]] {
+  if (!p->blocked && p->window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] dispatch(m);
@@ -164,8 +167,8 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
   Incoming in;
   in.message = std::move(m);
   in.header = h;
-  wire::Header copy = h;
-  switch (p->window.offer(copy.seq, std::move(in), p->granted + 64)) {
+  in.header.seq = seq;
+  switch (p->window.offer(seq, std::move(in), p->granted + 64)) {
     case Arrival::kDeliver:
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
@@ -173,7 +176,7 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
       in.message.credit_ = false;
       --p->unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "rank %d: dropped duplicate or stale sequence %u (expected %u)",
-                              p->rank, copy.seq, p->window.expected());
+                              p->rank, seq, p->window.expected());
       break;
   }
   deliver(*p);

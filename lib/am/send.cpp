@@ -67,21 +67,29 @@ std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, Handl
                                      std::span<const std::byte> header,
                                      std::span<const std::byte> payload, std::uint64_t rpc_id,
                                      std::uint64_t aux, std::uint16_t status, std::byte* out) const {
-  wire::Header wh;
-  wh.flags = flags;
-  wh.handler = h;
-  wh.user_header_len = static_cast<std::uint16_t>(header.size());
-  wh.payload_len = static_cast<std::uint32_t>(payload.size());
-  wh.credits = static_cast<std::uint16_t>(p.owed.owed());
-  wh.status = status;
-  wh.seq = p.next_seq;
-  wh.ack = p.window.delivered();
-  wh.rpc_id = rpc_id;
-  wh.aux = aux;
-  wire::encode(wh, out);
-  if (!header.empty()) std::memcpy(out + wire::kHeaderSize, header.data(), header.size());
-  if (!payload.empty()) std::memcpy(out + wire::kHeaderSize + header.size(), payload.data(), payload.size());
-  return wire::kHeaderSize + header.size() + payload.size();
+  std::size_t hs;
+  auto credits = static_cast<std::uint16_t>(p.owed.owed());
+  if (wire::compactable(flags) && aux == 0) [[likely]] {
+    hs = wire::encode_compact(flags, h, static_cast<std::uint16_t>(header.size()), credits, status,
+                              p.next_seq, rpc_id, out);
+  } else {
+    wire::Header wh;
+    wh.flags = flags;
+    wh.handler = h;
+    wh.user_header_len = static_cast<std::uint16_t>(header.size());
+    wh.payload_len = static_cast<std::uint32_t>(payload.size());
+    wh.credits = credits;
+    wh.status = status;
+    wh.seq = p.next_seq;
+    wh.ack = p.window.delivered();
+    wh.rpc_id = rpc_id;
+    wh.aux = aux;
+    wire::encode(wh, out);
+    hs = wire::kHeaderSize;
+  }
+  if (!header.empty()) std::memcpy(out + hs, header.data(), header.size());
+  if (!payload.empty()) std::memcpy(out + hs + header.size(), payload.data(), payload.size());
+  return hs + header.size() + payload.size();
 }
 
 void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
@@ -96,7 +104,8 @@ void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
 bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
                              std::span<const std::byte> header, std::span<const std::byte> payload,
                              std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
-  if (wire::kHeaderSize + header.size() + payload.size() > kInlineMax || p.state != PeerState::kReady ||
+  std::size_t hs = wire::compactable(flags) && aux == 0 ? wire::compact_size(flags) : wire::kHeaderSize;
+  if (hs + header.size() + payload.size() > kInlineMax || p.state != PeerState::kReady ||
       !p.queue.empty() || p.credits.available() == 0) {
     return false;
   }

@@ -14,7 +14,7 @@ const char* to_string(Parse p) {
   return "?";
 }
 
-Parse decode(std::span<const std::byte> bytes, Header* out) {
+Parse decode_full(std::span<const std::byte> bytes, Header* out) {
   if (bytes.size() < kHeaderSize) return Parse::kTooShort;
   const std::byte* p = bytes.data();
   if (get<std::uint16_t>(p) != kMagic) return Parse::kBadMagic;
@@ -30,7 +30,7 @@ Parse decode(std::span<const std::byte> bytes, Header* out) {
   h.ack = get<std::uint64_t>(p + 24);
   h.rpc_id = get<std::uint64_t>(p + 32);
   h.aux = get<std::uint64_t>(p + 40);
-  if ((h.flags & ~kKnownFlags) != 0) return Parse::kBadFlags;
+  if (h.flags & kFlagCompact) return Parse::kBadFlags;  // the compact form has no other flag
   if ((h.flags & kFlagRequest) && (h.flags & kFlagReply)) return Parse::kBadFlags;
   if ((h.flags & kFlagCtrl) && (h.flags & (kFlagRndv | kFlagRequest | kFlagReply | kFlagFrag)))
     return Parse::kBadFlags;

@@ -9,12 +9,19 @@
 //   class 1 EAGER, 3 CTRL: received by the wildcard receives (mask = bit 60 only, set);
 //   class 2 RNDV payload, 4 REPLY payload: received with an exact tag (full mask).
 //
-// Header (48 bytes, little-endian), followed by the user header, then (eager only) payload:
+// Full header (48 bytes, little-endian), followed by the user header, then (eager only) payload:
 //   0  u16 magic 0x51CE      2  u8 version      3  u8 flags
 //   4  u16 handler / control kind               6  u16 user header length
 //   8  u32 payload length   12  u16 credits returned   14 u16 status (replies)
 //   16 u64 sequence         24 u64 ack (highest in-order sequence delivered from the peer)
 //   32 u64 rpc id           40 u64 aux (request: reply capacity; hello: incarnation)
+// Compact header (16 bytes; 24 for an RPC request or reply): flags COMPACT, alone or with one
+// of REQUEST or REPLY. A plain eager message, or a request/reply whose bytes all ride inline.
+//   0  u16 magic   2 u8 version   3 u8 flags   4 u16 handler   6 u16 user header length
+//   8  u16 credits returned   10 u16 status (replies; zero otherwise)   12 u32 sequence, low 32 bits
+//   16 u64 rpc id (REQUEST/REPLY only)
+//   The payload is what follows the user header; the receiver extends the sequence against
+//   the one it expects next (extend_seq).
 #pragma once
 
 #include <bit>
@@ -26,8 +33,9 @@
 namespace sluice::detail::wire {
 
 inline constexpr std::uint16_t kMagic = 0x51CE;
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 48;
+inline constexpr std::size_t kCompactHeaderSize = 16;  // + 8 with an rpc id
 
 enum TagClass : std::uint64_t { kEager = 1, kRndv = 2, kCtrl = 3, kReply = 4 };
 inline constexpr int kClassShift = 60;
@@ -59,8 +67,8 @@ enum Flags : std::uint8_t {
   kFlagCtrl = 16,      // control message; handler is the control kind
   kFlagFrag = 32,      // bounce mode: one piece of a payload; aux is its offset
   kFlagMore = 64,      // coalesced: another message follows at the next 8-byte boundary
+  kFlagCompact = 128,  // the compact header; alone, or with one of REQUEST or REPLY
 };
-inline constexpr std::uint8_t kKnownFlags = 127;
 
 enum CtrlKind : std::uint16_t {
   kHello = 1,
@@ -85,6 +93,25 @@ struct Header {
   bool operator==(const Header&) const = default;
 };
 
+// Bytes of wire header in front of the user header.
+constexpr std::size_t compact_size(std::uint8_t flags) {
+  return kCompactHeaderSize + ((flags & (kFlagRequest | kFlagReply)) ? 8 : 0);
+}
+inline std::size_t header_size(const Header& h) {
+  return (h.flags & kFlagCompact) ? compact_size(h.flags) : kHeaderSize;
+}
+// Whether a message with these flags may take the compact header (its payload inline, no
+// reply buffer, not a fragment or control message).
+constexpr bool compactable(std::uint8_t flags) {
+  return (flags & ~(kFlagRequest | kFlagReply)) == 0;
+}
+// The full sequence of a compact header's low 32 bits: the one nearest `expected` (credits
+// keep every sequence a sender may still send within 2^31 of it).
+inline std::uint64_t extend_seq(std::uint64_t expected, std::uint32_t low) {
+  return expected + static_cast<std::uint64_t>(static_cast<std::int64_t>(
+                        static_cast<std::int32_t>(low - static_cast<std::uint32_t>(expected))));
+}
+
 // Where the message after a MORE message starts (8-byte aligned), from its header.
 inline std::size_t coalesced_stride(const Header& h) {
   return (kHeaderSize + std::size_t{h.user_header_len} + h.payload_len + 7) / 8 * 8;
@@ -105,7 +132,7 @@ inline constexpr std::size_t kHelloSize = 32;
 
 enum class Parse : std::uint8_t {
   kOk,
-  kTooShort,     // fewer bytes than a header
+  kTooShort,     // fewer bytes than its header
   kBadMagic,
   kBadVersion,
   kBadFlags,     // unknown flag bits or contradictory flags
@@ -150,7 +177,33 @@ inline void encode(const Header& h, std::byte* out) {
   put<std::uint64_t>(out + 32, h.rpc_id);
   put<std::uint64_t>(out + 40, h.aux);
 }
-// Rewrite fields of an encoded header in place (sequence at send time, piggybacked credits
+// Writes compact_size(flags) bytes; `flags` is compactable(): 0, REQUEST or REPLY.
+inline std::size_t encode_compact(std::uint8_t flags, std::uint16_t handler,
+                                  std::uint16_t user_header_len, std::uint16_t credits,
+                                  std::uint16_t status, std::uint64_t seq, std::uint64_t rpc_id,
+                                  std::byte* out) {
+  put<std::uint16_t>(out + 0, kMagic);
+  put<std::uint8_t>(out + 2, kVersion);
+  put<std::uint8_t>(out + 3, static_cast<std::uint8_t>(flags | kFlagCompact));
+  put<std::uint16_t>(out + 4, handler);
+  put<std::uint16_t>(out + 6, user_header_len);
+  put<std::uint16_t>(out + 8, credits);
+  put<std::uint16_t>(out + 10, status);
+  put<std::uint32_t>(out + 12, static_cast<std::uint32_t>(seq));
+  if (flags == 0) return kCompactHeaderSize;
+  put<std::uint64_t>(out + 16, rpc_id);
+  return kCompactHeaderSize + 8;
+}
+// Writes a decoded header back in the form it came in (compact or full); returns its size.
+inline std::size_t encode_as_decoded(const Header& h, std::byte* out) {
+  if (h.flags & kFlagCompact) {
+    return encode_compact(static_cast<std::uint8_t>(h.flags & ~kFlagCompact), h.handler,
+                          h.user_header_len, h.credits, h.status, h.seq, h.rpc_id, out);
+  }
+  encode(h, out);
+  return kHeaderSize;
+}
+// Rewrite fields of an encoded (full) header in place (sequence at send time, piggybacked credits
 // and acknowledgement at transmit time).
 inline void patch_seq(std::byte* out, std::uint64_t seq) { put<std::uint64_t>(out + 16, seq); }
 inline void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t ack) {
@@ -160,13 +213,43 @@ inline void patch_piggyback(std::byte* out, std::uint16_t credits, std::uint64_t
 // The flags byte of an encoded header.
 inline std::uint8_t flags_of(const std::byte* header) { return static_cast<std::uint8_t>(header[3]); }
 inline void set_flags(std::byte* header, std::uint8_t flags) { header[3] = static_cast<std::byte>(flags); }
-// Bytes of payload carried inline by a decoded message of `body` bytes after the header.
+// Bytes of payload carried inline by a decoded message of `total` bytes.
 inline std::size_t inline_payload(const Header& h, std::size_t total) {
-  return total - kHeaderSize - h.user_header_len;
+  return total - header_size(h) - h.user_header_len;
 }
 // Parses and checks `bytes` (one whole received message). Never reads past bytes.size(),
-// never trusts a length before checking it against bytes.size().
-Parse decode(std::span<const std::byte> bytes, Header* out);
+// never trusts a length before checking it against bytes.size(). A compact header decodes
+// with flags = COMPACT, payload_len from the bytes, and the sequence's low 32 bits in seq.
+Parse decode_full(std::span<const std::byte> bytes, Header* out);
+inline Parse decode(std::span<const std::byte> bytes, Header* out) {
+  // The compact form inline (every small message takes it); the full one out of line.
+  if (bytes.size() < kCompactHeaderSize) [[unlikely]] return Parse::kTooShort;
+  const std::byte* p = bytes.data();
+  auto flags = get<std::uint8_t>(p + 3);
+  if (!(flags & kFlagCompact)) return decode_full(bytes, out);
+  if (get<std::uint16_t>(p) != kMagic) return Parse::kBadMagic;
+  if (get<std::uint8_t>(p + 2) != kVersion) return Parse::kBadVersion;
+  auto rest = static_cast<std::uint8_t>(flags & ~kFlagCompact);
+  if (rest != 0 && rest != kFlagRequest && rest != kFlagReply) return Parse::kBadFlags;
+  std::size_t hs = compact_size(flags);
+  if (bytes.size() < hs) return Parse::kTooShort;
+  std::uint16_t uh = get<std::uint16_t>(p + 6);
+  std::uint16_t status = get<std::uint16_t>(p + 10);
+  std::size_t body = bytes.size() - hs;
+  if (uh > body) return Parse::kBadLength;
+  if (status != 0 && rest != kFlagReply) return Parse::kBadFlags;
+  Header h;
+  h.flags = flags;
+  h.handler = get<std::uint16_t>(p + 4);
+  h.user_header_len = uh;
+  h.payload_len = static_cast<std::uint32_t>(body - uh);
+  h.credits = get<std::uint16_t>(p + 8);
+  h.status = status;
+  h.seq = get<std::uint32_t>(p + 12);
+  if (rest != 0) h.rpc_id = get<std::uint64_t>(p + 16);
+  *out = h;
+  return Parse::kOk;
+}
 
 // Walks the messages of one tagged message (several when coalesced: each but the last has
 // MORE and the next starts at coalesced_stride): calls fn(header, its bytes) for each, in

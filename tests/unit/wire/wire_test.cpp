@@ -106,13 +106,100 @@ TEST(Header, FragmentsMustFitTheirPayload) {
 
 TEST(Header, RejectsUnknownAndContradictoryFlags) {
   Header out;
-  for (std::uint8_t flags : {std::uint8_t{0x80}, std::uint8_t{kFlagRequest | kFlagReply},
+  for (std::uint8_t flags : {std::uint8_t{kFlagRequest | kFlagReply},
                              std::uint8_t{kFlagCtrl | kFlagRndv}, std::uint8_t{kFlagFrag | kFlagRndv}}) {
     Header h{};
     h.flags = flags;
     h.payload_len = 8;
     EXPECT_EQ(decode(message(h, 0, flags & kFlagRndv ? 0 : 8), &out), Parse::kBadFlags) << int(flags);
   }
+}
+
+// A compact message: its header, `uh` bytes of user header, `inl` of payload.
+std::vector<std::byte> compact(std::uint8_t flags, std::uint16_t handler, std::size_t uh,
+                               std::size_t inl, std::uint16_t credits, std::uint16_t status,
+                               std::uint64_t seq, std::uint64_t rpc_id) {
+  std::vector<std::byte> b(compact_size(flags) + uh + inl, std::byte{0x77});
+  std::size_t hs = encode_compact(flags, handler, static_cast<std::uint16_t>(uh), credits, status,
+                                  seq, rpc_id, b.data());
+  EXPECT_EQ(hs, compact_size(flags));
+  return b;
+}
+
+TEST(Compact, RoundTripsPlainRequestAndReply) {
+  Header out;
+  auto plain = compact(0, 7, 3, 5, 2, 0, 0x1234567890ULL, 0);
+  EXPECT_EQ(plain.size(), kCompactHeaderSize + 8);
+  ASSERT_EQ(decode(plain, &out), Parse::kOk);
+  EXPECT_EQ(out.flags, kFlagCompact);
+  EXPECT_EQ(out.handler, 7u);
+  EXPECT_EQ(out.user_header_len, 3u);
+  EXPECT_EQ(out.payload_len, 5u);
+  EXPECT_EQ(out.credits, 2u);
+  EXPECT_EQ(out.seq, 0x34567890u);  // the low 32 bits; the receiver extends them
+  EXPECT_EQ(header_size(out), kCompactHeaderSize);
+  EXPECT_EQ(inline_payload(out, plain.size()), 5u);
+
+  auto request = compact(kFlagRequest, 9, 0, 8, 0, 0, 4, 0xfeedfacecafebeefULL);
+  EXPECT_EQ(request.size(), kCompactHeaderSize + 8 + 8);
+  ASSERT_EQ(decode(request, &out), Parse::kOk);
+  EXPECT_EQ(out.flags, kFlagCompact | kFlagRequest);
+  EXPECT_EQ(out.rpc_id, 0xfeedfacecafebeefULL);
+  EXPECT_EQ(out.payload_len, 8u);
+  EXPECT_EQ(header_size(out), kCompactHeaderSize + 8);
+
+  auto reply = compact(kFlagReply, 9, 0, 0, 1, 13, 5, 44);
+  ASSERT_EQ(decode(reply, &out), Parse::kOk);
+  EXPECT_EQ(out.flags, kFlagCompact | kFlagReply);
+  EXPECT_EQ(out.status, 13u);
+  EXPECT_EQ(out.rpc_id, 44u);
+  EXPECT_EQ(out.payload_len, 0u);
+}
+
+TEST(Compact, RejectsWhatTheFormCannotCarry) {
+  Header out;
+  // Shorter than its header: 16 bytes, 24 with an rpc id.
+  auto plain = compact(0, 1, 0, 0, 0, 0, 1, 0);
+  EXPECT_EQ(decode(std::span(plain).first(kCompactHeaderSize - 1), &out), Parse::kTooShort);
+  auto request = compact(kFlagRequest, 1, 0, 0, 0, 0, 1, 2);
+  EXPECT_EQ(decode(std::span(request).first(kCompactHeaderSize + 7), &out), Parse::kTooShort);
+  // A user header longer than the bytes after the header.
+  auto b = compact(0, 1, 4, 0, 0, 0, 1, 0);
+  EXPECT_EQ(decode(std::span(b).first(b.size() - 1), &out), Parse::kBadLength);
+  // Any flag but REQUEST or REPLY, or both of them.
+  for (std::uint8_t f : {std::uint8_t{kFlagRndv}, std::uint8_t{kFlagReplyBuf}, std::uint8_t{kFlagCtrl},
+                         std::uint8_t{kFlagFrag}, std::uint8_t{kFlagMore},
+                         std::uint8_t{kFlagRequest | kFlagReply}}) {
+    auto c = compact(0, 1, 0, 32, 0, 0, 1, 0);
+    c[3] = static_cast<std::byte>(kFlagCompact | f);
+    EXPECT_EQ(decode(c, &out), Parse::kBadFlags) << int(f);
+  }
+  // A status on anything but a reply.
+  auto s = compact(kFlagRequest, 1, 0, 0, 0, 0, 1, 2);
+  s[10] = std::byte{1};
+  EXPECT_EQ(decode(s, &out), Parse::kBadFlags);
+  // Magic and version are checked as in the full form.
+  auto m = compact(0, 1, 0, 0, 0, 0, 1, 0);
+  m[0] = std::byte{0};
+  EXPECT_EQ(decode(m, &out), Parse::kBadMagic);
+  m = compact(0, 1, 0, 0, 0, 0, 1, 0);
+  m[2] = std::byte{kVersion - 1};
+  EXPECT_EQ(decode(m, &out), Parse::kBadVersion);
+  // The full form refuses the compact flag.
+  Header h{};
+  h.flags = kFlagCompact;
+  EXPECT_EQ(decode_full(message(h, 0, 0), &out), Parse::kBadFlags);
+}
+
+TEST(Compact, SequenceExtendsToTheNearestOfTheExpected) {
+  EXPECT_EQ(extend_seq(1, 1), 1u);
+  EXPECT_EQ(extend_seq(10, 12), 12u);        // early
+  EXPECT_EQ(extend_seq(10, 7), 7u);          // stale
+  // Across a 32-bit boundary, both ways.
+  std::uint64_t e = (std::uint64_t{5} << 32) + 0xfffffff0u;
+  EXPECT_EQ(extend_seq(e, 0x00000004u), (std::uint64_t{6} << 32) + 4);
+  e = (std::uint64_t{6} << 32) + 3;
+  EXPECT_EQ(extend_seq(e, 0xfffffffeu), (std::uint64_t{5} << 32) + 0xfffffffeu);
 }
 
 // Builds one tagged message from `parts` the way the sender coalesces them: MORE on all but
@@ -201,30 +288,49 @@ TEST(Hello, RoundTripsAndChecksItsSize) {
   EXPECT_EQ(decode_hello(std::span(b).first(kHelloSize - 1), &out), Parse::kBadLength);
 }
 
-// Random mutations of valid messages, seeded: the parser never reads out of bounds (ASan in
-// the sanitizer build) and whatever it accepts re-encodes to the same header.
+// Re-encodes a decoded header in the form it came in, over a copy of the message.
+std::vector<std::byte> reencode(const Header& h, std::span<const std::byte> bytes) {
+  std::vector<std::byte> again(bytes.begin(), bytes.end());
+  EXPECT_EQ(encode_as_decoded(h, again.data()), header_size(h));
+  return again;
+}
+
+// Random mutations of valid messages of both forms, seeded: the parser never reads out of
+// bounds (ASan in the sanitizer build), and whatever it accepts re-encodes to the same bytes
+// and decodes again to the same header.
 TEST(Header, SurvivesSeededMutations) {
   std::mt19937_64 rng(20261129);
   std::printf("seed 20261129\n");
+  int accepted[2] = {0, 0};
   for (int i = 0; i < 200000; ++i) {
-    Header h{};
-    h.flags = static_cast<std::uint8_t>(rng() & 0x3f);
-    h.user_header_len = static_cast<std::uint16_t>(rng() % 64);
-    h.payload_len = static_cast<std::uint32_t>(rng() % 128);
-    std::size_t len = kHeaderSize + rng() % 256;
+    bool small = (i % 2) == 1;
+    auto uh = static_cast<std::uint16_t>(rng() % 64);
+    std::size_t len = (small ? kCompactHeaderSize + 8 : kHeaderSize) + rng() % 256;
     std::vector<std::byte> b(len);
     for (auto& x : b) x = static_cast<std::byte>(rng());
-    encode(h, b.data());
+    if (small) {
+      static constexpr std::uint8_t kForms[] = {0, kFlagRequest, kFlagReply};
+      encode_compact(kForms[rng() % 3], 1, uh, 2, 0, rng(), rng(), b.data());
+    } else {
+      Header h{};
+      h.flags = static_cast<std::uint8_t>(rng() & 0x3f);
+      h.user_header_len = uh;
+      h.payload_len = static_cast<std::uint32_t>(rng() % 128);
+      encode(h, b.data());
+    }
     for (int m = 0; m < 3; ++m) b[rng() % len] = static_cast<std::byte>(rng());
     Header out;
-    if (decode(b, &out) == Parse::kOk) {
-      std::vector<std::byte> again(kHeaderSize);
-      encode(out, again.data());
-      Header twice;
-      ASSERT_EQ(decode(std::span(again), &twice) == Parse::kOk || true, true);
-      EXPECT_EQ(std::memcmp(again.data(), b.data(), kHeaderSize), 0);
-    }
+    if (decode(b, &out) != Parse::kOk) continue;
+    ++accepted[(out.flags & kFlagCompact) ? 1 : 0];
+    auto again = reencode(out, b);
+    ASSERT_EQ(std::memcmp(again.data(), b.data(), header_size(out)), 0) << "iteration " << i;
+    Header twice;
+    ASSERT_EQ(decode(again, &twice), Parse::kOk);
+    EXPECT_EQ(twice, out);
   }
+  // Both forms were exercised past the parser, not only refused.
+  EXPECT_GT(accepted[0], 100);
+  EXPECT_GT(accepted[1], 100);
 }
 
 }  // namespace
