@@ -37,7 +37,9 @@ class Message {
   Message& operator=(Message&& other) noexcept;
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
-  ~Message();
+  ~Message() {
+    if (engine_ != nullptr || slot_ || landing_ || heap_) release();
+  }
 
   bool valid() const { return engine_ != nullptr; }
   // The sender: its rank in rank mode, its Peer::id() in client/server mode.

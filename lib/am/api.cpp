@@ -47,8 +47,6 @@ Message& Message::operator=(Message&& o) noexcept {
   return *this;
 }
 
-Message::~Message() { release(); }
-
 void Message::release() {
   if (engine_ != nullptr) engine_->release(*this);
   slot_.release();

@@ -175,6 +175,9 @@ class EngineCore {
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
                std::uint16_t status);
   void release(Message& m);
+  // Releases a plain message its handler neither kept nor released, on the engine thread
+  // right after the handler: it owns nothing but the borrow; its credit is returned.
+  void release_handled(PeerData& p, Message& m);
   bool peer_alive(std::uint32_t peer) const;
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);

@@ -157,8 +157,14 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
   if (!p->blocked && p->window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
-    if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] dispatch(m);
-    else process(*p, m, h);
+    if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {
+      dispatch(m);
+      // Still here (not kept, not released): its credit goes back now, without the general
+      // release's checks (engine thread, no request, nothing owned but the borrow).
+      if (m.engine_ != nullptr) [[likely]] release_handled(*p, m);
+    } else {
+      process(*p, m, h);
+    }
     if (!p->blocked && p->window.held() != 0) deliver(*p);
     if (p->bye_received) [[unlikely]] close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);
@@ -369,6 +375,19 @@ void EngineCore::own_bytes(Message& m) {
   if (pl != 0) std::memcpy(d + hl, m.payload_.data(), pl);
   m.header_ = std::span<const std::byte>(d, hl);
   m.payload_ = std::span<std::byte>(d + hl, pl);
+}
+
+void EngineCore::release_handled(PeerData& p, Message& m) {
+  m.engine_ = nullptr;
+  m.header_ = {};
+  m.payload_ = {};
+  m.borrowed_ = false;
+  m.lender_ = nullptr;
+  // The handler may have progressed the engine, and the peer failed or restarted meanwhile.
+  if (p.epoch != m.incarnation_ || p.state != PeerState::kReady) [[unlikely]] return;
+  --p.unreleased;
+  p.owed.released();
+  if (p.owed.explicit_due()) maybe_return_credits(p);
 }
 
 void EngineCore::release(Message& m) {

@@ -5,6 +5,7 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "am/send_now.h"
 #include "core/log.h"
 
 namespace sluice::detail {

@@ -1,0 +1,68 @@
+// The immediate send path (internal), in a header: send(), call() and reply() each get a copy
+// with their constant flags folded in (the compact-or-full header choice, its size), which
+// matters on a path of a few hundred instructions per message.
+#pragma once
+
+#include <cstring>
+
+#include "am/engine_core.h"
+
+namespace sluice::detail {
+
+inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
+                                     std::span<const std::byte> header,
+                                     std::span<const std::byte> payload, std::uint64_t rpc_id,
+                                     std::uint64_t aux, std::uint16_t status, std::byte* out) const {
+  std::size_t hs;
+  auto credits = static_cast<std::uint16_t>(p.owed.owed());
+  if (wire::compactable(flags) && aux == 0) [[likely]] {
+    hs = wire::encode_compact(flags, h, static_cast<std::uint16_t>(header.size()), credits, status,
+                              p.next_seq, rpc_id, out);
+  } else {
+    wire::Header wh;
+    wh.flags = flags;
+    wh.handler = h;
+    wh.user_header_len = static_cast<std::uint16_t>(header.size());
+    wh.payload_len = static_cast<std::uint32_t>(payload.size());
+    wh.credits = credits;
+    wh.status = status;
+    wh.seq = p.next_seq;
+    wh.ack = p.window.delivered();
+    wh.rpc_id = rpc_id;
+    wh.aux = aux;
+    wire::encode(wh, out);
+    hs = wire::kHeaderSize;
+  }
+  if (!header.empty()) std::memcpy(out + hs, header.data(), header.size());
+  if (!payload.empty()) std::memcpy(out + hs + header.size(), payload.data(), payload.size());
+  return hs + header.size() + payload.size();
+}
+
+inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
+  (void)p.credits.try_consume();
+  (void)p.owed.take();
+  ++p.next_seq;
+  ++p.sent_seq;
+  c_.msgs_sent->add();
+  c_.bytes_sent->add(total);
+}
+
+inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
+                             std::span<const std::byte> header, std::span<const std::byte> payload,
+                             std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
+  std::size_t hs = wire::compactable(flags) && aux == 0 ? wire::compact_size(flags) : wire::kHeaderSize;
+  if (hs + header.size() + payload.size() > kInlineMax || p.state != PeerState::kReady ||
+      !p.queue.empty() || p.credits.available() == 0) {
+    return false;
+  }
+  alignas(8) std::byte buf[kInlineMax];
+  std::size_t total = encode_next(p, flags, h, header, payload, rpc_id, aux, status, buf);
+  PostResult r = p.ep.send_now(buf, total, wire::make_tag(wire::kEager, p.remote_slot, p.next_seq));
+  if (r.kind != Post::kDone) return false;
+  // Sent: now it counts, exactly as transmit() counts a queued message.
+  count_sent_now(p, total);
+  c_.sent_inline->add();
+  return true;
+}
+
+}  // namespace sluice::detail
