@@ -205,7 +205,8 @@ void EngineCore::drain_completions() {
   draining_ = true;
   for (std::size_t i = 0; i < done_.size(); ++i) {
     Completion c = done_[i];
-    complete(c.op, c.code, c.length, c.tag);
+    if (c.op->kind == OpKind::kRx) [[likely]] on_rx(c.op, c.code, c.length, c.tag);
+    else complete(c.op, c.code, c.length, c.tag);
   }
   done_.clear();
   draining_ = false;
@@ -356,8 +357,7 @@ PeerData* EngineCore::peer_by_rank(int rank) {
   return slot.get();
 }
 
-PeerData* EngineCore::peer_by_slot(std::uint32_t slot) {
-  if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
+PeerData* EngineCore::new_peer_by_slot(std::uint32_t slot) {
   if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
   if (slot == wire::kUnassignedSlot) return connecting_;
   return nullptr;
@@ -375,6 +375,10 @@ PeerData& EngineCore::new_cs_peer() {
 }
 
 Peer* EngineCore::peer(int rank) {
+  // Called before every send by code that does not keep its Peer*: a known rank first.
+  if (rank >= 0 && rank < ranks_) [[likely]] {
+    if (const auto& known = peers_[static_cast<std::size_t>(rank)]) [[likely]] return known->handle.get();
+  }
   PeerData* p = peer_by_rank(rank);
   return p ? p->handle.get() : nullptr;
 }

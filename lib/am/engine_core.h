@@ -293,6 +293,9 @@ class EngineCore {
   // slot they lie in when they are its only message (a Message moved takes it over), or
   // nullptr (one of a coalesced tagged message's messages: a move copies them).
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
+  // A message not next in order (or while an ordered rendezvous lands): the reorder window
+  // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
+  void hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq);
   // A borrowed Message being moved (kept beyond its handler): takes over its lender's slot,
   // or copies its user header and payload into a receive slot of its own (the heap when
   // none is free).
@@ -323,7 +326,11 @@ class EngineCore {
 
   PeerData* peer_by_rank(int rank);
   // The peer that sent a message with tag slot `slot`; nullptr when there is none.
-  PeerData* peer_by_slot(std::uint32_t slot);
+  PeerData* peer_by_slot(std::uint32_t slot) {
+    if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
+    return new_peer_by_slot(slot);
+  }
+  PeerData* new_peer_by_slot(std::uint32_t slot);
   PeerData& new_cs_peer();
   void accept_pending();
   static void on_conn_request(void* arg, void* conn_request);

@@ -49,7 +49,8 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   if (slot && !op->slot) op->slot = std::move(slot);
 }
 
-void EngineCore::parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag) {
+// Inlined into on_rx, its one caller: every received message passes here.
+[[gnu::always_inline]] inline void EngineCore::parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag) {
   std::span<const std::byte> bytes(slot.data(), length);
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
   wire::Header h;
@@ -138,12 +139,14 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
   m.source_ = static_cast<int>(p->id);
   m.incarnation_ = p->epoch;
   m.handler_ = h.handler;
-  m.request_ = (h.flags & wire::kFlagRequest) != 0;
-  m.reply_flag_ = (h.flags & wire::kFlagReply) != 0;
-  m.reply_buf_ = (h.flags & wire::kFlagReplyBuf) != 0;
-  m.reply_capacity_ = h.aux;
-  m.rpc_id_ = h.rpc_id;
-  m.status_ = h.status;
+  if (h.flags & (wire::kFlagRequest | wire::kFlagReply)) {  // a plain message keeps the zeros
+    m.request_ = (h.flags & wire::kFlagRequest) != 0;
+    m.reply_flag_ = (h.flags & wire::kFlagReply) != 0;
+    m.reply_buf_ = (h.flags & wire::kFlagReplyBuf) != 0;
+    m.reply_capacity_ = h.aux;
+    m.rpc_id_ = h.rpc_id;
+    m.status_ = h.status;
+  }
   m.seq_ = seq;
   m.announced_ = h.payload_len;
   m.credit_ = true;
@@ -170,23 +173,27 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
     if (returned && p->has_waiting()) flush(*p);
     return;
   }
+  hold_or_drop(*p, std::move(m), h, seq);
+  if (returned && p->has_waiting()) flush(*p);
+}
+
+void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq) {
   Incoming in;
   in.message = std::move(m);
   in.header = h;
   in.header.seq = seq;
-  switch (p->window.offer(seq, std::move(in), p->granted + 64)) {
+  switch (p.window.offer(seq, std::move(in), p.granted + 64)) {
     case Arrival::kDeliver:
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
       c_.duplicates->add();
       in.message.credit_ = false;
-      --p->unreleased;
+      --p.unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "rank %d: dropped duplicate or stale sequence %u (expected %u)",
-                              p->rank, seq, p->window.expected());
+                              p.rank, seq, p.window.expected());
       break;
   }
-  deliver(*p);
-  if (returned && p->has_waiting()) flush(*p);
+  deliver(p);
 }
 
 void EngineCore::deliver(PeerData& p) {

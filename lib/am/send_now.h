@@ -9,6 +9,26 @@
 
 namespace sluice::detail {
 
+// Copies n bytes, sizeof(W) <= n <= 2 * sizeof(W): the first and the last sizeof(W), which may
+// overlap.
+template <typename W>
+inline void copy_ends(std::byte* to, const std::byte* from, std::size_t n) {
+  W first, last;
+  std::memcpy(&first, from, sizeof(W));
+  std::memcpy(&last, from + n - sizeof(W), sizeof(W));
+  std::memcpy(to, &first, sizeof(W));
+  std::memcpy(to + n - sizeof(W), &last, sizeof(W));
+}
+
+// Copies n bytes; up to 16 without a call into libc: the user header and payload of a small
+// message are a few bytes, and the call costs more than the copy.
+inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
+  if (n > 16) std::memcpy(to, from, n);
+  else if (n >= 8) copy_ends<std::uint64_t>(to, from, n);
+  else if (n >= 4) copy_ends<std::uint32_t>(to, from, n);
+  else for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
+}
+
 inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
                                      std::span<const std::byte> header,
                                      std::span<const std::byte> payload, std::uint64_t rpc_id,
@@ -33,8 +53,8 @@ inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags
     wire::encode(wh, out);
     hs = wire::kHeaderSize;
   }
-  if (!header.empty()) std::memcpy(out + hs, header.data(), header.size());
-  if (!payload.empty()) std::memcpy(out + hs + header.size(), payload.data(), payload.size());
+  copy_bytes(out + hs, header.data(), header.size());
+  copy_bytes(out + hs + header.size(), payload.data(), payload.size());
   return hs + header.size() + payload.size();
 }
 
