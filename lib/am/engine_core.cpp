@@ -240,7 +240,7 @@ bool EngineCore::progress() {
   // the end of it: a handler's reply, or the caller's next send after progress() returns,
   // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
   // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
-  post_receives();
+  if (!unposted_.empty()) post_receives();
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -443,10 +443,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     }
   }
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
-  std::vector<CallId> ids;
-  for (auto& [id, call] : calls_)
-    if (call.peer == p.id) ids.push_back(id);
-  for (CallId id : ids) finish_call(id, status);
+  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish_call(id, status);
   if (p.granted != 0) {
     recv_pool_->eager().unreserve(p.granted);
     p.granted = 0;

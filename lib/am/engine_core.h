@@ -12,7 +12,6 @@
 #include <mutex>
 #include <vector>
 
-#include <absl/container/flat_hash_map.h>
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
@@ -364,8 +363,7 @@ class EngineCore {
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
   std::thread::id driver_ = std::this_thread::get_id();  // shutting down: receives are not re-posted
-  absl::flat_hash_map<CallId, Call> calls_;
-  CallId next_call_ = 1;
+  CallTable<Call> calls_;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};

@@ -162,12 +162,13 @@ void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, c
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {
       dispatch(m);
-      // Still here (not kept, not released): its credit goes back now, without the general
-      // release's checks (engine thread, no request, nothing owned but the borrow).
-      if (m.engine_ != nullptr) [[likely]] release_handled(*p, m);
     } else {
       process(*p, m, h);
     }
+    // Still here (not kept, moved or released), and not a request waiting for its answer: its
+    // credit goes back now, without the general release's checks (engine thread, nothing
+    // owned but the borrow).
+    if (m.engine_ != nullptr && (!m.request_ || m.replied_)) [[likely]] release_handled(*p, m);
     if (!p->blocked && p->window.held() != 0) deliver(*p);
     if (p->bye_received) [[unlikely]] close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);

@@ -21,7 +21,11 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
     c_.would_block->add();
     return Result::kWouldBlock;
   }
-  CallId id = next_call_++;
+  auto [id, cp] = calls_.insert();
+  if (cp == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
+    c_.would_block->add();
+    return Result::kWouldBlock;
+  }
   std::uint8_t flags = wire::kFlagRequest;
   if (!options.reply_buffer.empty()) flags |= wire::kFlagReplyBuf;
   std::uint64_t aux = options.reply_buffer.size();
@@ -41,14 +45,17 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
     if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
       if (p.state == PeerState::kNew) start_handshake(p);
-      --next_call_;
+      calls_.erase(id);
       return Result::kWouldBlock;
     }
     fragmented = true;
     r = Result::kOk;
   }
-  if (r != Result::kOk) return r;
-  Call& c = calls_[id];
+  if (r != Result::kOk) {
+    calls_.erase(id);
+    return r;
+  }
+  Call& c = *cp;
   c.peer = p.id;
   c.on_reply = std::move(cb);
   c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
@@ -83,7 +90,7 @@ Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const st
 
 void EngineCore::release_call_slot(PeerData& p) {
   if (p.calls_outstanding > 0) --p.calls_outstanding;
-  flush(p);
+  if (p.has_waiting()) flush(p);  // a request waiting for this slot may go now
 }
 
 void EngineCore::on_request(PeerData& p, Message& m) {
@@ -173,13 +180,13 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
 
 void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   release_call_slot(p);
-  auto it = calls_.find(m.rpc_id_);
-  if (it == calls_.end() || it->second.finishing) {
+  Call* found = calls_.find(m.rpc_id_);
+  if (found == nullptr || found->finishing) {
     c_.rpc_late_replies->add();
     SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from rank %d for call %u discarded", p.rank, m.rpc_id_);
     return;
   }
-  Call& c = it->second;
+  Call& c = *found;
   absl::StatusCode code = code_from_wire(m.status_);
   if (code != absl::StatusCode::kOk) {
     std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
@@ -201,7 +208,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   if (c.reply_rx == nullptr) [[likely]] {
     // Complete as it arrived: the callback gets this message (no moves through the call).
     ReplyCallback cb = std::move(c.on_reply);
-    calls_.erase(it);
+    calls_.erase(m.rpc_id_);
     cb(absl::OkStatus(), m);
     return;
   }
@@ -213,9 +220,9 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   --exact_posted_;
   CallId id = op->call_id;
   free_op(op);
-  auto it = calls_.find(id);
-  if (it == calls_.end()) return;
-  Call& c = it->second;
+  Call* found = calls_.find(id);
+  if (found == nullptr) return;
+  Call& c = *found;
   c.reply_rx = nullptr;
   if (c.finishing) {
     finish_call(id, c.final_status);
@@ -235,9 +242,9 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
 }
 
 void EngineCore::finish_call(CallId id, absl::Status status) {
-  auto it = calls_.find(id);
-  if (it == calls_.end()) return;
-  Call& c = it->second;
+  Call* found = calls_.find(id);
+  if (found == nullptr) return;
+  Call& c = *found;
   if (c.reply_rx != nullptr) {
     // The transport may still write into the caller's buffer: complete once it cannot.
     c.finishing = true;
@@ -247,24 +254,21 @@ void EngineCore::finish_call(CallId id, absl::Status status) {
   }
   ReplyCallback cb = std::move(c.on_reply);
   Message reply = std::move(c.reply);
-  calls_.erase(it);
+  calls_.erase(id);
   if (!status.ok()) reply = Message();
   cb(status, reply);
 }
 
 void EngineCore::expire_calls(Clock::time_point now) {
-  std::vector<CallId> expired;
-  for (auto& [id, c] : calls_)
-    if (!c.finishing && c.deadline <= now) expired.push_back(id);
-  for (CallId id : expired) {
+  for (CallId id : calls_.ids_where([&](const Call& c) { return !c.finishing && c.deadline <= now; })) {
     c_.rpc_deadline->add();
     finish_call(id, absl::DeadlineExceededError(absl::StrFormat("call %u passed its deadline", id)));
   }
 }
 
 void EngineCore::cancel(CallId id) {
-  auto it = calls_.find(id);
-  if (it == calls_.end() || it->second.finishing) return;
+  Call* found = calls_.find(id);
+  if (found == nullptr || found->finishing) return;
   c_.rpc_cancelled->add();
   finish_call(id, absl::CancelledError(absl::StrFormat("call %u cancelled", id)));
 }

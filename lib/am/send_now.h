@@ -29,7 +29,7 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
   else for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
 }
 
-inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
+[[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
                                      std::span<const std::byte> header,
                                      std::span<const std::byte> payload, std::uint64_t rpc_id,
                                      std::uint64_t aux, std::uint16_t status, std::byte* out) const {
@@ -58,7 +58,7 @@ inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags
   return hs + header.size() + payload.size();
 }
 
-inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
+[[gnu::always_inline]] inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
   (void)p.credits.try_consume();
   (void)p.owed.take();
   ++p.next_seq;
@@ -67,7 +67,7 @@ inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
   c_.bytes_sent->add(total);
 }
 
-inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
+[[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
                              std::span<const std::byte> header, std::span<const std::byte> payload,
                              std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
   std::size_t hs = wire::compactable(flags) && aux == 0 ? wire::compact_size(flags) : wire::kHeaderSize;

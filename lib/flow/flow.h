@@ -1,9 +1,14 @@
-// Flow-control state machines (internal): credits, in-order delivery, RPC slot tables.
+// Flow-control state machines (internal): credits, in-order delivery, RPC slot tables, the
+// table of a caller's outstanding calls.
 // Pure logic with no I/O, so each is tested directly with crafted inputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <optional>
+#include <vector>
 
 namespace sluice::detail {
 
@@ -137,6 +142,73 @@ class SlotTable {
  private:
   std::uint32_t capacity_;
   std::uint32_t busy_ = 0;
+};
+
+// A caller's outstanding calls, by id, without hashing: an id is (index << kSeqBits) | sequence,
+// where index is the call's entry and sequence a counter that never repeats (44 bits). An id is
+// never reused, so a stale one (a late reply, a cancel after completion) finds nothing, and its
+// low 36 bits — what a REPLY tag carries — are as unique as a plain counter's. Entries are
+// reused last-freed first (warm in cache), and never move: a T* stays valid until its erase.
+template <typename T>
+class CallTable {
+ public:
+  static constexpr int kSeqBits = 44;
+  static constexpr std::size_t kMaxCalls = std::size_t{1} << (64 - kSeqBits);
+  static constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
+
+  // A new default T and its id; {0, nullptr} when kMaxCalls are outstanding.
+  std::pair<std::uint64_t, T*> insert() {
+    std::uint32_t index;
+    if (!free_.empty()) {
+      index = free_.back();
+      free_.pop_back();
+    } else if (entries_.size() < kMaxCalls) {
+      index = static_cast<std::uint32_t>(entries_.size());
+      entries_.emplace_back();
+    } else {
+      return {0, nullptr};
+    }
+    Entry& e = entries_[index];
+    e.id = (std::uint64_t{index} << kSeqBits) | next_seq_;
+    next_seq_ = next_seq_ == kSeqMask ? 1 : next_seq_ + 1;  // 2^44 calls before it wraps
+    e.value.emplace();
+    ++live_;
+    return {e.id, &*e.value};
+  }
+  T* find(std::uint64_t id) {
+    std::uint64_t index = id >> kSeqBits;
+    if (index >= entries_.size() || entries_[index].id != id) return nullptr;
+    return &*entries_[index].value;
+  }
+  // Removes the call `id` (which find() returned).
+  void erase(std::uint64_t id) {
+    auto index = static_cast<std::uint32_t>(id >> kSeqBits);
+    Entry& e = entries_[index];
+    e.id = 0;
+    e.value.reset();
+    free_.push_back(index);
+    --live_;
+  }
+  // Ids of the calls that satisfy pred(const T&), in index order (to act on after the walk).
+  template <typename Pred>
+  std::vector<std::uint64_t> ids_where(Pred&& pred) const {
+    std::vector<std::uint64_t> out;
+    for (const Entry& e : entries_)
+      if (e.id != 0 && pred(*e.value)) out.push_back(e.id);
+    return out;
+  }
+  bool empty() const { return live_ == 0; }
+  std::size_t size() const { return live_; }
+
+ private:
+  struct Entry {
+    std::uint64_t id = 0;  // 0: free
+    std::optional<T> value;
+  };
+  std::deque<Entry> entries_;  // a deque: growing it moves no entry
+  std::vector<std::uint32_t> free_;
+  std::uint64_t next_seq_ = 1;
+  std::size_t live_ = 0;
 };
 
 }  // namespace sluice::detail

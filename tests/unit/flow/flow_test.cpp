@@ -1,5 +1,7 @@
-// Flow-control state machines with crafted inputs: credits, ordering, slot tables.
+// Flow-control state machines with crafted inputs: credits, ordering, slot and call tables.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -108,6 +110,68 @@ TEST(SlotTable, NeverAboveCapacity) {
   EXPECT_TRUE(t.try_acquire());
   EXPECT_TRUE(t.try_acquire());
   EXPECT_FALSE(t.try_acquire());
+}
+
+TEST(CallTable, FindsLiveCallsAndNeverAStaleId) {
+  CallTable<std::string> t;
+  auto [a, pa] = t.insert();
+  auto [b, pb] = t.insert();
+  ASSERT_NE(pa, nullptr);
+  ASSERT_NE(pb, nullptr);
+  *pa = "a";
+  *pb = "b";
+  EXPECT_NE(a, 0u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(*t.find(a), "a");
+  EXPECT_EQ(*t.find(b), "b");
+  t.erase(a);
+  EXPECT_EQ(t.find(a), nullptr);
+  // The freed entry is reused, under a new id: the old one still finds nothing, and the new
+  // call starts from a default value.
+  auto [c, pc] = t.insert();
+  EXPECT_NE(c, a);
+  EXPECT_EQ(*pc, "");
+  EXPECT_EQ(t.find(a), nullptr);
+  EXPECT_EQ(t.find(c), pc);
+  // Ids that were never handed out, including ones naming entries beyond the table.
+  EXPECT_EQ(t.find(0), nullptr);
+  EXPECT_EQ(t.find(~std::uint64_t{0}), nullptr);
+  EXPECT_EQ(t.find(c + 1), nullptr);
+  // A call's value stays where it is while others come and go.
+  for (int i = 0; i < 5000; ++i) t.insert();
+  EXPECT_EQ(t.find(b), pb);
+  EXPECT_EQ(*pb, "b");
+}
+
+TEST(CallTable, ReplyTagBitsStayUniqueWhileOneEntryIsReused) {
+  // A REPLY tag carries an id's low 36 bits. With one call at a time the same entry is
+  // reused for every call; those bits must still differ from call to call.
+  CallTable<int> t;
+  std::vector<std::uint64_t> low;
+  for (int i = 0; i < 1000; ++i) {
+    auto [id, v] = t.insert();
+    low.push_back(id & ((std::uint64_t{1} << 36) - 1));
+    t.erase(id);
+  }
+  std::sort(low.begin(), low.end());
+  EXPECT_EQ(std::adjacent_find(low.begin(), low.end()), low.end());
+}
+
+TEST(CallTable, SelectsIdsAndCountsWhatIsLive) {
+  CallTable<int> t;
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 10; ++i) {
+    auto [id, v] = t.insert();
+    *v = i;
+    ids.push_back(id);
+  }
+  t.erase(ids[3]);
+  auto even = t.ids_where([](const int& v) { return v % 2 == 0; });
+  EXPECT_EQ(even, (std::vector<std::uint64_t>{ids[0], ids[2], ids[4], ids[6], ids[8]}));
+  EXPECT_EQ(t.size(), 9u);
+  for (std::uint64_t id : t.ids_where([](const int&) { return true; })) t.erase(id);
+  EXPECT_TRUE(t.empty());
 }
 
 }  // namespace
