@@ -99,8 +99,9 @@ class Peer {
   Result send_copy(HandlerId handler, std::span<const std::byte> header,
                    std::span<const std::byte> payload, SendCallback on_done = {});
   // Calls `method` on the peer; `on_reply` runs once. Requests beyond the slots the server
-  // granted wait in this peer's queue. Same returns as send(); `id` (optional) receives the
-  // call's id for Engine::cancel().
+  // granted wait in this peer's queue. Same returns as send() (kWouldBlock also when 2^20
+  // calls of this engine are outstanding); `id` (optional) receives the call's id for
+  // Engine::cancel(). Ids are never 0 and never reused; they are not consecutive.
   Result call(HandlerId method, std::span<const std::byte> header,
               std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
               CallId* id = nullptr);
