@@ -70,13 +70,7 @@ absl::Status EngineCore::init(int numa_node_option) {
   for (int r = 0; r < n; ++r) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
-  for (std::uint32_t i = 0; i < config_.rx_posted; ++i) {
-    // A wildcard receive is posted again after every message: with request memory of its own,
-    // UCX takes none from its pool and wants none back.
-    Op* op = new_op(OpKind::kRx, 0);
-    op->own_request = worker_->own_request();
-    rx_ops_.push_back(op);
-  }
+  for (std::uint32_t i = 0; i < config_.rx_posted; ++i) rx_ops_.push_back(new_op(OpKind::kRx, 0));
   unposted_ = rx_ops_;
   unposted_.reserve(rx_ops_.size());
   post_receives();

@@ -50,7 +50,7 @@ void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info
   std::size_t length = status == UCS_OK ? info->length : 0;
   Tag tag = status == UCS_OK ? info->sender_tag : 0;
   op->request = nullptr;
-  if (op->own_request == nullptr) ucp_request_free(request);  // our own is never freed
+  ucp_request_free(request);
   op->on_complete(op, ucx_status_code(status), length, tag);
 }
 
@@ -311,10 +311,6 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::create(const UcxContext& c
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_create(ctx_of(ctx.handle()), &p, &w), "ucp_worker_create"));
   std::unique_ptr<UcxWorker> out(new UcxWorker());
   out->worker_ = w;
-  ucp_context_attr_t attr{};
-  attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
-  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_context_query(ctx_of(ctx.handle()), &attr), "ucp_context_query"));
-  out->request_size_ = attr.request_size;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_efd(w, &out->efd_), "ucp_worker_get_efd"));
   ucp_address_t* addr = nullptr;
   std::size_t len = 0;
@@ -326,18 +322,6 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::create(const UcxContext& c
 
 UcxWorker::~UcxWorker() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
-  // own_requests_ go after this, with nothing of UCX left to touch them.
-}
-
-void* UcxWorker::own_request() {
-  // UCX writes its ucp_request_t in the request_size bytes before the pointer it is given.
-  constexpr std::size_t kAlign = 64;
-  std::size_t room = (request_size_ + kAlign - 1) / kAlign * kAlign;
-  auto block = std::make_unique<std::byte[]>(room + kAlign);
-  auto base = reinterpret_cast<std::uintptr_t>(block.get());
-  std::uintptr_t user = (base + room + kAlign - 1) / kAlign * kAlign;  // request_size_ bytes before it, aligned
-  own_requests_.push_back(std::move(block));
-  return reinterpret_cast<void*>(user);
 }
 
 
@@ -411,10 +395,6 @@ PostResult UcxWorker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag
                    UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = recv_trampoline;
   p.user_data = op;
-  if (op->own_request != nullptr) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_REQUEST;
-    p.request = op->own_request;
-  }
   if (memh != nullptr) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     p.memh = static_cast<ucp_mem_h>(memh);

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 #include <string_view>
 
 #include <sluice/config.h>
@@ -39,9 +38,6 @@ using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::
 struct TransportOp {
   TransportCallback on_complete = nullptr;
   void* request = nullptr;  // the UCX request while pending, for cancel
-  // UCX request memory of this operation's own (UcxWorker::own_request), reused by each of its
-  // receives: UCX then neither takes a request from its pool nor wants it freed.
-  void* own_request = nullptr;
 };
 
 enum class Post { kDone, kPending, kError };
@@ -148,9 +144,6 @@ class UcxWorker {
   // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
   PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                        void* memh);
-  // Request memory for an operation that posts one receive after another (its own_request):
-  // owned by the worker, freed only after ucp_worker_destroy, so UCX never outlives it.
-  void* own_request();
   // Cancels a pending operation; its callback then runs with kCancelled.
   void cancel(TransportOp* op);
   // Whether UCX holds an arrived message that matches (tag, mask) but no posted receive took
@@ -176,8 +169,6 @@ class UcxWorker {
   void* worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
-  std::size_t request_size_ = 0;  // UCX's ucp_request_t, which precedes a user request
-  std::vector<std::unique_ptr<std::byte[]>> own_requests_;
 };
 
 // A listener on host:port (port 0 picks one). New connections arrive as requests through
