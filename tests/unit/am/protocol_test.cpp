@@ -108,6 +108,35 @@ class Rogue {
     send(h, std::as_bytes(std::span(&value, 1)));
   }
 
+  // A plain data message with the compact header (the sequence's low 32 bits on the wire).
+  void compact_data(std::uint64_t seq, std::uint16_t handler, std::uint32_t value, std::uint16_t credits = 0) {
+    Bytes buf(wire::kCompactHeaderSize + sizeof(value));
+    wire::encode_compact(0, handler, 0, credits, 0, seq, 0, buf.data());
+    std::memcpy(buf.data() + wire::kCompactHeaderSize, &value, sizeof(value));
+    send_raw(std::move(buf), wire::make_tag(wire::kEager, 1, seq));
+  }
+
+  // A full-header data message with MORE, then a compact one, in one tagged message (which no
+  // sender may build: only full headers are coalesced).
+  void coalesced_with_compact(std::uint64_t first) {
+    wire::Header h;
+    h.flags = wire::kFlagMore;
+    h.handler = 5;
+    h.seq = first;
+    h.payload_len = sizeof(std::uint32_t);
+    // The compact one is padded to a full header's size: the parser only looks for a next
+    // message where a full header fits (a shorter tail fails the whole batch).
+    Bytes out(wire::coalesced_stride(h) + wire::kHeaderSize);
+    wire::encode(h, out.data());
+    auto v = static_cast<std::uint32_t>(first * 10);
+    std::memcpy(out.data() + wire::kHeaderSize, &v, sizeof(v));
+    std::size_t at = wire::coalesced_stride(h);
+    wire::encode_compact(0, 5, 0, 0, 0, first + 1, 0, out.data() + at);
+    v = static_cast<std::uint32_t>((first + 1) * 10);
+    std::memcpy(out.data() + at + wire::kCompactHeaderSize, &v, sizeof(v));
+    send_raw(std::move(out), wire::make_tag(wire::kEager, 1, first));
+  }
+
   void credit(std::uint16_t n) {
     wire::Header h;
     h.flags = wire::kFlagCtrl;
@@ -141,7 +170,7 @@ class Rogue {
                                               [&](const wire::Header& h, std::span<const std::byte> bytes) {
         Received m{};
         m.header = h;
-        m.body.assign(bytes.begin() + wire::kHeaderSize, bytes.end());
+        m.body.assign(bytes.begin() + static_cast<std::ptrdiff_t>(wire::header_size(h)), bytes.end());
         m.tag = tag;
         bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
         if (!heartbeat) rx->self->got_.push_back(std::move(m));
@@ -280,6 +309,38 @@ TEST_F(ProtocolTest, SequencesPastCurrentFutureAreDeliveredOnceInOrder) {
   ASSERT_TRUE(pump([&] { return delivered_.size() >= 3 && stat("am.duplicates_dropped") >= 2; }));
   EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{1, 2, 3}));
   EXPECT_EQ(stat("am.duplicates_dropped"), 2u);
+}
+
+TEST_F(ProtocolTest, CompactAndFullHeadersMixInOneOrderedStream) {
+  // The compact header carries the sequence's low 32 bits; the receiver extends them against
+  // the sequence it expects, so compact and full messages order as one stream, early ones
+  // wait, duplicates of either form are dropped.
+  expect_hello();
+  rogue_.hello(8);
+  rogue_.compact_data(1, 5, 1);
+  rogue_.data(3, 5, 3);              // full header, early
+  rogue_.compact_data(2, 5, 2);
+  rogue_.compact_data(3, 5, 333);    // compact duplicate of a full one
+  rogue_.data(2, 5, 222);            // full duplicate of a compact one
+  rogue_.compact_data(4, 5, 4, 1);   // returns a credit too
+  ASSERT_TRUE(pump([&] { return delivered_.size() >= 4 && stat("am.duplicates_dropped") >= 2; }));
+  EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(stat("am.duplicates_dropped"), 2u);
+  EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
+TEST_F(ProtocolTest, ACompactMessageInsideABatchIsRefusedAndTheConnectionLives) {
+  expect_hello();
+  rogue_.hello(8);
+  rogue_.coalesced_with_compact(1);  // 1 stands; the compact 2 is refused
+  ASSERT_TRUE(pump([&] { return stat("wire.parse_errors") >= 1; }));
+  settle();
+  EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{10}));
+  EXPECT_EQ(stat("wire.parse_errors"), 1u);
+  rogue_.compact_data(2, 5, 20);  // sent on its own, it is taken
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 2; }));
+  EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{10, 20}));
+  EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
 TEST_F(ProtocolTest, UnknownHandlerIsCountedAndTheConnectionLives) {
