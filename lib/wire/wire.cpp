@@ -30,7 +30,7 @@ Parse decode_full(std::span<const std::byte> bytes, Header* out) {
   h.ack = get<std::uint64_t>(p + 24);
   h.rpc_id = get<std::uint64_t>(p + 32);
   h.aux = get<std::uint64_t>(p + 40);
-  if (h.flags & kFlagCompact) return Parse::kBadFlags;  // the compact form has no other flag
+  if (h.flags & kFlagCompact) return Parse::kBadFlags;  // a full header never has COMPACT
   if ((h.flags & kFlagRequest) && (h.flags & kFlagReply)) return Parse::kBadFlags;
   if ((h.flags & kFlagCtrl) && (h.flags & (kFlagRndv | kFlagRequest | kFlagReply | kFlagFrag)))
     return Parse::kBadFlags;
