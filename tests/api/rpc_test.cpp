@@ -1,5 +1,6 @@
 // RPC between two engines: replies, replies into the caller's buffer, asynchronous replies,
 // deadlines, cancellation racing completion, slot tables, throwing handlers, unknown methods.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -65,6 +66,52 @@ TEST(Rpc, EchoAndErrors) {
     server.stop = true;
   }, [&](Engine& e) { server.serve(e); });
   EXPECT_EQ(pair.engine(1).stats().value("am.handler_errors"), 1u);
+}
+
+TEST(Rpc, SmallCallsAroundTheCompactHeaderLimitRoundTripIntactAndInline) {
+  // A request or reply without a reply buffer takes the 24-byte compact header when it fits
+  // UCX's 92-byte immediate send: 68 bytes of user header and payload. Every size around
+  // that, one call at a time, comes back byte for byte; exactly the requests and replies that
+  // fit left inline.
+  constexpr std::size_t kRoom = 92 - 24;
+  RankPair pair;
+  Server server;
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
+    EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk);
+  }).ok());
+  std::size_t fitting = 0, calls = 0;
+  pair.run([&](Engine& e) {
+    bool warm = false;  // the handshake first
+    ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, [&](absl::Status st, Message&) { warm = st.ok(); }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return warm; }, Clock::now() + kLong));
+    std::uint64_t seed = 1;
+    for (std::size_t uh : {std::size_t{0}, std::size_t{3}}) {
+      for (std::size_t size = 0; size <= kRoom + 4; ++size) {
+        auto header = pattern(uh, seed++);
+        auto payload = pattern(size, seed++);
+        std::uint64_t before = e.stats().value("am.sent_inline");
+        bool back = false;
+        ASSERT_EQ(e.peer(1)->call(kEcho, header, payload, {}, [&](absl::Status st, Message& r) {
+          ASSERT_TRUE(st.ok()) << st;
+          EXPECT_TRUE(std::equal(r.header().begin(), r.header().end(), header.begin(), header.end()))
+              << "user header " << uh << ", payload " << size;
+          EXPECT_TRUE(std::equal(r.payload().begin(), r.payload().end(), payload.begin(), payload.end()))
+              << "user header " << uh << ", payload " << size;
+          back = true;
+        }), Result::kOk);
+        bool fits = uh + size <= kRoom;
+        EXPECT_EQ(e.stats().value("am.sent_inline"), before + (fits ? 1 : 0))
+            << "request: user header " << uh << ", payload " << size;
+        ASSERT_TRUE(e.run_until([&] { return back; }, Clock::now() + kLong));
+        fitting += fits;
+        ++calls;
+      }
+    }
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+  // The replies: the warm-up call's, and one per fitting call, left inline; no other did.
+  EXPECT_EQ(pair.engine(1).stats().value("am.sent_inline"), 1 + fitting);
+  EXPECT_EQ(pair.engine(1).stats().value("rpc.replies"), 1 + calls);
 }
 
 TEST(Rpc, ReplyLandsInTheCallersBuffer) {
