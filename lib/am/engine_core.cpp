@@ -343,21 +343,18 @@ void EngineCore::timers(Clock::time_point now) {
 
 // ---- peers ---------------------------------------------------------------------------------
 
-PeerData* EngineCore::peer_by_rank(int rank) {
-  if (rank < 0 || rank >= ranks_) return nullptr;
+PeerData* EngineCore::create_rank_peer(int rank) {
   auto& slot = peers_[static_cast<std::size_t>(rank)];
-  if (!slot) [[unlikely]] {
-    slot = std::make_unique<PeerData>();
-    slot->id = static_cast<std::uint32_t>(rank);
-    slot->rank = rank;
-    slot->handle.reset(new Peer(this, slot->id, rank));
-    slot->server_slots = SlotTable(config_.rpc_slots);
-    slot->remote_slot = static_cast<std::uint32_t>(this->rank());
-  }
+  slot = std::make_unique<PeerData>();
+  slot->id = static_cast<std::uint32_t>(rank);
+  slot->rank = rank;
+  slot->handle.reset(new Peer(this, slot->id, rank));
+  slot->server_slots = SlotTable(config_.rpc_slots);
+  slot->remote_slot = static_cast<std::uint32_t>(this->rank());
   return slot.get();
 }
 
-PeerData* EngineCore::new_peer_by_slot(std::uint32_t slot) {
+PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
   if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
   if (slot == wire::kUnassignedSlot) return connecting_;
   return nullptr;
@@ -375,10 +372,6 @@ PeerData& EngineCore::new_cs_peer() {
 }
 
 Peer* EngineCore::peer(int rank) {
-  // Called before every send by code that does not keep its Peer*: a known rank first.
-  if (rank >= 0 && rank < ranks_) [[likely]] {
-    if (const auto& known = peers_[static_cast<std::size_t>(rank)]) [[likely]] return known->handle.get();
-  }
   PeerData* p = peer_by_rank(rank);
   return p ? p->handle.get() : nullptr;
 }

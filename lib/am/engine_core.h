@@ -144,6 +144,9 @@ struct PeerData {
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
   bool has_waiting() const { return !queue.empty() || !call_queue.empty(); }
+  // A message may leave at once: the handshake is done, a credit is free, nothing queued
+  // ahead of it.
+  bool can_send_now() const { return state == PeerState::kReady && queue.empty() && credits.available() != 0; }
 };
 
 struct HandlerEntry {
@@ -177,6 +180,9 @@ class EngineCore {
   // Releases a plain message its handler neither kept nor released, on the engine thread
   // right after the handler: it owns nothing but the borrow; its credit is returned.
   void release_handled(PeerData& p, Message& m);
+  // A released Message's credit goes back to its peer (unless the peer failed or restarted
+  // since it arrived).
+  void return_credit(PeerData& p, std::uint64_t incarnation);
   bool peer_alive(std::uint32_t peer) const;
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);
@@ -323,13 +329,19 @@ class EngineCore {
   void expire_calls(Clock::time_point now);
   void release_call_slot(PeerData& p);
 
-  PeerData* peer_by_rank(int rank);
+  // The peer of `rank` (created on first use); nullptr for a rank outside the job.
+  PeerData* peer_by_rank(int rank) {
+    if (rank < 0 || rank >= ranks_) return nullptr;
+    if (PeerData* known = peers_[static_cast<std::size_t>(rank)].get()) [[likely]] return known;
+    return create_rank_peer(rank);
+  }
+  PeerData* create_rank_peer(int rank);
   // The peer that sent a message with tag slot `slot`; nullptr when there is none.
   PeerData* peer_by_slot(std::uint32_t slot) {
     if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
-    return new_peer_by_slot(slot);
+    return peer_by_slot_slow(slot);
   }
-  PeerData* new_peer_by_slot(std::uint32_t slot);
+  PeerData* peer_by_slot_slow(std::uint32_t slot);
   PeerData& new_cs_peer();
   void accept_pending();
   static void on_conn_request(void* arg, void* conn_request);

@@ -386,16 +386,16 @@ void EngineCore::own_bytes(Message& m) {
 }
 
 void EngineCore::release_handled(PeerData& p, Message& m) {
-  m.engine_ = nullptr;
-  m.header_ = {};
-  m.payload_ = {};
-  m.borrowed_ = false;
-  m.lender_ = nullptr;
-  // The handler may have progressed the engine, and the peer failed or restarted meanwhile.
-  if (p.epoch != m.incarnation_ || p.state != PeerState::kReady) [[unlikely]] return;
+  m.engine_ = nullptr;  // the caller destroys it next: nothing else of it needs resetting
+  return_credit(p, m.incarnation_);
+}
+
+void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
+  // A handler may have progressed the engine, and the peer failed or restarted meanwhile.
+  if (p.epoch != incarnation || p.state != PeerState::kReady) [[unlikely]] return;
   --p.unreleased;
   p.owed.released();
-  if (p.owed.explicit_due()) maybe_return_credits(p);
+  maybe_return_credits(p);
 }
 
 void EngineCore::release(Message& m) {
@@ -412,14 +412,7 @@ void EngineCore::release(Message& m) {
   m.slot_.release();
   m.landing_.release();
   m.heap_.reset();
-  if (m.credit_) {
-    PeerData& p = *peers_[m.peer_];
-    if (p.epoch == m.incarnation_ && p.state == PeerState::kReady) {
-      --p.unreleased;
-      p.owed.released();
-      maybe_return_credits(p);
-    }
-  }
+  if (m.credit_) return_credit(*peers_[m.peer_], m.incarnation_);
   m.engine_ = nullptr;
 }
 

@@ -66,10 +66,7 @@ Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
 
 bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
                              std::span<const std::byte> payload, SendCallback& cb) {
-  if (header.size() + payload.size() > eager_limit_ || p.state != PeerState::kReady ||
-      !p.queue.empty() || p.credits.available() == 0) {
-    return false;
-  }
+  if (header.size() + payload.size() > eager_limit_ || !p.can_send_now()) return false;
   Slot slot;
   // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
   // here, so it is counted once).

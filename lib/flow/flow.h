@@ -172,7 +172,6 @@ class CallTable {
     e.id = (std::uint64_t{index} << kSeqBits) | next_seq_;
     next_seq_ = next_seq_ == kSeqMask ? 1 : next_seq_ + 1;  // 2^44 calls before it wraps
     e.value.emplace();
-    ++live_;
     return {e.id, &*e.value};
   }
   T* find(std::uint64_t id) {
@@ -187,7 +186,6 @@ class CallTable {
     e.id = 0;
     e.value.reset();
     free_.push_back(index);
-    --live_;
   }
   // Ids of the calls that satisfy pred(const T&), in index order (to act on after the walk).
   template <typename Pred>
@@ -197,8 +195,8 @@ class CallTable {
       if (e.id != 0 && pred(*e.value)) out.push_back(e.id);
     return out;
   }
-  bool empty() const { return live_ == 0; }
-  std::size_t size() const { return live_; }
+  std::size_t size() const { return entries_.size() - free_.size(); }
+  bool empty() const { return size() == 0; }
 
  private:
   struct Entry {
@@ -208,7 +206,6 @@ class CallTable {
   std::deque<Entry> entries_;  // a deque: growing it moves no entry
   std::vector<std::uint32_t> free_;
   std::uint64_t next_seq_ = 1;
-  std::size_t live_ = 0;
 };
 
 }  // namespace sluice::detail
