@@ -41,6 +41,7 @@ namespace sluice {
 
 namespace detail {
 class EngineCore;
+struct PeerData;
 }
 
 inline constexpr HandlerId kMaxHandlers = 1024;
@@ -108,8 +109,10 @@ class Peer {
 
  private:
   friend class detail::EngineCore;
-  Peer(detail::EngineCore* e, std::uint32_t id, int rank) : engine_(e), id_(id), rank_(rank) {}
+  Peer(detail::EngineCore* e, detail::PeerData* data, std::uint32_t id, int rank)
+      : engine_(e), data_(data), id_(id), rank_(rank) {}
   detail::EngineCore* engine_;
+  detail::PeerData* data_;  // the engine's state for this peer (lives as long as the engine)
   std::uint32_t id_;
   int rank_;
 };

@@ -79,25 +79,25 @@ bool Peer::alive() const { return engine_->peer_alive(id_); }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback on_done) {
-  return engine_->send(id_, h, header, payload, std::move(on_done), false);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), false);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload,
                   std::size_t length, SendCallback on_done) {
   if (!payload || length > payload.size()) return Result::kInvalidArgument;
-  return engine_->send(id_, h, header, std::span<const std::byte>(payload.data(), length),
+  return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length),
                        std::move(on_done), false, payload.memh());
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header,
                        std::span<const std::byte> payload, SendCallback on_done) {
-  return engine_->send(id_, h, header, payload, std::move(on_done), true);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), true);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header,
                   std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
                   CallId* id) {
-  return engine_->call(id_, method, header, payload, options, std::move(on_reply), id);
+  return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
 // ---- Engine --------------------------------------------------------------------------------

@@ -231,7 +231,8 @@ void EngineCore::run_posted() {
 bool EngineCore::progress() {
   // The thread that drives the engine owns its pools' free lists (slots released elsewhere
   // come back through the pools' lock-free return path).
-  if (std::this_thread::get_id() != driver_) [[unlikely]] {
+  if (thread_pointer() != driver_tp_) [[unlikely]] {
+    driver_tp_ = thread_pointer();
     driver_ = std::this_thread::get_id();
     send_pool_->set_owner(driver_);
     recv_pool_->set_owner(driver_);
@@ -348,7 +349,7 @@ PeerData* EngineCore::create_rank_peer(int rank) {
   slot = std::make_unique<PeerData>();
   slot->id = static_cast<std::uint32_t>(rank);
   slot->rank = rank;
-  slot->handle.reset(new Peer(this, slot->id, rank));
+  slot->handle.reset(new Peer(this, slot.get(), slot->id, rank));
   slot->server_slots = SlotTable(config_.rpc_slots);
   slot->remote_slot = static_cast<std::uint32_t>(this->rank());
   return slot.get();
@@ -365,7 +366,7 @@ PeerData& EngineCore::new_cs_peer() {
   p->id = static_cast<std::uint32_t>(peers_.size());
   p->rank = -1;
   p->remote_slot = wire::kUnassignedSlot;
-  p->handle.reset(new Peer(this, p->id, -1));
+  p->handle.reset(new Peer(this, p.get(), p->id, -1));
   p->server_slots = SlotTable(config_.rpc_slots);
   peers_.push_back(std::move(p));
   return *peers_.back();

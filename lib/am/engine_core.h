@@ -168,9 +168,9 @@ class EngineCore {
   bool progress();
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
-  Result send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
+  Result send(PeerData& p, HandlerId h, std::span<const std::byte> header,
               std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh = nullptr);
-  Result call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
+  Result call(PeerData& p, HandlerId method, std::span<const std::byte> header,
               std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
               CallId* id);
   void cancel(CallId id);
@@ -298,6 +298,7 @@ class EngineCore {
   // slot they lie in when they are its only message (a Message moved takes it over), or
   // nullptr (one of a coalesced tagged message's messages: a move copies them).
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
+  void accept_one(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
   // A message not next in order (or while an ordered rendezvous lands): the reorder window
   // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
   void hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq);
@@ -313,10 +314,14 @@ class EngineCore {
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
   // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
   // exception's message in handler_error_) when it threw. Handlers never throw past this point.
+  // Inline (am/invoke.h): every handler call passes here.
   enum class Invoke { kDone, kNoHandler, kThrew };
   Invoke invoke_handler(Message& m);
+  void handler_threw(const Message& m, const char* what);
   std::string handler_error_;
+  // Runs m's handler; one not registered is counted and logged (no_handler), the message dropped.
   void dispatch(Message& m);
+  void no_handler(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
   std::span<std::byte> choose_landing(Message& m, std::size_t size);
   std::vector<Op*> unposted_;  // wildcard receive ops waiting for a slot
@@ -371,10 +376,21 @@ class EngineCore {
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
-  bool closing_ = false;
+  bool closing_ = false;  // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
-  std::thread::id driver_ = std::this_thread::get_id();  // shutting down: receives are not re-posted
+  // The thread driving the engine, and its thread pointer: comparing that is one instruction
+  // where std::this_thread::get_id() is a call into libc, on every progress() call.
+  std::thread::id driver_ = std::this_thread::get_id();
+  const void* driver_tp_ = thread_pointer();
+  static const void* thread_pointer() {
+#if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
+    return __builtin_thread_pointer();
+#else
+    static thread_local const char marker = 0;  // distinct per thread, like the thread pointer
+    return &marker;
+#endif
+  }
   CallTable<Call> calls_;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;

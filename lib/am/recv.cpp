@@ -6,6 +6,7 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "am/invoke.h"
 #include "core/log.h"
 
 namespace sluice::detail {
@@ -73,7 +74,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     accept_coalesced(p, bytes);
     return;
   }
-  accept(p, &slot, std::span<std::byte>(slot.data(), length), h);
+  accept_one(p, &slot, std::span<std::byte>(slot.data(), length), h);
 }
 
 void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
@@ -112,6 +113,12 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
 }
 
 void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h) {
+  accept_one(p, lender, bytes, h);
+}
+
+// Inlined into on_rx (every tagged message with one message passes here) and into accept().
+[[gnu::always_inline]] inline void EngineCore::accept_one(PeerData* p, Slot* lender, std::span<std::byte> bytes,
+                                                          const wire::Header& h) {
   std::size_t length = bytes.size();
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
@@ -335,29 +342,15 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   }
 }
 
-EngineCore::Invoke EngineCore::invoke_handler(Message& m) {
-  if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) [[unlikely]] {
-    c_.unknown_handler->add();
-    return Invoke::kNoHandler;
-  }
-  try {
-    handlers_[m.handler_].fn(m);
-    return Invoke::kDone;
-  } catch (const std::exception& e) {
-    handler_error_ = e.what();
-  } catch (...) {
-    handler_error_ = "a non-standard exception";
-  }
+void EngineCore::handler_threw(const Message& m, const char* what) {
+  handler_error_ = what;
   c_.handler_errors->add();
   SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, handler_error_);
-  return Invoke::kThrew;
 }
 
-void EngineCore::dispatch(Message& m) {
-  if (invoke_handler(m) == Invoke::kNoHandler) [[unlikely]] {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
-                            m.source_, m.handler_);
-  }
+void EngineCore::no_handler(const Message& m) {
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
+                          m.source_, m.handler_);
 }
 
 void EngineCore::own_bytes(Message& m) {

@@ -5,15 +5,15 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "am/invoke.h"
 #include "am/send_now.h"
 #include "core/log.h"
 
 namespace sluice::detail {
 
-Result EngineCore::call(std::uint32_t peer, HandlerId method, std::span<const std::byte> header,
+Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
                         std::span<const std::byte> payload, const CallOptions& options,
                         ReplyCallback&& cb, CallId* id_out) {
-  PeerData& p = *peers_[peer];
   if (p.state == PeerState::kDead) return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb)
     return Result::kInvalidArgument;

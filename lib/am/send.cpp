@@ -116,9 +116,8 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, b
   return Result::kOk;
 }
 
-Result EngineCore::send(std::uint32_t peer, HandlerId h, std::span<const std::byte> header,
+Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
                         std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh) {
-  PeerData& p = *peers_[peer];
   if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
     return Result::kInvalidArgument;
