@@ -298,6 +298,7 @@ class EngineCore {
   // slot they lie in when they are its only message (a Message moved takes it over), or
   // nullptr (one of a coalesced tagged message's messages: a move copies them).
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
+  // accept()'s body, inlined into on_rx, where every tagged message holding one message passes.
   void accept_one(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
   // A message not next in order (or while an ordered rendezvous lands): the reorder window
   // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
