@@ -62,6 +62,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   c.reply_buffer = options.reply_buffer;
   if (!options.reply_buffer.empty()) {
     // The exact receive for the reply payload is posted before the request leaves.
+    c.landing = std::make_unique<ReplyLanding>();
     Op* rx = new_op(OpKind::kReplyRx, p.id);
     rx->call_id = id;
     rx->incarnation = p.epoch;
@@ -195,12 +196,21 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     return;
   }
   if (m.reply_buf_) {
-    c.header_arrived = true;
-    c.payload_len = m.announced_;
     CallId id = m.rpc_id_;
-    c.reply = std::move(m);
-    if (c.payload_len == 0 || c.payload_landed) {
-      c.reply.payload_ = c.reply_buffer.first(c.payload_len);
+    if (c.landing == nullptr || m.announced_ > c.reply_buffer.size()) [[unlikely]] {
+      // A reply into a buffer the call did not give (or larger than it): the peer broke the
+      // protocol. The call fails now rather than wait for a payload that has nowhere to land.
+      c_.parse_errors->add();
+      finish_call(id, absl::InternalError(absl::StrFormat(
+                          "rank %d answered call %u into a reply buffer it did not have room for", p.rank, id)));
+      return;
+    }
+    ReplyLanding& l = *c.landing;
+    l.header_arrived = true;
+    l.payload_len = m.announced_;
+    l.reply = std::move(m);
+    if (l.payload_len == 0 || l.payload_landed) {
+      l.reply.payload_ = c.reply_buffer.first(l.payload_len);
       finish_call(id, absl::OkStatus());
     }
     return;
@@ -212,8 +222,11 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     cb(absl::OkStatus(), m);
     return;
   }
-  c.reply = std::move(m);
-  finish_call(c.reply.rpc_id_, absl::OkStatus());
+  // A reply to a call with a reply buffer (landing exists), not sent into it (an error
+  // status, or a reply the server packed whole): the buffer's receive is cancelled first.
+  CallId id = m.rpc_id_;
+  c.landing->reply = std::move(m);
+  finish_call(id, absl::OkStatus());
 }
 
 void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
@@ -224,8 +237,9 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   if (found == nullptr) return;
   Call& c = *found;
   c.reply_rx = nullptr;
+  ReplyLanding& l = *c.landing;  // a call with a posted reply receive has one
   if (c.finishing) {
-    finish_call(id, c.final_status);
+    finish_call(id, l.final_status);
     return;
   }
   if (code != absl::StatusCode::kOk) {
@@ -233,10 +247,10 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
                                  absl::StrFormat("reply payload of call %u failed: %s", id, absl::StatusCodeToString(code))));
     return;
   }
-  c.payload_landed = true;
-  c.payload_len = length;
-  if (c.header_arrived) {
-    c.reply.payload_ = c.reply_buffer.first(length);
+  l.payload_landed = true;
+  l.payload_len = length;
+  if (l.header_arrived) {
+    l.reply.payload_ = c.reply_buffer.first(length);
     finish_call(id, absl::OkStatus());
   }
 }
@@ -248,12 +262,12 @@ void EngineCore::finish_call(CallId id, absl::Status status) {
   if (c.reply_rx != nullptr) {
     // The transport may still write into the caller's buffer: complete once it cannot.
     c.finishing = true;
-    c.final_status = status;
+    c.landing->final_status = status;
     worker_->cancel(c.reply_rx);
     return;
   }
   ReplyCallback cb = std::move(c.on_reply);
-  Message reply = std::move(c.reply);
+  Message reply = c.landing ? std::move(c.landing->reply) : Message();
   calls_.erase(id);
   if (!status.ok()) reply = Message();
   cb(status, reply);

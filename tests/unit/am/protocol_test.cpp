@@ -2,6 +2,7 @@
 // wire protocol by hand over real UCX, byte by byte, to a real engine at rank 0.
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -451,6 +452,32 @@ TEST_F(ProtocolTest, ABatchBeyondTheCreditsCannotTakeMoreThanTheReservation) {
   EXPECT_LT(delivered_.size(), 100u);
   EXPECT_GE(delivered_.size(), 32u);
   for (std::size_t i = 0; i < delivered_.size(); ++i) EXPECT_EQ(delivered_[i], (i + 1) * 10);
+}
+
+TEST_F(ProtocolTest, AReplyIntoABufferTheCallDidNotGiveFailsTheCallNotTheConnection) {
+  // A reply flagged "into your reply buffer" for a call that gave none: its payload has nowhere
+  // to land. The call fails at once with the reason (it used to wait for that payload forever),
+  // the violation is counted, and the connection stays up.
+  expect_hello();
+  rogue_.hello(8);
+  std::optional<absl::Status> result;
+  std::uint32_t v = 7;
+  ASSERT_EQ(engine_->peer(1)->call(6, {}, std::as_bytes(std::span(&v, 1)), {},
+                                   [&](absl::Status s, Message&) { result = s; }),
+            Result::kOk);
+  ASSERT_TRUE(pump([&] { return rogue_.received().size() >= 2; }));  // data message 1, then the call
+  const Received& request = rogue_.received()[1];
+  ASSERT_TRUE(request.header.flags & wire::kFlagRequest);
+  wire::Header h;
+  h.flags = wire::kFlagReply | wire::kFlagReplyBuf | wire::kFlagRndv;  // as a server sends it
+  h.seq = 1;
+  h.rpc_id = request.header.rpc_id;
+  h.payload_len = 64;
+  rogue_.send(h, {});
+  ASSERT_TRUE(pump([&] { return result.has_value(); }));
+  EXPECT_EQ(result->code(), absl::StatusCode::kInternal) << *result;
+  EXPECT_EQ(stat("wire.parse_errors"), 1u);
+  EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
 }  // namespace
