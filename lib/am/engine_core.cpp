@@ -231,11 +231,10 @@ void EngineCore::run_posted() {
 bool EngineCore::progress() {
   // The thread that drives the engine owns its pools' free lists (slots released elsewhere
   // come back through the pools' lock-free return path).
-  if (thread_pointer() != driver_tp_) [[unlikely]] {
+  if (!on_driver_thread()) [[unlikely]] {
     driver_tp_ = thread_pointer();
-    driver_ = std::this_thread::get_id();
-    send_pool_->set_owner(driver_);
-    recv_pool_->set_owner(driver_);
+    send_pool_->set_owner(std::this_thread::get_id());
+    recv_pool_->set_owner(std::this_thread::get_id());
   }
   // Receives consumed in the last call are re-posted here, before polling, rather than at
   // the end of it: a handler's reply, or the caller's next send after progress() returns,

@@ -91,6 +91,7 @@ enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
 // those calls alone, so that every other call() neither builds nor destroys a Message and a
 // Status (measured: the client's reply path was where RPC cost most beyond a plain message).
 struct ReplyLanding {
+  std::span<std::byte> buffer;  // the caller's (CallOptions::reply_buffer)
   bool payload_landed = false;
   std::size_t payload_len = 0;
   bool header_arrived = false;
@@ -102,7 +103,6 @@ struct Call {
   std::uint32_t peer;
   ReplyCallback on_reply;
   Clock::time_point deadline;
-  std::span<std::byte> reply_buffer;
   Op* reply_rx = nullptr;       // posted exact receive for the reply payload
   bool finishing = false;       // cancelled or expired, waiting for reply_rx to be cancelled
   std::unique_ptr<ReplyLanding> landing;  // calls with a reply buffer only
@@ -304,10 +304,9 @@ class EngineCore {
   // Takes one received message: `bytes` (wire header first). The Message borrows them from
   // the caller, which keeps them until the Message is released or moved. `lender` is the
   // slot they lie in when they are its only message (a Message moved takes it over), or
-  // nullptr (one of a coalesced tagged message's messages: a move copies them).
+  // nullptr (one of a coalesced tagged message's messages: a move copies them). Inline, in
+  // recv.cpp: every received message passes here.
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
-  // accept()'s body, inlined into on_rx, where every tagged message holding one message passes.
-  void accept_one(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
   // A message not next in order (or while an ordered rendezvous lands): the reorder window
   // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
   void hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq);
@@ -388,10 +387,10 @@ class EngineCore {
   bool closing_ = false;  // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
-  // The thread driving the engine, and its thread pointer: comparing that is one instruction
+  // The thread driving the engine, by its thread pointer: comparing that is one instruction
   // where std::this_thread::get_id() is a call into libc, on every progress() call.
-  std::thread::id driver_ = std::this_thread::get_id();
   const void* driver_tp_ = thread_pointer();
+  bool on_driver_thread() const { return thread_pointer() == driver_tp_; }
   static const void* thread_pointer() {
 #if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
     return __builtin_thread_pointer();

@@ -1,5 +1,5 @@
 // Handler invocation (internal), in a header: inlined into the receive path and the request
-// path (48 fewer instructions per received message with accept_one; the time that saved was
+// path (48 fewer instructions per received message with accept()'s body; the time that saved was
 // within the measurement's noise, docs/performance.md, seventh session).
 #pragma once
 

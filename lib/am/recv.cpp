@@ -74,7 +74,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     accept_coalesced(p, bytes);
     return;
   }
-  accept_one(p, &slot, std::span<std::byte>(slot.data(), length), h);
+  accept(p, &slot, std::span<std::byte>(slot.data(), length), h);
 }
 
 void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
@@ -112,13 +112,10 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   }
 }
 
-void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h) {
-  accept_one(p, lender, bytes, h);
-}
-
-// Inlined into on_rx (every tagged message with one message passes here) and into accept().
-[[gnu::always_inline]] inline void EngineCore::accept_one(PeerData* p, Slot* lender, std::span<std::byte> bytes,
-                                                          const wire::Header& h) {
+// Inlined into on_rx (every tagged message holding one message passes here) and into
+// accept_coalesced.
+[[gnu::always_inline]] inline void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
+                                                      const wire::Header& h) {
   std::size_t length = bytes.size();
   p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
@@ -392,7 +389,7 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
 }
 
 void EngineCore::release(Message& m) {
-  if (std::this_thread::get_id() != driver_) [[unlikely]] {
+  if (!on_driver_thread()) [[unlikely]] {
     // Released on another thread (message.h asks for the engine's): its credit, slot and
     // unanswered request belong to the engine thread's state, so the release is handed there.
     auto* held = new Message(std::move(m));

@@ -59,10 +59,10 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   c.peer = p.id;
   c.on_reply = std::move(cb);
   c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
-  c.reply_buffer = options.reply_buffer;
   if (!options.reply_buffer.empty()) {
     // The exact receive for the reply payload is posted before the request leaves.
     c.landing = std::make_unique<ReplyLanding>();
+    c.landing->buffer = options.reply_buffer;
     Op* rx = new_op(OpKind::kReplyRx, p.id);
     rx->call_id = id;
     rx->incarnation = p.epoch;
@@ -197,7 +197,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   }
   if (m.reply_buf_) {
     CallId id = m.rpc_id_;
-    if (c.landing == nullptr || m.announced_ > c.reply_buffer.size()) [[unlikely]] {
+    if (c.landing == nullptr || m.announced_ > c.landing->buffer.size()) [[unlikely]] {
       // A reply into a buffer the call did not give (or larger than it): the peer broke the
       // protocol. The call fails now rather than wait for a payload that has nowhere to land.
       c_.parse_errors->add();
@@ -210,7 +210,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     l.payload_len = m.announced_;
     l.reply = std::move(m);
     if (l.payload_len == 0 || l.payload_landed) {
-      l.reply.payload_ = c.reply_buffer.first(l.payload_len);
+      l.reply.payload_ = l.buffer.first(l.payload_len);
       finish_call(id, absl::OkStatus());
     }
     return;
@@ -250,7 +250,7 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   l.payload_landed = true;
   l.payload_len = length;
   if (l.header_arrived) {
-    l.reply.payload_ = c.reply_buffer.first(length);
+    l.reply.payload_ = l.buffer.first(length);
     finish_call(id, absl::OkStatus());
   }
 }
