@@ -61,6 +61,39 @@ PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
   return {Post::kPending};
 }
 
+// Receives are posted with UCP_OP_ATTR_FLAG_NO_IMM_CMPL. One that completes inside the call
+// (it matched a message already waiting) has had its callback run, which freed the request,
+// and UCX still returns that request: keeping it would leave the op holding a freed request
+// (later cancelled, or taken for a posted receive). The op is marked before the call; the
+// callback clears the mark.
+void* const kPosting = reinterpret_cast<void*>(std::uintptr_t{1});
+
+// Parameters of every receive: completion through recv_trampoline, never in place; the op
+// marked as being posted.
+ucp_request_param_t recv_param(TransportOp* op, void* memh) {
+  ucp_request_param_t p;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                   UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.cb.recv = recv_trampoline;
+  p.user_data = op;
+  if (memh != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = static_cast<ucp_mem_h>(memh);
+  }
+  op->request = kPosting;
+  return p;
+}
+
+PostResult from_recv_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
+    op->request = nullptr;
+    return from_status_ptr(r, op);
+  }
+  if (op->request == nullptr) return {Post::kPending};  // completed inside the call
+  op->request = r;
+  return {Post::kPending};
+}
+
 // CMA moves rendezvous payloads between local processes with one copy; it needs ptrace
 // permission between them (Yama, seccomp in containers). A child reading its parent's memory
 // is refused under the same rules that refuse two sibling ranks.
@@ -390,17 +423,24 @@ absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
 
 PostResult UcxWorker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                                 void* memh) {
-  ucp_request_param_t p;
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  p.cb.recv = recv_trampoline;
-  p.user_data = op;
-  if (memh != nullptr) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = static_cast<ucp_mem_h>(memh);
-  }
+  ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
-  return from_status_ptr(r, op);
+  return from_recv_status_ptr(r, op);
+}
+
+UcxWorker::Unexpected UcxWorker::take_unexpected(Tag tag, Tag mask) {
+  ucp_tag_recv_info_t info;
+  ucp_tag_message_h m = ucp_tag_probe_nb(worker_of(worker_), tag, mask, 1, &info);
+  if (m == nullptr) return {};
+  return {m, info.length, info.sender_tag};
+}
+
+PostResult UcxWorker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf,
+                                        std::size_t len, void* memh) {
+  ucp_request_param_t p = recv_param(op, memh);
+  ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_of(worker_), buf, len,
+                                            static_cast<ucp_tag_message_h>(msg.message), &p);
+  return from_recv_status_ptr(r, op);
 }
 
 void UcxWorker::cancel(TransportOp* op) {

@@ -142,8 +142,21 @@ class UcxWorker {
   // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
   // (length 0) for in-place completions, on TCP for small messages and on shared memory for
   // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
+  // A receive that matches a message already waiting in UCX completes inside this call (its
+  // callback runs before it returns, and the op holds no request afterwards).
   PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                        void* memh);
+  // A message that arrived with no posted receive to take it, removed from UCX's unexpected
+  // queue by take_unexpected (ucp_tag_probe_nb), to be received with post_recv_message.
+  struct Unexpected {
+    void* message = nullptr;  // ucp_tag_message_h; nullptr: none waiting
+    std::size_t length = 0;
+    Tag tag = 0;
+  };
+  Unexpected take_unexpected(Tag tag, Tag mask);
+  // Receives a taken message into buf (at least its length); completes like post_recv.
+  PostResult post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len,
+                               void* memh);
   // Cancels a pending operation; its callback then runs with kCancelled.
   void cancel(TransportOp* op);
   // Whether UCX holds an arrived message that matches (tag, mask) but no posted receive took
