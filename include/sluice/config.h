@@ -51,7 +51,7 @@ struct Config {
   std::size_t max_message = std::size_t{1} << 30;
   // flow
   std::uint32_t credits = 32;
-  std::uint32_t rx_posted = 16;
+  std::uint32_t rx_posted = 8;
   std::uint32_t send_queue_max = 4096;
   std::uint32_t rpc_slots = 32;
   // mem

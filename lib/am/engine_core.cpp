@@ -57,7 +57,6 @@ absl::Status EngineCore::init(int numa_node_option) {
   std::size_t slot = eager_slot_size(eager_limit_);
   SLUICE_ASSIGN_OR_RETURN(send_pool_, Pool::create(Direction::kSend, config_, slot, arena_source_));
   SLUICE_ASSIGN_OR_RETURN(recv_pool_, Pool::create(Direction::kRecv, config_, slot, arena_source_));
-  SLUICE_RETURN_IF_ERROR(recv_pool_->eager().reserve(config_.rx_posted));
   SLUICE_RETURN_IF_ERROR(recv_pool_->eager().prime());
 
   int n = boot_->size();
@@ -70,10 +69,6 @@ absl::Status EngineCore::init(int numa_node_option) {
   for (int r = 0; r < n; ++r) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
-  for (std::uint32_t i = 0; i < config_.rx_posted; ++i) rx_ops_.push_back(new_op(OpKind::kRx, 0));
-  unposted_ = rx_ops_;
-  unposted_.reserve(rx_ops_.size());
-  post_receives();
   initialized_ = true;
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u",
              engine_id_, rank(), n, node, eager_limit_);
@@ -121,7 +116,9 @@ EngineCore::~EngineCore() {
       if (op->request != nullptr) return true;
     return false;
   };
-  while ((tx_inflight_ > 0 || exact_posted_ > 0 || !done_.empty() || posted()) && Clock::now() < deadline) progress();
+  while ((tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted()) &&
+         Clock::now() < deadline)
+    progress();
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
   for (auto& op : op_storage_) {
     op.slot.release();
@@ -197,6 +194,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
     case OpKind::kRx: on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: on_reply_rx_done(op, code, length); break;
+    case OpKind::kContactRx: on_contact_rx(op, code, length, tag); break;
   }
 }
 
@@ -257,6 +255,8 @@ bool EngineCore::progress() {
     since_timer_check_ = 0;
     now_ = Clock::now();
     if (now_ >= next_timer_) timers(now_);
+    take_first_contacts();
+    if (!stale_tags_.empty()) purge_stragglers(now_);
   }
   return any;
 }
@@ -313,12 +313,13 @@ void EngineCore::timers(Clock::time_point now) {
       SLUICE_LOG(kWarn, "am",
                  "peer rank %d silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-                 "sequence from it %u, %u held early; %u receives unposted (receive slots: %u of "
-                 "%u in use, %u reserved), %u sends in flight; a message waits unmatched in UCX: %s",
+                 "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
+                 "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
                  p.rank, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
                  p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
-                 unposted_.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
-                 worker_->has_unexpected(wire::kWildcardTag, wire::kWildcardMask) ? "yes" : "no");
+                 std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->request != nullptr; }),
+                 p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
+                 worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                 format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
@@ -437,9 +438,11 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   }
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
   for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish_call(id, status);
+  close_receives(p);
   if (p.granted != 0) {
-    recv_pool_->eager().unreserve(p.granted);
+    recv_pool_->eager().unreserve(p.granted + p.rx_reserved);
     p.granted = 0;
+    p.rx_reserved = 0;
   }
   if (p.reply_reserved != 0) {
     send_pool_->eager().unreserve(p.reply_reserved);

@@ -25,7 +25,7 @@ namespace sluice::detail {
 
 class EngineCore;
 
-enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx };
+enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx, kContactRx };
 
 // Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
 inline constexpr std::size_t kCoalesceMax = 1024;
@@ -54,6 +54,7 @@ struct Op : TransportOp {
   std::uint16_t ctrl_kind = 0;         // kCtrl
   Message pending;                     // kRndvRx: the announcement waiting for its payload
   bool ordered = false;                // kRndvRx: later messages wait for this one
+  bool queued = false;                 // kRx: in unposted_, waiting to be posted
   bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
                                        // callback only frees it
   Op* next_free = nullptr;
@@ -122,7 +123,14 @@ struct PeerData {
   std::unique_ptr<Peer> handle;
   SendCredits credits;
   CreditReturn owed;
-  std::uint32_t granted = 0;  // receive slots reserved for this peer
+  std::uint32_t granted = 0;  // receive slots reserved for this peer's messages (its credits)
+  // Receives posted for this peer's EAGER tag (exact, keyed): open from our HELLO until the
+  // peer fails; rx_reserved more receive slots are reserved for them.
+  std::vector<Op*> rx_ops;
+  bool rx_open = false;
+  std::uint32_t rx_reserved = 0;
+  std::uint64_t rx_key = 0;   // the id our HELLO gave it for its EAGER tags to us
+  std::uint64_t tx_tag = 0;   // our EAGER tag to it (its slot for us, the key its HELLO gave)
   std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
   std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
   std::uint64_t next_seq = 1;
@@ -289,8 +297,10 @@ class EngineCore {
   // recv.cpp
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
-  // One received tagged message in `slot`: checks it and takes its message(s).
-  void parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag);
+  // One received tagged message, lying in `lender` (or nullptr: bytes no Message may take
+  // over): checks it and takes its message(s). `ctrl_only`: it came with a CTRL-class tag,
+  // which carries nothing but control messages.
+  void parse_and_accept(std::span<std::byte> bytes, Slot* lender, std::uint64_t tag, bool ctrl_only = false);
   void deliver(PeerData& p);
   // After the peer's BYE: closes it once every message it sent before is in (delivered, and
   // no payload of it still landing).
@@ -332,7 +342,28 @@ class EngineCore {
   void no_handler(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
   std::span<std::byte> choose_landing(Message& m, std::size_t size);
-  std::vector<Op*> unposted_;  // wildcard receive ops waiting for a slot
+  std::vector<Op*> unposted_;  // per-peer receive ops waiting to be posted
+  // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
+  // key), closed when it fails (cancelled; its key's stragglers purged for a while).
+  void open_receives(PeerData& p);
+  void close_receives(PeerData& p);
+  // Messages no posted receive takes, taken out of UCX's unexpected queue on timer ticks:
+  // CTRL-class ones (first contact; also when a peer's data arrives before its HELLO was
+  // taken), and stragglers of closed connections (dropped).
+  void take_first_contacts();
+  void purge_stragglers(Clock::time_point now);
+  // Receives one; false when the transport refused (try again on the next tick).
+  bool receive_unexpected(const UcxWorker::Unexpected& u);
+  void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
+  struct Straggler {
+    std::uint64_t tag;
+    Clock::time_point until;
+  };
+  std::vector<Straggler> stale_tags_;  // EAGER tags of closed connections, purged until `until`
+  std::uint64_t next_rx_key_ = 0;
+  // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
+  static constexpr std::size_t kContactMax = 1024;
+  std::size_t contact_inflight_ = 0;
   void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
   // rpc.cpp
   void on_request(PeerData& p, Message& m);
@@ -378,7 +409,7 @@ class EngineCore {
   PeerData* connecting_ = nullptr;                 // our one connect() in progress
   std::vector<std::string> addresses_;            // by rank
   std::vector<HandlerEntry> handlers_;
-  std::vector<Op*> rx_ops_;
+  std::vector<Op*> rx_ops_;  // every per-peer receive op (for close)
   std::deque<Op> op_storage_;
   Op* free_ops_ = nullptr;
   std::vector<Completion> done_;
@@ -405,6 +436,9 @@ class EngineCore {
   Clock::time_point next_timer_{};
   Clock::time_point now_ = Clock::now();  // coarse: updated when timers are checked
   static constexpr unsigned kTimerEvery = 64;
+  // How long messages a failed peer sent before it failed are purged from UCX (they arrive
+  // within microseconds on shared memory; TCP may hold some back longer).
+  static constexpr Duration kStragglerWindow = std::chrono::seconds(5);
   unsigned since_timer_check_ = 0;
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;

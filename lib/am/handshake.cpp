@@ -29,11 +29,15 @@ void EngineCore::refuse(PeerData& p, const std::string& why) {
 bool EngineCore::send_hello(PeerData& p) {
   if (p.hello_sent) return true;
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
+  // Besides the slots its credits reserve, min(SLUICE_RX_POSTED, credits) more for the
+  // receives posted for it: a handler keeping all its messages never leaves it without one.
   std::uint32_t grant = config_.credits;
-  while (grant >= 2 && !recv_pool_->eager().reserve(grant).ok()) grant /= 2;
+  auto posted = [&](std::uint32_t g) { return std::min(config_.rx_posted, g); };
+  while (grant >= 2 && !recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
   if (grant < 2) {
-    refuse(p, absl::StrFormat("cannot reserve the minimum of 2 credits (%u B receive slots) for rank %d: "
-                              "receive budget exhausted; raise SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
+    refuse(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
+                              "receive slots) for rank %d: receive budget exhausted; raise "
+                              "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
                               recv_pool_->eager().slot_size(), p.rank));
     return false;
   }
@@ -41,6 +45,7 @@ bool EngineCore::send_hello(PeerData& p) {
     SLUICE_LOG(kInfo, "flow", "rank %d granted %u credits, not %u: receive budget", p.rank, grant, config_.credits);
   }
   p.granted = grant;
+  p.rx_reserved = posted(grant);
   p.owed.grant(grant);
   // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
   // slots are held back for replies, so that a reply — even while the previous one is still in
@@ -61,8 +66,10 @@ bool EngineCore::send_hello(PeerData& p) {
   p.server_slots = SlotTable(slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
+  // Its messages can arrive once it has this HELLO: the receives for them go first.
+  open_receives(p);
   wire::Hello hello{me, static_cast<std::uint32_t>(engine_id_), static_cast<std::uint32_t>(eager_limit_),
-                    grant, slots, p.id, incarnation_};
+                    grant, slots, p.id, incarnation_, p.rx_key};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.hello_sent = true;
@@ -93,8 +100,10 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
   p.ctrl_busy[kind] = true;
   c_.ctrl_sent->add();
   ++tx_inflight_;
-  PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(),
-                                wire::make_tag(wire::kCtrl, p.remote_slot, 0), nullptr);
+  // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
+  // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
+  std::uint64_t tag = p.hello_received ? p.tx_tag : wire::make_tag(wire::kCtrl, p.remote_slot, 0);
+  PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
   if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, 0, 0});
   else if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
 }
@@ -218,6 +227,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   p.hello_received = true;
   p.incarnation = hello.incarnation;
   if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
+  p.tx_tag = wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key);
   p.credits.grant(hello.credits);
   p.rpc_slots = hello.rpc_slots;
   p.last_heard = Clock::now();

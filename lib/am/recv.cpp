@@ -1,4 +1,4 @@
-// The receive path: wildcard receives, parsing, in-order delivery, rendezvous landing,
+// The receive path: per-peer receives, first contact, parsing, in-order delivery, rendezvous landing,
 // bounce-mode reassembly, handler dispatch, message release and credit return.
 #include <cstring>
 #include <exception>
@@ -16,18 +16,115 @@ void EngineCore::post_receives() {
   PoolClass& cls = recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
+    PeerData& p = *peers_[op->peer];
+    if (!p.rx_open) [[unlikely]] {  // the peer failed: its receives stay idle until it returns
+      op->slot.release();
+      op->queued = false;
+      unposted_.pop_back();
+      continue;
+    }
     // An operation usually still holds the slot it last received into (see on_rx).
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
-    PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(), wire::kWildcardTag,
-                                      wire::kWildcardMask, op->slot.memh());
+    // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
+    // list of those for every arriving message.)
+    PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(),
+                                      wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask, op->slot.memh());
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
       return;
     }
+    op->queued = false;
     unposted_.pop_back();
-
   }
+}
+
+void EngineCore::open_receives(PeerData& p) {
+  p.rx_key = next_rx_key_ = next_rx_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
+  p.rx_open = true;
+  while (p.rx_ops.size() < p.rx_reserved) {
+    Op* op = new_op(OpKind::kRx, p.id);
+    p.rx_ops.push_back(op);
+    rx_ops_.push_back(op);
+  }
+  // Ops still posted under the old key (their cancellation not yet complete) come back
+  // through on_rx and are posted under the new one.
+  for (std::size_t i = 0; i < p.rx_reserved; ++i) {
+    Op* op = p.rx_ops[i];
+    if (op->request == nullptr && !op->queued) {
+      op->queued = true;
+      unposted_.push_back(op);
+    }
+  }
+}
+
+void EngineCore::close_receives(PeerData& p) {
+  if (!p.rx_open) return;
+  p.rx_open = false;
+  for (Op* op : p.rx_ops) worker_->cancel(op);
+  // Messages the peer sent before it failed may still arrive: no receive takes them now, so
+  // they are taken out of UCX's unexpected queue for a while, not left to pin its memory.
+  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx_key), Clock::now() + kStragglerWindow});
+}
+
+void EngineCore::take_first_contacts() {
+  // A HELLO (or REJECT) from a peer that has no receive of ours yet, or one that the peer sent
+  // before our HELLO reached it.
+  for (int i = 0; i < 16; ++i) {
+    UcxWorker::Unexpected u = worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
+    if (u.message == nullptr || !receive_unexpected(u)) return;
+  }
+}
+
+void EngineCore::purge_stragglers(Clock::time_point now) {
+  for (std::size_t i = 0; i < stale_tags_.size();) {
+    UcxWorker::Unexpected u;
+    while ((u = worker_->take_unexpected(stale_tags_[i].tag, kFullMask)).message != nullptr) {
+      if (!receive_unexpected(u)) return;
+    }
+    if (now >= stale_tags_[i].until) {
+      stale_tags_[i] = stale_tags_.back();
+      stale_tags_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool EngineCore::receive_unexpected(const UcxWorker::Unexpected& u) {
+  // Into the heap: these are few, small (a HELLO, a REJECT) and belong to no peer's receive
+  // reservation. A larger one is cut short by UCX (MESSAGE_TRUNCATED) and dropped.
+  Op* op = new_op(OpKind::kContactRx, 0);
+  std::size_t room = std::clamp<std::size_t>(u.length, 1, kContactMax);
+  op->heap.reset(new std::byte[room]);
+  ++contact_inflight_;
+  PostResult r = worker_->post_recv_message(op, u, op->heap.get(), room, nullptr);
+  if (r.kind == Post::kError) {
+    on_contact_rx(op, r.code, 0, 0);
+    return false;
+  }
+  // An arrived message completes inside the post (its callback queued the completion last):
+  // handled now, so that a HELLO taken because the peer's data arrived is in before that data.
+  if (r.kind == Post::kDone) {
+    on_contact_rx(op, absl::StatusCode::kOk, u.length, u.tag);
+  } else if (!done_.empty() && done_.back().op == op) {
+    Completion c = done_.back();
+    done_.pop_back();
+    on_contact_rx(op, c.code, c.length, c.tag);
+  }
+  return true;
+}
+
+void EngineCore::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+  --contact_inflight_;
+  if (code != absl::StatusCode::kOk) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
+  } else if (wire::tag_class(tag) == wire::kEager) {
+    count_drop("sent to a closed connection");
+  } else {
+    parse_and_accept(std::span<std::byte>(op->heap.get(), length), nullptr, tag, /*ctrl_only=*/true);
+  }
+  free_op(op);
 }
 
 void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
@@ -37,6 +134,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   // operation was re-posted meanwhile: the usual re-post then needs no pool take, and the
   // usual release no pool return.
   Slot slot = std::move(op->slot);
+  op->queued = true;
   unposted_.push_back(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
     if (code != absl::StatusCode::kCancelled) {
@@ -46,13 +144,13 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
-  parse_and_accept(slot, length, tag);
+  parse_and_accept(std::span<std::byte>(slot.data(), length), &slot, tag);
   if (slot && !op->slot) op->slot = std::move(slot);
 }
 
 // Inlined into on_rx, its one caller: every received message passes here.
-[[gnu::always_inline]] inline void EngineCore::parse_and_accept(Slot& slot, std::size_t length, std::uint64_t tag) {
-  std::span<const std::byte> bytes(slot.data(), length);
+[[gnu::always_inline]] inline void EngineCore::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
+                                                                std::uint64_t tag, bool ctrl_only) {
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
   wire::Header h;
   wire::Parse pr = wire::decode(bytes, &h);
@@ -70,11 +168,16 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
+  if (ctrl_only && !(h.flags & wire::kFlagCtrl)) [[unlikely]] {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d sent a data message with a control-class tag; dropped", p->rank);
+    return;
+  }
   if (h.flags & wire::kFlagMore) [[unlikely]] {
     accept_coalesced(p, bytes);
     return;
   }
-  accept(p, &slot, std::span<std::byte>(slot.data(), length), h);
+  accept(p, lender, bytes, h);
 }
 
 void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
@@ -123,8 +226,13 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     return;
   }
   if (p->state != PeerState::kReady) [[unlikely]] {
-    count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
-    return;
+    // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
+    // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
+    if (p->state != PeerState::kDead && !p->hello_received) take_first_contacts();
+    if (p->state != PeerState::kReady) {
+      count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+      return;
+    }
   }
   c_.msgs_received->add();
   c_.bytes_received->add(length);

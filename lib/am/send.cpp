@@ -74,7 +74,6 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
   Op* op = new_op(OpKind::kSend, p.id);
   op->message_len = encode_next(p, 0, h, header, payload, 0, 0, 0, slot.data());
   op->slot = std::move(slot);
-  op->tag = wire::make_tag(wire::kEager, p.remote_slot, p.next_seq);
   op->incarnation = p.epoch;
   op->on_done = std::move(cb);
   count_sent_now(p, op->message_len);
@@ -191,7 +190,6 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.next_seq++;
   wire::patch_seq(header->slot.data(), seq);
   std::uint32_t me = p.remote_slot;
-  header->tag = wire::make_tag(wire::kEager, me, seq);
   header->incarnation = p.epoch;
   if (payload != nullptr) {
     if (payload->tag == 0) payload->tag = wire::make_tag(wire::kRndv, me, seq);
@@ -307,7 +305,8 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
 
 void EngineCore::post_message(PeerData& p, Op* header) {
   ++tx_inflight_;
-  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, header->tag, header->slot.memh());
+  // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
+  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, p.tx_tag, header->slot.memh());
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 

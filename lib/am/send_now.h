@@ -78,7 +78,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (hs + header.size() + payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
   std::size_t total = encode_next(p, flags, h, header, payload, rpc_id, aux, status, buf);
-  PostResult r = p.ep.send_now(buf, total, wire::make_tag(wire::kEager, p.remote_slot, p.next_seq));
+  PostResult r = p.ep.send_now(buf, total, p.tx_tag);
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);

@@ -175,9 +175,10 @@ std::vector<Field> flow_vars() {
                              "Eager credits granted to each peer: messages it may have in "
                              "flight to this engine, each backed by a reserved receive slot.",
                              &Config::credits, 2, 65535),
-      int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "16",
-                             "Wildcard receives kept posted per engine (every arriving eager "
-                             "message scans them; keep 16-32).",
+      int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
+                             "Receives kept posted for each connected peer (exact tag; at most "
+                             "its credits), each with a receive slot reserved beside the credits'. "
+                             "Messages beyond them wait in UCX until one is posted again.",
                              &Config::rx_posted, 1, 1024),
       int_var<std::uint32_t>("SLUICE_SEND_QUEUE_MAX", "flow", "4096",
                              "Messages a peer's send queue holds while waiting for credits; "

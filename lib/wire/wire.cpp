@@ -10,6 +10,7 @@ const char* to_string(Parse p) {
     case Parse::kBadVersion: return "unsupported protocol version";
     case Parse::kBadFlags: return "bad flags";
     case Parse::kBadLength: return "lengths disagree with the bytes received";
+    case Parse::kBadField: return "a field outside its range";
   }
   return "?";
 }
@@ -66,6 +67,7 @@ void encode_hello(const Hello& h, std::byte* out) {
   put<std::uint32_t>(out + 16, h.rpc_slots);
   put<std::uint32_t>(out + 20, h.reply_slot);
   put<std::uint64_t>(out + 24, h.incarnation);
+  put<std::uint64_t>(out + 32, h.rx_key);
 }
 
 Parse decode_hello(std::span<const std::byte> bytes, Hello* out) {
@@ -78,6 +80,8 @@ Parse decode_hello(std::span<const std::byte> bytes, Hello* out) {
   out->rpc_slots = get<std::uint32_t>(p + 16);
   out->reply_slot = get<std::uint32_t>(p + 20);
   out->incarnation = get<std::uint64_t>(p + 24);
+  out->rx_key = get<std::uint64_t>(p + 32);
+  if (out->rx_key == 0 || out->rx_key > kIdMask) return Parse::kBadField;
   return Parse::kOk;
 }
 

@@ -4,9 +4,12 @@
 // Tag (64 bits):
 //   63    60 59                 36 35                          0
 //   ┌───────┬─────────────────────┬─────────────────────────────┐
-//   │ class │ sender slot (24)    │ sequence / transfer id (36) │
+//   │ class │ sender slot (24)    │ key / transfer id (36)      │
 //   └───────┴─────────────────────┴─────────────────────────────┘
-//   class 1 EAGER, 3 CTRL: received by the wildcard receives (mask = bit 60 only, set);
+//   class 1 EAGER: eager and control messages to a peer whose HELLO the sender holds; id =
+//     the receive key that HELLO gave. Received by exact receives posted per peer.
+//   class 3 CTRL: control messages sent before the receiver's HELLO arrived (HELLO, REJECT),
+//     id 0. The receiver takes them out of UCX's unexpected queue (probe by class).
 //   class 2 RNDV payload, 4 REPLY payload: received with an exact tag (full mask).
 //
 // Full header (48 bytes, little-endian), followed by the user header, then (eager only) payload:
@@ -33,7 +36,7 @@
 namespace sluice::detail::wire {
 
 inline constexpr std::uint16_t kMagic = 0x51CE;
-inline constexpr std::uint8_t kVersion = 2;
+inline constexpr std::uint8_t kVersion = 3;
 inline constexpr std::size_t kHeaderSize = 48;
 inline constexpr std::size_t kCompactHeaderSize = 16;  // + 8 with an rpc id
 
@@ -46,8 +49,8 @@ inline constexpr std::uint32_t kSlotMask = (1u << 24) - 1;
 inline constexpr std::uint32_t kUnassignedSlot = kSlotMask;
 // HELLO rank field of a client/server peer.
 inline constexpr std::uint32_t kClientRank = 0xffffffffu;
-inline constexpr std::uint64_t kWildcardTag = std::uint64_t{1} << kClassShift;
-inline constexpr std::uint64_t kWildcardMask = std::uint64_t{1} << kClassShift;
+// The mask that compares a tag's class only.
+inline constexpr std::uint64_t kClassMask = std::uint64_t{0xf} << kClassShift;
 
 constexpr std::uint64_t make_tag(TagClass cls, std::uint32_t slot, std::uint64_t id) {
   return (static_cast<std::uint64_t>(cls) << kClassShift) |
@@ -126,9 +129,10 @@ struct Hello {
   std::uint32_t rpc_slots = 0;  // RPC request slots granted to the receiver
   std::uint32_t reply_slot = 0; // slot the receiver puts in tags towards the sender
   std::uint64_t incarnation = 0;
+  std::uint64_t rx_key = 0;     // id the receiver of this HELLO puts in its EAGER tags to us
   bool operator==(const Hello&) const = default;
 };
-inline constexpr std::size_t kHelloSize = 32;
+inline constexpr std::size_t kHelloSize = 40;
 
 enum class Parse : std::uint8_t {
   kOk,
@@ -137,6 +141,7 @@ enum class Parse : std::uint8_t {
   kBadVersion,
   kBadFlags,     // unknown flag bits or contradictory flags
   kBadLength,    // lengths disagree with the bytes received
+  kBadField,     // a field outside its range (a HELLO's receive key)
 };
 const char* to_string(Parse p);
 

@@ -486,7 +486,7 @@ TEST(Messaging, ManyHandlersEachGetTheirOwn) {
 TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
   Config c;
   c.credits = 8;
-  c.rx_posted = 1;  // one wildcard receive: a freed receive slot is the next one filled
+  c.rx_posted = 1;  // one receive posted for the peer: a freed receive slot is the next one filled
   RankPair pair(c);
   std::vector<Message> kept;
   std::deque<Message> ring;  // second phase: the last 4 are kept, the oldest checked and released
@@ -538,7 +538,7 @@ TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
 }
 
 TEST(Messaging, AHandlerThatProgressesTheEngineKeepsItsMessageIntact) {
-  // One wildcard receive. While a message's handler progresses the engine, that receive is
+  // One receive posted for the peer. While a message's handler progresses the engine, that receive is
   // posted again and the next message lands meanwhile: it must land in a fresh slot, not in
   // the one the handler's Message still reads. (A first message, sent and completed before
   // the others, finishes the handshake: the others then leave one by one, not coalesced.)
@@ -672,13 +672,12 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
 }
 
 TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
-  // A receive budget of 7 eager slots, 6 of them for posted receives, leaves one: less than
-  // the minimum of 2 credits. The connection is refused on both sides, with the reason, instead
-  // of promising receive memory that is not there.
+  // A receive budget of 3 eager slots: less than the minimum a peer needs (2 credits, and a
+  // posted receive for each). The connection is refused on both sides, with the reason,
+  // instead of promising receive memory that is not there.
   Config c;
-  c.recv_pool_max = 7 * 8256;
-  c.pool_chunk = 7 * 8256;
-  c.rx_posted = 6;
+  c.recv_pool_max = 3 * 8256;
+  c.pool_chunk = 3 * 8256;
   c.pool_classes = {};
   RankPair pair(c);
   pair.run([&](Engine& e) {
@@ -693,7 +692,7 @@ TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
   for (int r = 0; r < 2; ++r) {
     auto ps = pair.engine(r).pool_stats(Direction::kRecv);
     EXPECT_LE(ps.mapped_bytes, ps.budget_bytes);
-    EXPECT_LE(ps.classes[0].reserved, 7u);
+    EXPECT_LE(ps.classes[0].reserved, 3u);
   }
 }
 

@@ -43,8 +43,13 @@ class Rogue {
     wire::encode(h, buf.data());
     buf[2] = static_cast<std::byte>(version);
     if (!body.empty()) std::memcpy(buf.data() + wire::kHeaderSize, body.data(), body.size());
-    send_raw(std::move(buf), wire::make_tag(cls, 1, h.seq));
+    send_raw(std::move(buf), cls == wire::kEager ? eager_tag() : wire::make_tag(cls, 1, 0));
   }
+
+  // The engine's receive key for us, from its HELLO (expect_hello); EAGER tags carry it.
+  void set_key(std::uint64_t key) { key_ = key; }
+  std::uint64_t eager_tag() const { return wire::make_tag(wire::kEager, 1, key_); }
+  static constexpr std::uint64_t kKey = 0x5eed;  // ours, in our HELLO
 
   void send_raw(Bytes bytes, Tag tag) {
     auto buf = std::make_unique<Bytes>(std::move(bytes));
@@ -85,11 +90,11 @@ class Rogue {
       if (body != 0) std::memcpy(out.data() + at + wire::kHeaderSize, &v, sizeof(v));
       if (i == corrupt) out[at] = std::byte{0};
     }
-    send_raw(std::move(out), wire::make_tag(wire::kEager, 1, first));
+    send_raw(std::move(out), eager_tag());
   }
 
   void hello(std::uint32_t credits, std::uint64_t incarnation = 77, std::uint8_t version = wire::kVersion) {
-    wire::Hello h{1, 0, 8192, credits, 4, 1, incarnation};
+    wire::Hello h{1, 0, 8192, credits, 4, 1, incarnation, kKey};
     Bytes body(wire::kHelloSize);
     wire::encode_hello(h, body.data());
     wire::Header hdr;
@@ -114,7 +119,7 @@ class Rogue {
     Bytes buf(wire::kCompactHeaderSize + sizeof(value));
     wire::encode_compact(0, handler, 0, credits, 0, seq, 0, buf.data());
     std::memcpy(buf.data() + wire::kCompactHeaderSize, &value, sizeof(value));
-    send_raw(std::move(buf), wire::make_tag(wire::kEager, 1, seq));
+    send_raw(std::move(buf), eager_tag());
   }
 
   // A full-header data message with MORE, then a compact one, in one tagged message (which no
@@ -135,7 +140,7 @@ class Rogue {
     wire::encode_compact(0, 5, 0, 0, 0, first + 1, 0, out.data() + at);
     v = static_cast<std::uint32_t>((first + 1) * 10);
     std::memcpy(out.data() + at + wire::kCompactHeaderSize, &v, sizeof(v));
-    send_raw(std::move(out), wire::make_tag(wire::kEager, 1, first));
+    send_raw(std::move(out), eager_tag());
   }
 
   void credit(std::uint16_t n) {
@@ -180,13 +185,15 @@ class Rogue {
       EXPECT_EQ(pr, wire::Parse::kOk);
       rx->self->post(*rx);
     };
-    worker_->post_recv(&r.op, r.buf.data(), r.buf.size(), wire::kWildcardTag, wire::kWildcardMask, nullptr);
+    // EAGER and CTRL classes (bit 60 set in both): what the engine sends us but payloads.
+    worker_->post_recv(&r.op, r.buf.data(), r.buf.size(), Tag{1} << 60, Tag{1} << 60, nullptr);
   }
   std::unique_ptr<UcxContext> ucx_;
   std::unique_ptr<UcxWorker> worker_;
   UcxEndpoint ep_;
   Rx rx_[8];
   std::deque<Received> got_;
+  std::uint64_t key_ = 0;
   std::vector<std::unique_ptr<Bytes>> keep_;
   std::vector<std::unique_ptr<TransportOp>> ops_;
 };
@@ -248,6 +255,7 @@ class ProtocolTest : public ::testing::Test {
     EXPECT_EQ(r.header.handler, wire::kHello);
     wire::Hello h{};
     EXPECT_EQ(wire::decode_hello(r.body, &h), wire::Parse::kOk);
+    rogue_.set_key(h.rx_key);
     return h;
   }
 
@@ -283,6 +291,67 @@ TEST_F(ProtocolTest, DataBeforeTheHelloIsDroppedAndCounted) {
   pump([&] { return stat("am.dropped") == 1; });
   EXPECT_EQ(stat("am.dropped"), 1u);
   EXPECT_TRUE(delivered_.empty());
+}
+
+TEST_F(ProtocolTest, DataThatOvertakesItsSendersHelloIsDeliveredAfterIt) {
+  // Our HELLO goes on the CTRL class, which the engine takes only by probing; our data goes on
+  // its EAGER tag, which a posted receive takes at once. Sent back to back, the data is taken
+  // first: the engine must then fetch the HELLO before judging the data, not drop it.
+  expect_hello();
+  rogue_.hello(4);
+  rogue_.data(1, 5, 7);
+  ASSERT_TRUE(pump([&] { return !delivered_.empty(); }));
+  EXPECT_EQ(delivered_, std::vector<std::uint32_t>{7});
+  EXPECT_EQ(stat("am.dropped"), 0u);
+}
+
+TEST_F(ProtocolTest, ControlMessagesToAReadyPeerRideItsEagerTag) {
+  // Before our HELLO the engine has no key of ours: its HELLO is CTRL class. Afterwards its
+  // control messages go on our EAGER tag (our key), in order with its data.
+  expect_hello();
+  rogue_.hello(4);
+  for (std::uint32_t s = 1; s <= 4; ++s) rogue_.data(s, 5, s);  // half the grant owed: a CREDIT
+  ASSERT_TRUE(pump([&] {
+    for (const auto& r : rogue_.received())
+      if (r.header.handler == wire::kCredit && (r.header.flags & wire::kFlagCtrl)) return true;
+    return false;
+  }));
+  for (const auto& r : rogue_.received()) {
+    if (!(r.header.flags & wire::kFlagCtrl)) continue;
+    // Slot 0: the engine's index at our end (its rank).
+    EXPECT_EQ(r.tag, wire::make_tag(wire::kEager, 0, Rogue::kKey)) << "control kind " << r.header.handler;
+  }
+}
+
+TEST_F(ProtocolTest, AfterARestartMessagesOnTheOldKeyAreDroppedNotDelivered) {
+  // A restarted peer gets a fresh key. What its previous incarnation sent under the old key
+  // (late, or sitting in UCX) is taken out and dropped: never delivered as the new one's.
+  std::uint64_t old_key = expect_hello().rx_key;
+  rogue_.hello(8, 77);
+  rogue_.data(1, 5, 1);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 1; }));
+  rogue_.received().clear();
+  rogue_.hello(8, 78);  // restarted
+  ASSERT_TRUE(pump([&] {
+    for (const auto& r : rogue_.received())
+      if (r.header.handler == wire::kHello && (r.header.flags & wire::kFlagCtrl)) return true;
+    return false;
+  }));
+  wire::Hello again{};
+  for (const auto& r : rogue_.received()) {
+    if (r.header.handler == wire::kHello) {
+      ASSERT_EQ(wire::decode_hello(r.body, &again), wire::Parse::kOk);
+    }
+  }
+  EXPECT_NE(again.rx_key, old_key);
+  std::uint64_t dropped = stat("am.dropped");
+  rogue_.set_key(old_key);
+  rogue_.data(1, 5, 999);  // the old incarnation's sequence 1
+  ASSERT_TRUE(pump([&] { return stat("am.dropped") == dropped + 1; })) << "taken out of UCX and counted";
+  rogue_.set_key(again.rx_key);
+  rogue_.data(1, 5, 2);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 2; }));
+  EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{1, 2}));
 }
 
 TEST_F(ProtocolTest, VersionMismatchEndsTheConnectionOnBothSides) {

@@ -27,12 +27,15 @@ TEST(Tag, RoundTrips) {
   EXPECT_EQ(tag_id(w), 3u);
 }
 
-TEST(Tag, WildcardMatchesEagerAndControlOnly) {
-  auto matches = [](std::uint64_t tag) { return ((tag ^ kWildcardTag) & kWildcardMask) == 0; };
-  EXPECT_TRUE(matches(make_tag(kEager, 3, 9)));
+TEST(Tag, ClassMaskFindsControlClassOnly) {
+  // First contact is found by probing for the CTRL class under kClassMask.
+  auto matches = [](std::uint64_t tag) { return ((tag ^ make_tag(kCtrl, 0, 0)) & kClassMask) == 0; };
   EXPECT_TRUE(matches(make_tag(kCtrl, 3, 9)));
+  EXPECT_TRUE(matches(make_tag(kCtrl, kUnassignedSlot, 0)));
+  EXPECT_FALSE(matches(make_tag(kEager, 3, 9)));
   EXPECT_FALSE(matches(make_tag(kRndv, 3, 9)));
   EXPECT_FALSE(matches(make_tag(kReply, 3, 9)));
+  EXPECT_FALSE(matches(make_tag(static_cast<TagClass>(7), 3, 9))) << "the whole class, not one bit of it";
 }
 
 TEST(Header, RoundTrips) {
@@ -279,13 +282,24 @@ TEST(Coalesced, RejectsWhatCannotBeCoalescedOrDoesNotFit) {
 }
 
 TEST(Hello, RoundTripsAndChecksItsSize) {
-  Hello h{3, 1, 8192, 32, 16, 3, 0xdeadbeefcafef00dULL};
+  Hello h{3, 1, 8192, 32, 16, 3, 0xdeadbeefcafef00dULL, kIdMask};
   std::vector<std::byte> b(kHelloSize);
   encode_hello(h, b.data());
   Hello out;
   ASSERT_EQ(decode_hello(b, &out), Parse::kOk);
   EXPECT_EQ(out, h);
   EXPECT_EQ(decode_hello(std::span(b).first(kHelloSize - 1), &out), Parse::kBadLength);
+}
+
+TEST(Hello, AReceiveKeyOutsideTheTagsIdBitsIsRejected) {
+  // The key goes into every EAGER tag's 36 id bits: 0 (never given) and wider keys are refused.
+  for (std::uint64_t key : {std::uint64_t{0}, kIdMask + 1}) {
+    Hello h{3, 1, 8192, 32, 16, 3, 1, key};
+    std::vector<std::byte> b(kHelloSize);
+    encode_hello(h, b.data());
+    Hello out;
+    EXPECT_EQ(decode_hello(b, &out), Parse::kBadField) << key;
+  }
 }
 
 // Re-encodes a decoded header in the form it came in, over a copy of the message.
