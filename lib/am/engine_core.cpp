@@ -317,7 +317,7 @@ void EngineCore::timers(Clock::time_point now) {
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
                  p.rank, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
                  p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
-                 std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->request != nullptr; }),
+                 std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->busy; }),
                  p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
                  worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,

@@ -54,7 +54,11 @@ struct Op : TransportOp {
   std::uint16_t ctrl_kind = 0;         // kCtrl
   Message pending;                     // kRndvRx: the announcement waiting for its payload
   bool ordered = false;                // kRndvRx: later messages wait for this one
-  bool queued = false;                 // kRx: in unposted_, waiting to be posted
+  // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
+  // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
+  // `busy`: posted, or its completion not yet handled (never both).
+  bool queued = false;
+  bool busy = false;
   bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
                                        // callback only frees it
   Op* next_free = nullptr;

@@ -1,5 +1,6 @@
 // The receive path: per-peer receives, first contact, parsing, in-order delivery, rendezvous landing,
 // bounce-mode reassembly, handler dispatch, message release and credit return.
+#include <cassert>
 #include <cstring>
 #include <exception>
 
@@ -17,12 +18,17 @@ void EngineCore::post_receives() {
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
     PeerData& p = *peers_[op->peer];
-    if (!p.rx_open) [[unlikely]] {  // the peer failed: its receives stay idle until it returns
+    if (!p.rx_open || op->incarnation != p.rx_key) [[unlikely]] {
+      // The peer failed (its receives stay idle until it returns), or was granted again with
+      // fewer posted receives than this op's index.
       op->slot.release();
       op->queued = false;
       unposted_.pop_back();
       continue;
     }
+    // Posted twice, one op's completions would take each other's slots (the check caught
+    // open_receives re-queueing an op whose cancellation had not been handled).
+    assert(!op->busy);
     // An operation usually still holds the slot it last received into (see on_rx).
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
@@ -35,6 +41,7 @@ void EngineCore::post_receives() {
       return;
     }
     op->queued = false;
+    op->busy = true;
     unposted_.pop_back();
   }
 }
@@ -47,11 +54,12 @@ void EngineCore::open_receives(PeerData& p) {
     p.rx_ops.push_back(op);
     rx_ops_.push_back(op);
   }
-  // Ops still posted under the old key (their cancellation not yet complete) come back
+  // Ops still busy under the old key (cancelled, their completion not yet handled) come back
   // through on_rx and are posted under the new one.
-  for (std::size_t i = 0; i < p.rx_reserved; ++i) {
+  for (std::size_t i = 0; i < p.rx_ops.size(); ++i) {
     Op* op = p.rx_ops[i];
-    if (op->request == nullptr && !op->queued) {
+    op->incarnation = i < p.rx_reserved ? p.rx_key : 0;
+    if (i < p.rx_reserved && !op->busy && !op->queued) {
       op->queued = true;
       unposted_.push_back(op);
     }
@@ -134,6 +142,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   // operation was re-posted meanwhile: the usual re-post then needs no pool take, and the
   // usual release no pool return.
   Slot slot = std::move(op->slot);
+  op->busy = false;
   op->queued = true;
   unposted_.push_back(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
@@ -152,6 +161,12 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
 [[gnu::always_inline]] inline void EngineCore::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
                                                                 std::uint64_t tag, bool ctrl_only) {
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
+  if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->rx_key) [[unlikely]] {
+    // Taken by a receive posted under a retired key (the peer failed, and came back before
+    // the receive's cancellation was handled): its previous incarnation's, not the new one's.
+    count_drop("sent to a closed connection");
+    return;
+  }
   wire::Header h;
   wire::Parse pr = wire::decode(bytes, &h);
   if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
