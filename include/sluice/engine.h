@@ -184,7 +184,9 @@ class Engine {
   // Counters (updated on read with the pool and queue gauges). Engine thread only.
   const Stats& stats();
   PoolStats pool_stats(Direction d) const;
-  // Operations the transport still holds (sends in flight, exact receives posted).
+  // Operations the transport still holds: sends in flight, and receives posted for
+  // rendezvous and reply-buffer payloads (not the receives kept posted for each peer's
+  // eager messages).
   std::size_t outstanding_sends() const;
   std::size_t posted_exact_receives() const;
   std::size_t eager_limit() const;

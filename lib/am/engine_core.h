@@ -356,7 +356,8 @@ class EngineCore {
   // taken), and stragglers of closed connections (dropped).
   void take_first_contacts();
   void purge_stragglers(Clock::time_point now);
-  // Receives one; false when the transport refused (try again on the next tick).
+  // Receives one (a CTRL-class one is then handled at once); false when the transport
+  // refused it (logged; UCX has let go of it).
   bool receive_unexpected(const UcxWorker::Unexpected& u);
   void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   struct Straggler {

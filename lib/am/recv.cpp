@@ -77,8 +77,9 @@ void EngineCore::close_receives(PeerData& p) {
 
 void EngineCore::take_first_contacts() {
   // A HELLO (or REJECT) from a peer that has no receive of ours yet, or one that the peer sent
-  // before our HELLO reached it.
-  for (int i = 0; i < 16; ++i) {
+  // before our HELLO reached it. All that waits, up to a bound per call: a peer flooding this
+  // class must not grow UCX's unexpected queue faster than it is drained.
+  for (int i = 0; i < 256; ++i) {
     UcxWorker::Unexpected u = worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
     if (u.message == nullptr || !receive_unexpected(u)) return;
   }
