@@ -131,9 +131,8 @@ struct PeerData {
   // Receives posted for this peer's EAGER tag (exact, keyed): open from our HELLO until the
   // peer fails; rx_reserved more receive slots are reserved for them.
   std::vector<Op*> rx_ops;
-  bool rx_open = false;
   std::uint32_t rx_reserved = 0;
-  std::uint64_t rx_key = 0;   // the id our HELLO gave it for its EAGER tags to us
+  std::uint64_t rx_key = 0;   // the id our HELLO gave it for its EAGER tags to us; 0: closed
   std::uint64_t tx_tag = 0;   // our EAGER tag to it (its slot for us, the key its HELLO gave)
   std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
   std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)

@@ -18,7 +18,7 @@ void EngineCore::post_receives() {
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
     PeerData& p = *peers_[op->peer];
-    if (!p.rx_open || op->incarnation != p.rx_key) [[unlikely]] {
+    if (p.rx_key == 0 || op->incarnation != p.rx_key) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
       op->slot.release();
@@ -48,7 +48,6 @@ void EngineCore::post_receives() {
 
 void EngineCore::open_receives(PeerData& p) {
   p.rx_key = next_rx_key_ = next_rx_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
-  p.rx_open = true;
   while (p.rx_ops.size() < p.rx_reserved) {
     Op* op = new_op(OpKind::kRx, p.id);
     p.rx_ops.push_back(op);
@@ -67,12 +66,12 @@ void EngineCore::open_receives(PeerData& p) {
 }
 
 void EngineCore::close_receives(PeerData& p) {
-  if (!p.rx_open) return;
-  p.rx_open = false;
+  if (p.rx_key == 0) return;
   for (Op* op : p.rx_ops) worker_->cancel(op);
   // Messages the peer sent before it failed may still arrive: no receive takes them now, so
   // they are taken out of UCX's unexpected queue for a while, not left to pin its memory.
   stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx_key), Clock::now() + kStragglerWindow});
+  p.rx_key = 0;
 }
 
 void EngineCore::take_first_contacts() {
