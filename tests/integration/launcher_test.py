@@ -74,6 +74,30 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.count("ok (1000000 messages from each peer)"), 2, r.stdout)
 
+    def test_exhausted_pools_under_mixed_all_to_all_load_never_stall(self):
+        # RELIABILITY.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
+        # fan-in to rank 0, 64-byte and 2 MiB messages, send and receive pools shrunk to a few
+        # slots, credits to 4. The program checks the ledger and that no sender's small
+        # messages went quiet for 2 s; here, that the pools and credits really ran dry.
+        shrunk = dict(self.env, SLUICE_CREDITS="4", SLUICE_RX_POSTED="2", SLUICE_SEND_QUEUE_MAX="64",
+                      SLUICE_POOL_CHUNK="256K", SLUICE_SEND_POOL_MAX="512K", SLUICE_RECV_POOL_MAX="1M",
+                      SLUICE_POOL_CLASSES="64K", ALLTOALL_STALL_MS="2000")
+        for tls, seconds in (("", 30), ("tcp", 10)):
+            r = run([RUN, "-n", "4", ALLTOALL, "--mixed", str(seconds)], env=dict(shrunk, SLUICE_TLS=tls),
+                    timeout=seconds + WATCHDOG)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-4000:])
+            self.assertEqual(r.stdout.count("ok (mixed load"), 4, r.stdout)
+            would_block = credit_stalls = large = 0
+            for line in r.stdout.splitlines():
+                if line.startswith("mixed: rank"):
+                    f = line.split()
+                    large += int(f[f.index("large,") - 1])
+                    would_block += int(f[f.index("flow.would_block") + 1])
+                    credit_stalls += int(f[f.index("flow.credit_stalls") + 1])
+            self.assertGreater(large, 0, r.stdout)
+            self.assertGreater(would_block, 0, "the send pool or queue never refused a send: " + r.stdout)
+            self.assertGreater(credit_stalls, 0, "no sender ever waited for credits: " + r.stdout)
+
     def test_rank_exit_status_is_the_jobs_and_nothing_is_left(self):
         t0 = time.time()
         r = run([RUN, "-n", "3", ALLTOALL, "--exit-rank", "1", "3"], env=self.env)
