@@ -49,6 +49,12 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
+  SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
+  if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
+    SLUICE_LOG(kWarn, "config", "SLUICE_FAULT_AT=%s ignored: this build has no fault points (-Dfault_points=false)",
+               config_.fault_at);
+  }
+  fault_.arm(fault);
   SLUICE_ASSIGN_OR_RETURN(worker_, UcxWorker::create(*ucx_));
   NumaPolicy policy = config_.numa;
   if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};

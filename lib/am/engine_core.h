@@ -15,6 +15,7 @@
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
+#include "core/fault.h"
 #include "flow/flow.h"
 #include "mem/pool.h"
 #include "topo/topology.h"
@@ -419,6 +420,7 @@ class EngineCore {
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   bool draining_ = false;
+  FaultTrigger fault_;  // SLUICE_FAULT_AT (fault tests)
   bool closing_ = false;  // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;

@@ -73,6 +73,7 @@ bool EngineCore::send_hello(PeerData& p) {
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.hello_sent = true;
+  fault_.pass(FaultPoint::kHello);
   send_ctrl(p, wire::kHello, body, incarnation_);
   return true;
 }

@@ -397,6 +397,7 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ord
   ++exact_posted_;
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
+  fault_.pass(FaultPoint::kRndvLand);
 }
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {

@@ -235,6 +235,7 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     return;
   }
   if (open != nullptr) post_batch(p, open);  // what was batched goes first
+  if (m.payload != nullptr) fault_.pass(FaultPoint::kRndvAnnounce);
   post_message(p, h);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
@@ -243,6 +244,7 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     PostResult r = p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag,
                        m.payload->payload_memh);
     if (r.kind != Post::kPending) done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+    fault_.pass(FaultPoint::kRndvPayload);
   }
 }
 
@@ -373,6 +375,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
 
 void EngineCore::maybe_return_credits(PeerData& p) {
   if (p.state == PeerState::kReady && p.owed.explicit_due()) {
+    fault_.pass(FaultPoint::kCreditReturn);
     c_.credit_msgs->add();
     send_ctrl(p, wire::kCredit, {});
   }

@@ -1,5 +1,6 @@
 // Every SLUICE_* variable, one declarative table per component.
 #include "core/config_table.h"
+#include "core/fault.h"
 
 #include <algorithm>
 #include <charconv>
@@ -326,10 +327,27 @@ std::vector<Field> boot_vars() {
   };
 }
 
+std::vector<Field> testing_vars() {
+  return {
+      {"SLUICE_FAULT_AT", "testing", "NAME[:N]", "",
+       "Fault tests only: the process exits at once (no goodbye, as a crash) the N-th time "
+       "(default 1) it reaches the named protocol step: hello, rndv-announce, rndv-payload, "
+       "rndv-land, credit-return. Ignored, with a warning, by a build made with "
+       "-Dfault_points=false.",
+       [](std::string_view s, Config& c) -> absl::Status {
+         std::string v(sluice::detail::trim(s));
+         SLUICE_RETURN_IF_ERROR(parse_fault_at(v).status());
+         c.fault_at = v;
+         return absl::OkStatus();
+       },
+       [](const Config& c) { return c.fault_at; }},
+  };
+}
+
 std::vector<Field> build_table() {
   std::vector<Field> all;
   for (auto part : {core_vars(), am_vars(), flow_vars(), mem_vars(), liveness_vars(),
-                    transport_vars(), boot_vars()}) {
+                    transport_vars(), boot_vars(), testing_vars()}) {
     for (auto& f : part) all.push_back(std::move(f));
   }
   return all;

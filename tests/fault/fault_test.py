@@ -16,12 +16,14 @@ WATCHDOG = 120
 
 
 class PeerFailure(unittest.TestCase):
-    def start(self, mode, tls, extra):
+    def start(self, mode, tls, extra, victim=None):
         self.dir = tempfile.TemporaryDirectory()
         self.procs = []
         for rank in range(3):
             env = dict(os.environ, SLUICE_BOOT="file:" + self.dir.name, SLUICE_RANK=str(rank), SLUICE_SIZE="3",
                        SLUICE_TLS=tls, **extra)
+            if rank == 1:
+                env.update(victim or {})
             self.procs.append(subprocess.Popen([PROG, mode], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                text=True))
         # Wait for rank 1 to be up, and then let traffic flow a moment.
@@ -59,12 +61,16 @@ class PeerFailure(unittest.TestCase):
         t_kill = time.time()
         self.procs[1].send_signal(signal.SIGKILL)
         rc, r, err = self.finish()
+        self.check_failure_handled(rc, r, err, t_kill, bound)
+
+    def check_failure_handled(self, rc, r, err, t_death, bound):
+        """What rank 0 must see when rank 1 dies at t_death with operations in flight."""
         self.assertEqual(rc, 0, "%s\n%s" % (r, err))
         self.assertEqual(r["dead"], "1")
         self.assertEqual(r["twice"], "0")
         self.assertGreater(int(r["failed1"]), 0, "operations in flight completed with Unavailable")
         self.assertGreater(int(r["to2_after"]), 2000, "the bystander's flow went on")
-        self.assertLess(float(r["last_failure_wall"]) - t_kill, bound,
+        self.assertLess(float(r["last_failure_wall"]) - t_death, bound,
                         "every operation towards the dead peer completed within the bound after the kill")
         self.assertEqual(r["held_send_slots"], "0")
         self.assertEqual(r["outstanding"], "0")
@@ -77,6 +83,34 @@ class PeerFailure(unittest.TestCase):
     def test_killed_receiver_shared_memory(self):
         # UCX does not report a dead peer on shared memory: the heartbeat does.
         self.check_kill("", {"SLUICE_PEER_TIMEOUT": "2s", "SLUICE_HEARTBEAT": "200ms"}, 3.5)
+
+    def check_fault_point(self, point, tls, extra, bound):
+        # The victim ends itself at the named protocol step (SLUICE_FAULT_AT, lib/core/fault.h);
+        # its exit status 86 proves it got there.
+        self.start("kill", tls, extra, victim={"SLUICE_FAULT_AT": point})
+        deadline = time.time() + 60
+        while self.procs[1].poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        t_death = time.time()
+        self.assertEqual(self.procs[1].returncode, 86, "rank 1 did not die at fault point %s" % point)
+        rc, r, err = self.finish()
+        self.check_failure_handled(rc, r, err, t_death, bound)
+
+    def test_victim_dies_at_each_protocol_step_tcp(self):
+        # RELIABILITY.md, failure at each protocol step on either side: rank 1 dies in the
+        # handshake, as the sender of a rendezvous (before its announcement; after its payload's
+        # send is posted, before rank 0 has pulled it), and as a receiver (after posting the
+        # receive for a payload rank 0 announced; before returning credits). Rank 0 must see what
+        # it sees for a kill.
+        for point in ("hello", "rndv-announce", "rndv-payload", "rndv-land", "credit-return"):
+            with self.subTest(point=point):
+                self.check_fault_point(point, "tcp", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_CONNECT_TIMEOUT": "3s"},
+                                       2.0)
+
+    def test_victim_dies_mid_rendezvous_shared_memory(self):
+        for point in ("rndv-payload", "rndv-land"):
+            with self.subTest(point=point):
+                self.check_fault_point(point, "", {"SLUICE_PEER_TIMEOUT": "2s", "SLUICE_HEARTBEAT": "200ms"}, 3.5)
 
     def test_stopped_beyond_the_timeout_is_declared_dead_and_its_late_messages_dropped(self):
         self.start("stop", "", {"SLUICE_PEER_TIMEOUT": "2s", "SLUICE_HEARTBEAT": "200ms"})

@@ -45,12 +45,14 @@ int main(int argc, char** argv) {
 
   if (me == 1) {
     // The victim: receives, and sends to rank 0 every millisecond, every 8th time a 1 MiB
-    // rendezvous payload, so it dies with payloads half sent.
+    // rendezvous payload, so it dies with payloads half sent. It starts sending once rank 0's
+    // first message is in: the handshake is then rank 0's to start, so a victim dying in it
+    // (SLUICE_FAULT_AT=hello) leaves rank 0 with sends waiting on it.
     auto next = Clock::now();
     long n = 0;
     while (true) {
       e.progress();
-      if (Clock::now() >= next) {
+      if (from0 > 0 && Clock::now() >= next) {
         bool large = ++n % 8 == 0;
         (void)e.peer(0)->send(1, {}, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small));
         next += std::chrono::milliseconds(1);

@@ -5,6 +5,7 @@
 #include <sluice/config.h>
 
 #include "core/config_table.h"
+#include "core/fault.h"
 
 namespace sluice {
 namespace {
@@ -82,7 +83,9 @@ TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
                         Case{"SLUICE_LOG_LEVEL", "loud", "error|warn|info|debug|trace"},
                         Case{"SLUICE_HUGEPAGES", "always", "try|yes|no"}, Case{"SLUICE_NUMA", "-1", "auto | nic"},
                         Case{"SLUICE_RECV_POOL_MAX", "0", "size"}, Case{"SLUICE_BOOT", "magic", "auto"},
-                        Case{"SLUICE_POOL_CLASSES", "64K,x", "list of sizes"}}) {
+                        Case{"SLUICE_POOL_CLASSES", "64K,x", "list of sizes"},
+                        Case{"SLUICE_FAULT_AT", "rndv", "rndv-announce"}, Case{"SLUICE_FAULT_AT", "hello:0", "NAME[:N]"},
+                        Case{"SLUICE_FAULT_AT", "hello:x", "NAME[:N]"}}) {
     ScopedConfigOverride o(k.name, k.value);
     auto c = Config::from_env();
     ASSERT_FALSE(c.ok()) << k.name << "=" << k.value;
@@ -91,6 +94,20 @@ TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
     EXPECT_THAT(msg, HasSubstr(std::string(k.name) + "=" + k.value)) << msg;
     EXPECT_THAT(msg, HasSubstr(k.allowed)) << msg;
   }
+}
+
+TEST(Config, FaultPointNamesAndCounts) {
+  for (const char* v : {"hello", "rndv-announce", "rndv-payload:3", "rndv-land", "credit-return:12"}) {
+    ScopedConfigOverride o("SLUICE_FAULT_AT", v);
+    auto c = Config::from_env();
+    ASSERT_TRUE(c.ok()) << v << ": " << c.status();
+    EXPECT_EQ(c->fault_at, v);
+  }
+  auto spec = sluice::detail::parse_fault_at("rndv-payload:3");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->point, sluice::detail::FaultPoint::kRndvPayload);
+  EXPECT_EQ(spec->nth, 3u);
+  EXPECT_EQ(sluice::detail::parse_fault_at("")->point, sluice::detail::FaultPoint::kNone);
 }
 
 TEST(Config, CrossFieldChecksNameBothVariables) {

@@ -1,0 +1,61 @@
+#include "core/fault.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+
+#include <absl/strings/str_format.h>
+
+namespace sluice::detail {
+namespace {
+
+constexpr FaultPoint kPoints[] = {FaultPoint::kHello, FaultPoint::kRndvAnnounce, FaultPoint::kRndvPayload,
+                                  FaultPoint::kRndvLand, FaultPoint::kCreditReturn};
+
+}  // namespace
+
+const char* fault_point_name(FaultPoint p) {
+  switch (p) {
+    case FaultPoint::kNone: return "none";
+    case FaultPoint::kHello: return "hello";
+    case FaultPoint::kRndvAnnounce: return "rndv-announce";
+    case FaultPoint::kRndvPayload: return "rndv-payload";
+    case FaultPoint::kRndvLand: return "rndv-land";
+    case FaultPoint::kCreditReturn: return "credit-return";
+  }
+  return "?";
+}
+
+absl::StatusOr<FaultSpec> parse_fault_at(std::string_view s) {
+  FaultSpec spec;
+  if (s.empty()) return spec;
+  std::string_view name = s.substr(0, s.find(':'));
+  for (FaultPoint p : kPoints) {
+    if (name == fault_point_name(p)) spec.point = p;
+  }
+  if (spec.point == FaultPoint::kNone) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown fault point '%s' (hello, rndv-announce, rndv-payload, rndv-land, credit-return)", name));
+  }
+  if (name.size() < s.size()) {
+    std::string_view n = s.substr(name.size() + 1);
+    auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), spec.nth);
+    if (ec != std::errc() || end != n.data() + n.size() || spec.nth == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("'%s' after the point's name is not a count of 1 or more", n));
+    }
+  }
+  return spec;
+}
+
+void FaultTrigger::die(FaultPoint p) {
+  // Nothing that allocates or locks: the point may be reached anywhere on the engine thread.
+  const char* name = fault_point_name(p);
+  char line[128] = "sluice: fault point ";
+  std::strncat(line, name, sizeof(line) - std::strlen(line) - 1);
+  std::strncat(line, " reached (SLUICE_FAULT_AT): exiting\n", sizeof(line) - std::strlen(line) - 1);
+  (void)!write(STDERR_FILENO, line, std::strlen(line));
+  _exit(86);
+}
+
+}  // namespace sluice::detail
