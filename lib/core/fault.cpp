@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
-#include <cstring>
+#include <cstdio>
+#include <ctime>
 
 #include <absl/strings/str_format.h>
 
@@ -50,11 +52,13 @@ absl::StatusOr<FaultSpec> parse_fault_at(std::string_view s) {
 
 void FaultTrigger::die(FaultPoint p) {
   // Nothing that allocates or locks: the point may be reached anywhere on the engine thread.
-  const char* name = fault_point_name(p);
-  char line[128] = "sluice: fault point ";
-  std::strncat(line, name, sizeof(line) - std::strlen(line) - 1);
-  std::strncat(line, " reached (SLUICE_FAULT_AT): exiting\n", sizeof(line) - std::strlen(line) - 1);
-  (void)!write(STDERR_FILENO, line, std::strlen(line));
+  // The wall-clock time lets a test measure how long the peers took to notice.
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  char line[160];
+  int n = std::snprintf(line, sizeof(line), "sluice: fault point %s reached (SLUICE_FAULT_AT) at %lld.%06ld: exiting\n",
+                        fault_point_name(p), static_cast<long long>(now.tv_sec), now.tv_nsec / 1000);
+  if (n > 0) (void)!write(STDERR_FILENO, line, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(line) - 1));
   _exit(86);
 }
 
