@@ -88,8 +88,12 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
   (void)e.register_handler(1, [&](Message& m) { check(m, false); });
   (void)e.register_handler(5, [&](Message& m) { check(m, true); });
   (void)e.register_handler(6, [&](Message& m) {
-    Counts c;
-    std::memcpy(&c, m.header().data(), std::min(sizeof(c), m.header().size()));
+    Counts c{0, 0};
+    if (m.header().size() != sizeof(c) || m.source() < 0 || m.source() >= n) {
+      ++bad;
+      return;
+    }
+    std::memcpy(&c, m.header().data(), sizeof(c));
     Flow& f = flows[static_cast<std::size_t>(m.source())];
     f.done = true;
     f.sent_small = c.small;
