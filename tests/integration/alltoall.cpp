@@ -13,11 +13,11 @@
 // Exit 0 when every check passed.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
