@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
 namespace sluice::detail {
@@ -37,8 +38,9 @@ absl::StatusOr<FaultSpec> parse_fault_at(std::string_view s) {
     if (name == fault_point_name(p)) spec.point = p;
   }
   if (spec.point == FaultPoint::kNone) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown fault point '%s' (hello, rndv-announce, rndv-payload, rndv-land, credit-return)", name));
+    std::string known;
+    for (FaultPoint p : kPoints) absl::StrAppend(&known, known.empty() ? "" : ", ", fault_point_name(p));
+    return absl::InvalidArgumentError(absl::StrFormat("unknown fault point '%s' (%s)", name, known));
   }
   if (name.size() < s.size()) {
     std::string_view n = s.substr(name.size() + 1);

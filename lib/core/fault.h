@@ -10,6 +10,11 @@
 
 #include <absl/status/statusor.h>
 
+// Set by meson from -Dfault_points (1 unless given false).
+#ifndef SLUICE_FAULT_POINTS
+#define SLUICE_FAULT_POINTS 0
+#endif
+
 namespace sluice::detail {
 
 enum class FaultPoint : std::uint8_t {
