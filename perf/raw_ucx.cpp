@@ -4,9 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include <absl/strings/str_format.h>
-
 namespace sluice::perf {
 namespace {
 
@@ -83,8 +83,55 @@ struct RawUcx::Impl {
     if (s == nullptr) r->done = true;
     else if (UCS_PTR_IS_ERR(s)) r->done = true, r->status = UCS_PTR_STATUS(s);
   }
+  // Receives a message taken out of the unexpected queue by ucp_tag_probe_nb.
+  void recv_probed(ucp_tag_message_h msg, std::size_t n, Req* r) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv = recv_cb;
+    p.user_data = r;
+    r->done = false;
+    void* s = ucp_tag_msg_recv_nbx(worker, rbuf.data(), n, msg, &p);
+    if (s == nullptr) r->done = true;
+    else if (UCS_PTR_IS_ERR(s)) r->done = true, r->status = UCS_PTR_STATUS(s);
+  }
   void wait(Req& r) {
     while (!r.done) ucp_worker_progress(worker);
+  }
+
+  // Sends `iters` messages of `size` to `peer` with at most `window` in flight.
+  void send_all(int peer, std::size_t size, int iters, int window) {
+    std::vector<Req> reqs(static_cast<std::size_t>(window));
+    for (int i = 0; i < iters; ++i) {
+      Req& q = reqs[static_cast<std::size_t>(i % window)];
+      if (i >= window) wait(q);
+      send(peer, sbuf.data(), size, kData, &q);
+    }
+    for (auto& q : reqs) wait(q);
+  }
+
+  // Receives `total` messages of `size`, from anyone, keeping `window` receives posted. They
+  // all go into one buffer (as ucx_perftest does): only the transfer is measured.
+  void receive_all(std::size_t size, int total, int window) {
+    std::vector<Req> reqs(static_cast<std::size_t>(window));
+    int posted = 0, completed = 0;
+    std::vector<bool> active(reqs.size(), false);
+    for (std::size_t w = 0; w < reqs.size() && posted < total; ++w, ++posted) {
+      recv(rbuf.data(), size, kData, &reqs[w]);
+      active[w] = true;
+    }
+    while (completed < total) {
+      ucp_worker_progress(worker);
+      for (std::size_t w = 0; w < reqs.size(); ++w) {
+        if (!active[w] || !reqs[w].done) continue;
+        ++completed;
+        active[w] = false;
+        if (posted < total) {
+          recv(rbuf.data(), size, kData, &reqs[w]);
+          active[w] = true;
+          ++posted;
+        }
+      }
+    }
   }
 };
 
@@ -148,44 +195,51 @@ std::vector<double> RawUcx::pingpong(int peer, std::size_t size, int iters, bool
 double RawUcx::stream(int peer, std::size_t size, int iters, int window, bool sender) {
   Impl& im = *impl_;
   im.reserve(size);
-  std::vector<Req> reqs(static_cast<std::size_t>(window));
   Req ack;
   char ackbuf[8] = {0};
   auto t0 = Clock::now();
   if (sender) {
-    for (int i = 0; i < iters; ++i) {
-      Req& q = reqs[static_cast<std::size_t>(i % window)];
-      if (i >= window) im.wait(q);
-      im.send(peer, im.sbuf.data(), size, kData, &q);
-    }
-    for (auto& q : reqs) im.wait(q);
+    im.send_all(peer, size, iters, window);
     im.recv(ackbuf, sizeof(ackbuf), kAck, &ack);
     im.wait(ack);
   } else {
-    // Receives go into one buffer (as ucx_perftest does): only the transfer is measured.
-    int posted = 0, completed = 0;
-    std::vector<bool> active(reqs.size(), false);
-    for (std::size_t w = 0; w < reqs.size() && posted < iters; ++w, ++posted) {
-      im.recv(im.rbuf.data(), size, kData, &reqs[w]);
-      active[w] = true;
-    }
-    while (completed < iters) {
-      ucp_worker_progress(im.worker);
-      for (std::size_t w = 0; w < reqs.size(); ++w) {
-        if (!active[w] || !reqs[w].done) continue;
-        ++completed;
-        active[w] = false;
-        if (posted < iters) {
-          im.recv(im.rbuf.data(), size, kData, &reqs[w]);
-          active[w] = true;
-          ++posted;
-        }
-      }
-    }
+    im.receive_all(size, iters, window);
     im.send(peer, ackbuf, sizeof(ackbuf), kAck, &ack);
     im.wait(ack);
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+RawUcx::Held RawUcx::fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold,
+                          bool receiver) {
+  Impl& im = *impl_;
+  im.reserve(size);
+  char ackbuf[8] = {0};
+  Held held;
+  if (!receiver) {
+    Req ack;
+    im.send_all(0, size, iters, window);
+    im.recv(ackbuf, sizeof(ackbuf), kAck, &ack);
+    im.wait(ack);
+    return held;
+  }
+  // Busy for `hold`: the worker is progressed (what arrives is taken off the transport), but
+  // no receive is posted, so every message waits in UCX's unexpected queue. Then they are
+  // taken out of it one by one, counted, and the rest received as they come.
+  for (auto until = Clock::now() + hold; Clock::now() < until;) ucp_worker_progress(im.worker);
+  ucp_tag_recv_info_t info;
+  while (ucp_tag_message_h msg = ucp_tag_probe_nb(im.worker, kData, ~ucp_tag_t{0}, 1, &info)) {
+    ++held.messages;
+    held.bytes += info.length;
+    Req r;
+    im.recv_probed(msg, info.length, &r);
+    im.wait(r);
+  }
+  im.receive_all(size, iters * (ranks - 1) - held.messages, window);
+  std::vector<Req> acks(static_cast<std::size_t>(ranks));
+  for (int r = 1; r < ranks; ++r) im.send(r, ackbuf, sizeof(ackbuf), kAck, &acks[static_cast<std::size_t>(r)]);
+  for (auto& a : acks) im.wait(a);
+  return held;
 }
 
 double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator) {

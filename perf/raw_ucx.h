@@ -2,6 +2,7 @@
 // Sluice in between (what ucx_perftest's tag_lat / tag_bw measure), run in the same process.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,14 @@ class RawUcx {
   // Streams `iters` messages of `size` from rank 0 to `peer` with at most `window` in flight;
   // the receiver answers once at the end. Returns the seconds the sender measured.
   double stream(int peer, std::size_t size, int iters, int window, bool sender);
+  // Fan-in: ranks >= 1 send `iters` messages of `size` to rank 0 (window `window`) with no
+  // flow control; rank 0 progresses its worker for `hold` without posting a receive, then
+  // receives them all. Rank 0 returns what was waiting, unreceived, at the end of `hold`.
+  struct Held {
+    int messages = 0;
+    std::size_t bytes = 0;
+  };
+  Held fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold, bool receiver);
   // `window` ping-pongs in flight at once; returns seconds for `iters` round trips.
   double pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator);
 

@@ -41,7 +41,9 @@ Figures median_of(const std::vector<Figures>& runs) {
     return v.empty() ? NAN : median(v);
   };
   return {pick(&Figures::lat_p50_us), pick(&Figures::lat_p99_us), pick(&Figures::lat_avg_us),
-          pick(&Figures::bw_MBps), pick(&Figures::rate), pick(&Figures::extra)};
+          pick(&Figures::bw_MBps),     pick(&Figures::rate),       pick(&Figures::extra),
+          pick(&Figures::recv_hwm),    pick(&Figures::recv_budget), pick(&Figures::waiting),
+          pick(&Figures::waiting_bytes)};
 }
 
 Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t size) {
@@ -62,9 +64,9 @@ Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t 
   return f;
 }
 
-// The command rank 0 sends to the others before each run.
 std::vector<std::size_t> default_sizes(const std::string& test) {
   if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
+  if (test == "rpc_lat") return {0, 8};  // an empty request and reply, and 8-byte bodies
   if (test == "mixed") return {8};
   if (test == "fanin") return {1024};
   return {8};
@@ -85,11 +87,22 @@ double headline_ratio(const Row& r) {
   const Figures& a = r.sluice;
   const Figures& b = r.base;
   if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
-  if (r.test == "fanin") return a.extra / a.bw_MBps;
+  if (r.test == "fanin") return a.recv_hwm / a.recv_budget;
   if (r.baseline == "none") return NAN;
   if (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat") return a.lat_p50_us / b.lat_p50_us;
   if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
   return a.bw_MBps / b.bw_MBps;
+}
+
+std::string fanin_note(const Row& r) {
+  auto size = [](double bytes) { return sluice::format_size(static_cast<std::size_t>(bytes)); };
+  auto waiting = [&](const Figures& f) {
+    return std::to_string(static_cast<long>(f.waiting)) + " msgs (" + size(f.waiting_bytes) + ") waiting";
+  };
+  std::string note = "recv hwm " + size(r.sluice.recv_hwm) + " of budget " + size(r.sluice.recv_budget) + ", " +
+                     waiting(r.sluice);
+  if (!std::isnan(r.base.waiting)) note += "; raw UCX, no credits: " + waiting(r.base);
+  return note;
 }
 
 void print(const std::vector<Row>& rows, const Options& o) {

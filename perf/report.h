@@ -13,7 +13,10 @@ namespace sluice::perf {
 // What one run of one test measured.
 struct Figures {
   double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_MBps = NAN, rate = NAN;
-  double extra = NAN;  // mixed: p999; fanin: receive high-water mark in bytes
+  double extra = NAN;  // mixed: p999
+  // fanin: the receive pool's high-water mark and budget in bytes; the messages (and their
+  // bytes) that had arrived and were still unfinished when the receiver caught up.
+  double recv_hwm = NAN, recv_budget = NAN, waiting = NAN, waiting_bytes = NAN;
 };
 
 struct Row {
@@ -34,6 +37,9 @@ Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t 
 std::vector<std::size_t> default_sizes(const std::string& test);
 int default_iters(const std::string& test, std::size_t size);
 double headline_ratio(const Row& r);
+// fanin's figures in words: the receive pool's high-water mark against its budget, and the
+// receiver's memory growth beside the raw baseline's when there is one.
+std::string fanin_note(const Row& r);
 void print(const std::vector<Row>& rows, const Options& o);
 
 }  // namespace sluice::perf
