@@ -5,11 +5,19 @@
 // how and when. Rank 1 is the victim (killed or stopped by the driver); it also streams small
 // messages to rank 0. Rank 2 is the bystander whose traffic must go on.
 //
+// Every message carries its sender's sequence number towards its destination in the user
+// header; every receiver counts the ones that do not come next (lost or out of order).
+//
 // Rank 0 prints one line of results, key=value, and exits 0 when every promise held:
 //   every operation towards rank 1 completed exactly once (ok or Unavailable), none is left
-//   in the transport, the send pool is full again, rank 2 kept receiving after the failure.
+//   in the transport, the send pool is full again, rank 2 kept receiving after the failure,
+//   what it received came in order. Ranks 1 and 2 exit 4 when what they received did not.
+//
+//   peer_fault kill|stop|stop-survive [SECONDS]
+//   (SECONDS: how long rank 0 streams in stop-survive, default 8)
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +31,7 @@ using Secs = std::chrono::duration<double>;
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "kill";  // kill | stop | stop-survive
+  double survive_s = argc > 2 ? std::atof(argv[2]) : 8.0;
   // Send buffers outlive the engine: its close still sends what is in flight.
   std::vector<std::byte> small(64), big(std::size_t{1} << 20);
   int from0 = 0, from1 = 0, finish = 0;
@@ -38,7 +47,25 @@ int main(int argc, char** argv) {
   }
   Engine& e = **eng;
   int me = e.rank();
-  (void)e.register_handler(1, [&](Message& m) { m.source() == 0 ? ++from0 : ++from1; });
+  // Sequence numbers: the next one expected from each rank, and the next one to send to it.
+  std::vector<std::uint64_t> expect(static_cast<std::size_t>(e.size()), 0), next_seq(expect);
+  long misordered = 0;
+  (void)e.register_handler(1, [&](Message& m) {
+    m.source() == 0 ? ++from0 : ++from1;
+    std::uint64_t seq = ~std::uint64_t{0};
+    if (m.header().size() == sizeof(seq)) std::memcpy(&seq, m.header().data(), sizeof(seq));
+    auto& want = expect[static_cast<std::size_t>(m.source())];
+    if (seq != want) ++misordered;
+    want = seq + 1;
+  });
+  // Sends with the next sequence number towards `to` in the header (copied by send()); the
+  // number is used up only when the send is taken.
+  auto send_seq = [&](int to, std::span<const std::byte> payload, SendCallback cb = {}) {
+    auto& seq = next_seq[static_cast<std::size_t>(to)];
+    Result r = e.peer(to)->send(1, std::as_bytes(std::span(&seq, 1)), payload, std::move(cb));
+    if (r == Result::kOk) ++seq;
+    return r;
+  };
   (void)e.register_handler(2, [&](Message&) { ++finish; });
   std::printf("rank %d pid %d ready\n", me, getpid());
   std::fflush(stdout);
@@ -54,15 +81,19 @@ int main(int argc, char** argv) {
       e.progress();
       if (from0 > 0 && Clock::now() >= next) {
         bool large = ++n % 8 == 0;
-        (void)e.peer(0)->send(1, {}, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small));
+        (void)send_seq(0, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small));
         next += std::chrono::milliseconds(1);
       }
-      if (finish) return 0;
+      if (finish) {
+        std::printf("rank 1 received %d misordered %ld\n", from0, misordered);
+        return misordered == 0 ? 0 : 4;
+      }
     }
   }
   if (me == 2) {
     e.run_until([&] { return finish > 0; }, Clock::now() + std::chrono::seconds(120));
-    std::printf("rank 2 received %d\n", from0);
+    std::printf("rank 2 received %d misordered %ld\n", from0, misordered);
+    if (misordered != 0) return 4;
     return finish ? 0 : 1;
   }
 
@@ -72,27 +103,34 @@ int main(int argc, char** argv) {
   } to1, to2;
   std::vector<int> done_count;
   Clock::time_point first_failure{}, last_ok{};
-  double last_failure_wall = -1;  // seconds since the epoch, for the driver's kill time
+  double gap1 = 0;  // the longest time without a send to rank 1 completing while some were open
+  // Seconds since the epoch, to compare with the driver's time of the fault.
+  double first_failure_wall = -1, last_failure_wall = -1;
   auto t_start = Clock::now();
   auto send = [&](int to, Flow& f, bool large) {
     auto idx = done_count.size();
     done_count.push_back(0);
-    Result r = e.peer(to)->send(1, {}, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small),
-                                [&, idx, to](absl::Status s) {
-                                  Flow& ff = to == 1 ? to1 : to2;
-                                  if (++done_count[idx] > 1) ++ff.twice;
-                                  if (s.ok()) {
-                                    ++ff.ok;
-                                    if (to == 1) last_ok = Clock::now();
-                                  } else {
-                                    if (s.code() != absl::StatusCode::kUnavailable)
-                                      std::fprintf(stderr, "unexpected status %s\n", s.ToString().c_str());
-                                    if (ff.failed++ == 0 && to == 1) first_failure = Clock::now();
-                                    if (to == 1)
-                                      last_failure_wall =
-                                          Secs(std::chrono::system_clock::now().time_since_epoch()).count();
-                                  }
-                                });
+    Result r = send_seq(to, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small),
+                        [&, idx, to](absl::Status s) {
+                          Flow& ff = to == 1 ? to1 : to2;
+                          if (++done_count[idx] > 1) ++ff.twice;
+                          if (s.ok()) {
+                            ++ff.ok;
+                            if (to == 1) {
+                              auto now = Clock::now();
+                              if (last_ok != Clock::time_point{}) gap1 = std::max(gap1, Secs(now - last_ok).count());
+                              last_ok = now;
+                            }
+                          } else {
+                            if (s.code() != absl::StatusCode::kUnavailable)
+                              std::fprintf(stderr, "unexpected status %s\n", s.ToString().c_str());
+                            if (ff.failed++ == 0 && to == 1) first_failure = Clock::now();
+                            if (to == 1) {
+                              last_failure_wall = Secs(std::chrono::system_clock::now().time_since_epoch()).count();
+                              if (first_failure_wall < 0) first_failure_wall = last_failure_wall;
+                            }
+                          }
+                        });
     if (r == Result::kOk) ++f.sent;
     else done_count.pop_back();
     return r;
@@ -101,7 +139,7 @@ int main(int argc, char** argv) {
   long to2_after_failure_start = -1;
   int rank1_msgs_at_death = -1;
   long i = 0;
-  double limit = mode == "stop-survive" ? 8.0 : 30.0;
+  double limit = mode == "stop-survive" ? survive_s : 30.0;
   while (Secs(Clock::now() - t_start).count() < limit) {
     e.progress();
     bool large = ++i % 16 == 0;
@@ -147,14 +185,15 @@ int main(int argc, char** argv) {
   std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
               "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
-              "last_failure_wall=%.6f orphaned=%lu\n",
+              "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
               static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
-              last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")));
+              first_failure_wall, last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")),
+              misordered, gap1);
   std::fflush(stdout);
-  bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 &&
+  bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
             held_eager <= (*ctx)->config().rx_posted * static_cast<std::size_t>(e.size() - 1);
   return ok ? 0 : 3;

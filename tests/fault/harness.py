@@ -1,0 +1,83 @@
+"""What the fault tests share: peer_fault's three processes, started by hand with the file
+bootstrap (no launcher ends the job when one dies), and the checks on rank 0's report."""
+import os
+import re
+import subprocess
+import tempfile
+import time
+import unittest
+
+BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+PROG = os.path.join(BUILD, "tests/peer_fault")
+WATCHDOG = 120
+
+
+class FaultHarness(unittest.TestCase):
+    """Starts peer_fault's three ranks with the file bootstrap and collects rank 0's result line;
+    no tests of its own."""
+
+    def start(self, mode, tls, extra, victim=None, args=(), rank_env=None, wrap=None):
+        """Starts ranks 0-2 of `peer_fault mode args...`; `victim` is rank 1's extra environment,
+        rank_env(rank) and wrap(rank) (a command prefix) each rank's own."""
+        self.dir = tempfile.TemporaryDirectory()
+        self.procs = []
+        for rank in range(3):
+            env = dict(os.environ, SLUICE_BOOT="file:" + self.dir.name, SLUICE_RANK=str(rank), SLUICE_SIZE="3",
+                       SLUICE_TLS=tls, **extra)
+            if rank == 1:
+                env.update(victim or {})
+            env.update(rank_env(rank) if rank_env else {})
+            cmd = (wrap(rank) if wrap else []) + [PROG, mode] + list(args)
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True))
+        # Wait for rank 1 to be up, and then let traffic flow a moment.
+        line = self.procs[1].stdout.readline()
+        self.assertIn("ready", line)
+        time.sleep(0.7)
+
+    def finish(self, kill_victim=False):
+        """Rank 0's exit status and result fields, and its stderr. The other ranks are then
+        waited for (rank 1 killed at once with kill_victim: one that rank 0 gave up on never
+        hears the end); their exit statuses and output are left in self.rest."""
+        out, err = self.procs[0].communicate(timeout=WATCHDOG)
+        if kill_victim and self.procs[1].poll() is None:
+            self.procs[1].kill()
+        self.rest = {}
+        for rank, p in enumerate(self.procs[1:], 1):
+            if p.stdout.closed:  # already collected (a victim that ended itself)
+                continue
+            try:
+                o, e = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                o, e = p.communicate()
+            self.rest[rank] = (p.returncode, o, e)
+        self.dir.cleanup()
+        m = re.search(r"result (.*)", out)
+        self.assertIsNotNone(m, out + err)
+        fields = dict(kv.split("=") for kv in m.group(1).split())
+        return self.procs[0].returncode, fields, err
+
+    def check_failure_handled(self, rc, r, err, t_death, bound):
+        """What rank 0 must see when rank 1 dies at t_death with operations in flight."""
+        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        self.assertEqual(r["dead"], "1")
+        self.assertEqual(r["twice"], "0")
+        self.assertGreater(int(r["failed1"]), 0, "operations in flight completed with Unavailable")
+        self.assertGreater(int(r["to2_after"]), 2000, "the bystander's flow went on")
+        self.assertLess(float(r["last_failure_wall"]) - t_death, bound,
+                        "every operation towards the dead peer completed within the bound after the kill")
+        self.assertEqual(r["held_send_slots"], "0")
+        self.assertEqual(r["outstanding"], "0")
+        self.assertEqual(r["posted_exact"], "0", "receives posted for the dead sender's payloads were cancelled")
+        self.assertEqual(r["held_landing"], "0", "no receive slot stays held by a partial payload")
+        self.assertEqual(r["misordered"], "0", "what rank 0 received from rank 1 came in order")
+        code, out, _ = self.rest[2]
+        self.assertEqual(code, 0, "the bystander received everything in order: " + out)
+
+    def tearDown(self):
+        for p in getattr(self, "procs", []):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Network cut (RELIABILITY.md, "Network cut"): rank 1 in a network namespace of its own, ranks
+0 and 2 in another, joined by a veth pair, TCP only; iptables drops everything on rank 1's
+side of the pair for a while. A cut shorter than SLUICE_PEER_TIMEOUT must be ridden out: every
+operation completes once, in order, nobody declared dead. A longer one must end cleanly at
+the timeout: every operation towards rank 1 completes with Unavailable within a bound, nothing
+from rank 1 is accepted after that, rank 2's traffic goes on.
+
+The namespaces, the pair and the rules are this test's own (addresses in 10.231.0.0/24, only
+inside them) and are removed afterwards. Needs root, iproute2 and iptables (scripts/setup)."""
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import FaultHarness
+
+
+def ip(*args, ns=None):
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+class NetworkCut(FaultHarness):
+    def setUp(self):
+        tag = str(os.getpid() % 100000)
+        self.ns = ["sluice-cut-a-" + tag, "sluice-cut-b-" + tag]
+        self.dev = ["scuta" + tag, "scutb" + tag]  # interface names: at most 15 characters
+        for n in self.ns:
+            ip("ip", "netns", "add", n)
+            self.addCleanup(subprocess.run, ["ip", "netns", "del", n], capture_output=True)
+        ip("ip", "link", "add", self.dev[0], "type", "veth", "peer", "name", self.dev[1])
+        for side in (0, 1):
+            ip("ip", "link", "set", self.dev[side], "netns", self.ns[side])
+            ip("ip", "addr", "add", "10.231.0.%d/24" % (side + 1), "dev", self.dev[side], ns=self.ns[side])
+            ip("ip", "link", "set", self.dev[side], "up", ns=self.ns[side])
+            ip("ip", "link", "set", "lo", "up", ns=self.ns[side])
+
+    def start_split(self, mode, extra, args=()):
+        # Rank 1 alone on side b; ranks 0 and 2 on side a. Each uses its side's veth only.
+        side = lambda rank: 1 if rank == 1 else 0
+        self.start(mode, "tcp", extra, args=args, rank_env=lambda r: {"UCX_NET_DEVICES": self.dev[side(r)]},
+                   wrap=lambda r: ["ip", "netns", "exec", self.ns[side(r)]])
+
+    def cut(self):
+        for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            ip("iptables", "-I", chain, flag, self.dev[1], "-j", "DROP", ns=self.ns[1])
+        return time.time()
+
+    def restore(self):
+        ip("iptables", "-F", ns=self.ns[1])
+
+    def test_cut_shorter_than_the_peer_timeout_is_ridden_out_in_order(self):
+        # 5 s without a packet, timeout 10 s: TCP retransmits after the cut (its back-off puts
+        # the first retry about 6 s after the cut began), and the flows resume where they were.
+        self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_HEARTBEAT": "200ms"}, args=["14"])
+        self.cut()
+        time.sleep(5)
+        self.restore()
+        rc, r, err = self.finish()
+        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        self.assertEqual(r["dead"], "0")
+        self.assertEqual(r["peers_failed"], "0", err)
+        self.assertEqual(r["failed1"], "0")
+        self.assertEqual(r["sent1"], r["ok1"], "every send to rank 1 completed, once")
+        self.assertEqual(r["twice"], "0")
+        self.assertEqual(r["misordered"], "0", "what rank 0 received from rank 1 came in order")
+        # The cut did stop the flow to rank 1 (rank 0 always has sends open towards it), and
+        # it resumed well before the timeout.
+        self.assertGreater(float(r["gap1_s"]), 4.0, r)
+        self.assertLess(float(r["gap1_s"]), 10.0, r)
+        for rank in (1, 2):
+            code, out, e = self.rest[rank]
+            self.assertEqual(code, 0, "rank %d received everything in order: %s %s" % (rank, out, e))
+
+    def test_cut_longer_than_the_peer_timeout_ends_cleanly_at_the_timeout(self):
+        timeout = 3.0
+        self.start_split("stop", {"SLUICE_PEER_TIMEOUT": "3s", "SLUICE_HEARTBEAT": "200ms"})
+        t_cut = self.cut()
+        time.sleep(5)
+        # The network comes back while rank 0 still runs: rank 1's late packets must not
+        # bring it back to life.
+        self.restore()
+        rc, r, err = self.finish(kill_victim=True)
+        self.check_failure_handled(rc, r, err, t_cut, timeout + 1.5)
+        self.assertGreater(float(r["first_failure_wall"]) - t_cut, timeout - 0.5, "not declared dead before the timeout")
+        self.assertEqual(r["from1"], r["from1_at_death"], "nothing from rank 1 reached a handler after its failure")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
