@@ -21,7 +21,7 @@ from harness import FaultHarness
 
 def ip(*args, ns=None):
     cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
 class NetworkCut(FaultHarness):
@@ -45,22 +45,26 @@ class NetworkCut(FaultHarness):
         self.start(mode, "tcp", extra, args=args, rank_env=lambda r: {"UCX_NET_DEVICES": self.dev[side(r)]},
                    wrap=lambda r: ["ip", "netns", "exec", self.ns[side(r)]])
 
-    def cut(self):
+    def cut(self, probability=None):
+        """Drops every packet on rank 1's side of the pair, or each with `probability`."""
+        rule = ["-m", "statistic", "--mode", "random", "--probability", str(probability)] if probability else []
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            ip("iptables", "-I", chain, flag, self.dev[1], "-j", "DROP", ns=self.ns[1])
+            ip("iptables", "-I", chain, flag, self.dev[1], *rule, "-j", "DROP", ns=self.ns[1])
         return time.time()
 
     def restore(self):
+        """Removes the rules; returns how many packets they dropped."""
+        dropped = 0
+        for chain in ("INPUT", "OUTPUT"):
+            for line in ip("iptables", "-L", chain, "-v", "-x", "-n", ns=self.ns[1]).splitlines():
+                f = line.split()
+                if len(f) > 2 and f[2] == "DROP":
+                    dropped += int(f[0])
         ip("iptables", "-F", ns=self.ns[1])
+        return dropped
 
-    def test_cut_shorter_than_the_peer_timeout_is_ridden_out_in_order(self):
-        # 5 s without a packet, timeout 10 s: TCP retransmits after the cut (its back-off puts
-        # the first retry about 6 s after the cut began), and the flows resume where they were.
-        self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_HEARTBEAT": "200ms"}, args=["14"])
-        self.cut()
-        time.sleep(5)
-        self.restore()
-        rc, r, err = self.finish()
+    def check_ridden_out(self, rc, r, err):
+        """Nobody failed, every send completed once, every receiver saw its senders in order."""
         self.assertEqual(rc, 0, "%s\n%s" % (r, err))
         self.assertEqual(r["dead"], "0")
         self.assertEqual(r["peers_failed"], "0", err)
@@ -68,13 +72,35 @@ class NetworkCut(FaultHarness):
         self.assertEqual(r["sent1"], r["ok1"], "every send to rank 1 completed, once")
         self.assertEqual(r["twice"], "0")
         self.assertEqual(r["misordered"], "0", "what rank 0 received from rank 1 came in order")
+        for rank in (1, 2):
+            code, out, e = self.rest[rank]
+            self.assertEqual(code, 0, "rank %d received everything in order: %s %s" % (rank, out, e))
+
+    def test_cut_shorter_than_the_peer_timeout_is_ridden_out_in_order(self):
+        # 5 s without a packet, timeout 10 s: TCP retransmits after the cut (its back-off puts
+        # the first retry about 6 s after the cut began), and the flows resume where they were.
+        self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_HEARTBEAT": "200ms"}, args=["14"])
+        self.cut()
+        time.sleep(5)
+        self.assertGreater(self.restore(), 0, "packets were dropped")
+        rc, r, err = self.finish()
+        self.check_ridden_out(rc, r, err)
         # The cut did stop the flow to rank 1 (rank 0 always has sends open towards it), and
         # it resumed well before the timeout.
         self.assertGreater(float(r["gap1_s"]), 4.0, r)
         self.assertLess(float(r["gap1_s"]), 10.0, r)
-        for rank in (1, 2):
-            code, out, e = self.rest[rank]
-            self.assertEqual(code, 0, "rank %d received everything in order: %s %s" % (rank, out, e))
+
+    def test_lossy_link_loses_nothing_and_keeps_order(self):
+        # 10 % of the packets each way dropped for 5 s: TCP retransmits; nothing may fail, be
+        # lost or come out of order.
+        self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "10s", "SLUICE_HEARTBEAT": "200ms"}, args=["8"])
+        self.cut(probability=0.1)
+        time.sleep(5)
+        dropped = self.restore()
+        self.assertGreater(dropped, 0, "packets were dropped")
+        rc, r, err = self.finish()
+        self.check_ridden_out(rc, r, err)
+        print("lossy link: %d packets dropped, %s sends to rank 1 completed" % (dropped, r["ok1"]))
 
     def test_cut_longer_than_the_peer_timeout_ends_cleanly_at_the_timeout(self):
         timeout = 3.0
@@ -83,7 +109,7 @@ class NetworkCut(FaultHarness):
         time.sleep(5)
         # The network comes back while rank 0 still runs: rank 1's late packets must not
         # bring it back to life.
-        self.restore()
+        self.assertGreater(self.restore(), 0, "packets were dropped")
         rc, r, err = self.finish(kill_victim=True)
         self.check_failure_handled(rc, r, err, t_cut, timeout + 1.5)
         self.assertGreater(float(r["first_failure_wall"]) - t_cut, timeout - 0.5, "not declared dead before the timeout")
