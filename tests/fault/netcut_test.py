@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Network cut (RELIABILITY.md, "Network cut"): rank 1 in a network namespace of its own, ranks
-0 and 2 in another, joined by a veth pair, TCP only; iptables drops everything on rank 1's
-side of the pair for a while. A cut shorter than SLUICE_PEER_TIMEOUT must be ridden out: every
-operation completes once, in order, nobody declared dead. A longer one must end cleanly at
-the timeout: every operation towards rank 1 completes with Unavailable within a bound, nothing
-from rank 1 is accepted after that, rank 2's traffic goes on.
+"""Network faults (RELIABILITY.md, "Network cut"): rank 1 in a network namespace of its own,
+ranks 0 and 2 in another, joined by a veth pair, TCP only. iptables drops everything on rank
+1's side of the pair for a while, or a share of the packets; tbf slows the pair down. A cut
+shorter than SLUICE_PEER_TIMEOUT, loss and slowness must be ridden out: every operation
+completes once, in order, nobody declared dead. A longer cut must end cleanly at the timeout:
+every operation towards rank 1 completes with Unavailable within a bound, nothing from rank 1
+is accepted after that, rank 2's traffic goes on.
 
-The namespaces, the pair and the rules are this test's own (addresses in 10.231.0.0/24, only
-inside them) and are removed afterwards. Needs root, iproute2 and iptables (scripts/setup)."""
+The namespaces, the pair, the rules and the rate limits are this test's own (addresses in
+10.231.0.0/24, only inside them) and are removed afterwards. Needs root, iproute2 and
+iptables (scripts/setup)."""
 import os
 import subprocess
 import sys
@@ -39,10 +41,11 @@ class NetworkCut(FaultHarness):
             ip("ip", "link", "set", self.dev[side], "up", ns=self.ns[side])
             ip("ip", "link", "set", "lo", "up", ns=self.ns[side])
 
-    def start_split(self, mode, extra, args=()):
+    def start_split(self, mode, extra, args=(), victim=None):
         # Rank 1 alone on side b; ranks 0 and 2 on side a. Each uses its side's veth only.
         side = lambda rank: 1 if rank == 1 else 0
-        self.start(mode, "tcp", extra, args=args, rank_env=lambda r: {"UCX_NET_DEVICES": self.dev[side(r)]},
+        self.start(mode, "tcp", extra, victim=victim, args=args,
+                   rank_env=lambda r: {"UCX_NET_DEVICES": self.dev[side(r)]},
                    wrap=lambda r: ["ip", "netns", "exec", self.ns[side(r)]])
 
     def cut(self, probability=None):
@@ -101,6 +104,22 @@ class NetworkCut(FaultHarness):
         rc, r, err = self.finish()
         self.check_ridden_out(rc, r, err)
         print("lossy link: %d packets dropped, %s sends to rank 1 completed" % (dropped, r["ok1"]))
+
+    def test_slow_link_is_no_failure_and_keeps_order(self):
+        # 20 Mbit/s each way between the sides (tbf on both ends of the pair) for the whole
+        # run; rank 0 keeps 32 messages in flight to rank 1, every 16th a 1 MiB rendezvous
+        # payload, so its flow crawls at the link's pace; rank 1 answers with small messages
+        # every millisecond (its own 1 MiB payloads, 128 MB/s of them, would pile up faster
+        # than the link drains them, and its bounded close would cut the pile off). Credits,
+        # acknowledgements and heartbeats share the sockets with the payloads, and still
+        # nobody is declared dead at the default timeout and nothing is lost or reordered.
+        for side in (0, 1):
+            ip("tc", "qdisc", "add", "dev", self.dev[side], "root", "tbf", "rate", "20mbit", "burst", "32kbit",
+               "latency", "400ms", ns=self.ns[side])
+        self.start_split("stop-survive", {}, args=["8"], victim={"PEER_FAULT_LARGE_EVERY": "0"})
+        rc, r, err = self.finish()
+        self.check_ridden_out(rc, r, err)
+        print("slow link: %s sends to rank 1 completed, longest wait for one %s s" % (r["ok1"], r["gap1_s"]))
 
     def test_cut_longer_than_the_peer_timeout_ends_cleanly_at_the_timeout(self):
         timeout = 3.0
