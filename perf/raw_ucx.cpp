@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <absl/strings/str_format.h>
+
 namespace sluice::perf {
 namespace {
 

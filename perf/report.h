@@ -38,7 +38,7 @@ std::vector<std::size_t> default_sizes(const std::string& test);
 int default_iters(const std::string& test, std::size_t size);
 double headline_ratio(const Row& r);
 // fanin's figures in words: the receive pool's high-water mark against its budget, and the
-// receiver's memory growth beside the raw baseline's when there is one.
+// messages left waiting by the held-up receiver, beside the raw baseline's when there is one.
 std::string fanin_note(const Row& r);
 void print(const std::vector<Row>& rows, const Options& o);
 
