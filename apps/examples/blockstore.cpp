@@ -78,12 +78,15 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
     return -1;
   }
   int pending = 0, bad = 0, errors = 0;
+  // Every call completes exactly once (the library bounds it: a dead or silent server fails
+  // them with Unavailable), and its callback and reply buffer are this function's: so it
+  // never returns while a call is outstanding, even after an error.
+  auto drain = [&] { engine.run_until([&] { return pending == 0; }); };
   auto size_of = [](int i) { return std::size_t{4096} << (i % 11); };  // 4 KiB .. 4 MiB
   std::vector<std::vector<std::byte>> written(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     BlockHeader h{static_cast<std::uint64_t>(i)};
     written[static_cast<std::size_t>(i)] = block_data(h.id, size_of(i));
-    ++pending;
     // kWouldBlock (no RPC slot or credit free yet): retried inside run_until, which
     // progresses between attempts and sleeps while nothing arrives.
     sluice::Result r = sluice::Result::kWouldBlock;
@@ -95,9 +98,18 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
                         });
       return r != sluice::Result::kWouldBlock;
     });
-    if (r != sluice::Result::kOk) return -1;
+    if (r != sluice::Result::kOk) {  // its callback will not run
+      std::fprintf(stderr, "blockstore: write of block %d: %s\n", i, sluice::to_string(r));
+      ++errors;
+      break;
+    }
+    ++pending;
   }
-  if (!engine.run_until([&] { return pending == 0; }, sluice::Clock::now() + std::chrono::seconds(60))) return -1;
+  drain();
+  if (errors) {
+    std::fprintf(stderr, "blockstore: %d writes failed\n", errors);
+    return -1;
+  }
   std::vector<std::vector<std::byte>> read(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     BlockHeader h{static_cast<std::uint64_t>(i)};
@@ -105,19 +117,29 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
     buf.resize(size_of(i));
     sluice::CallOptions o;
     o.reply_buffer = buf;  // the block lands here, straight from the server's memory
-    ++pending;
-    (void)(*peer)->call(kRead, std::as_bytes(std::span(&h, 1)), {}, o, [&, i](absl::Status s, sluice::Message& reply) {
-      --pending;
-      if (!s.ok()) {
-        ++errors;
-        return;
-      }
-      if (reply.payload().size() != written[static_cast<std::size_t>(i)].size() ||
-          std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(), reply.payload().size()) != 0)
-        ++bad;
+    sluice::Result r = sluice::Result::kWouldBlock;
+    engine.run_until([&] {
+      r = (*peer)->call(kRead, std::as_bytes(std::span(&h, 1)), {}, o, [&, i](absl::Status s, sluice::Message& reply) {
+        --pending;
+        if (!s.ok()) {
+          ++errors;
+          return;
+        }
+        if (reply.payload().size() != written[static_cast<std::size_t>(i)].size() ||
+            std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(),
+                        reply.payload().size()) != 0)
+          ++bad;
+      });
+      return r != sluice::Result::kWouldBlock;
     });
+    if (r != sluice::Result::kOk) {
+      std::fprintf(stderr, "blockstore: read of block %d: %s\n", i, sluice::to_string(r));
+      ++errors;
+      break;
+    }
+    ++pending;
   }
-  if (!engine.run_until([&] { return pending == 0; }, sluice::Clock::now() + std::chrono::seconds(60))) return -1;
+  drain();
   std::size_t bytes = 0;
   for (auto& w : written) bytes += w.size();
   std::printf("blockstore: wrote and read back %d blocks (%zu bytes): %d mismatches, %d errors\n", count, bytes, bad,

@@ -5,12 +5,16 @@ ranks 0 and 2 in another, joined by a veth pair, TCP only. iptables drops everyt
 shorter than SLUICE_PEER_TIMEOUT, loss and slowness must be ridden out: every operation
 completes once, in order, nobody declared dead. A longer cut must end cleanly at the timeout:
 every operation towards rank 1 completes with Unavailable within a bound, nothing from rank 1
-is accepted after that, rank 2's traffic goes on.
+is accepted after that, rank 2's traffic goes on. And in client/server mode (a blockstore
+server on one side, clients on the other), a link that is dead, or dies during connection
+set-up or just after it, fails the client within its bound, never hangs it, and a retry over
+the restored link succeeds.
 
 The namespaces, the pair, the rules and the rate limits are this test's own (addresses in
 10.231.0.0/24, only inside them) and are removed afterwards. Needs root, iproute2 and
 iptables (scripts/setup)."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +22,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import FaultHarness
+from harness import BUILD, FaultHarness
+
+BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
 
 
 def ip(*args, ns=None):
@@ -26,7 +32,10 @@ def ip(*args, ns=None):
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-class NetworkCut(FaultHarness):
+class Namespaces(FaultHarness):
+    """Two network namespaces joined by a veth pair (side a: 10.231.0.1, side b: 10.231.0.2),
+    rules and rate limits on side b's end; no tests of its own."""
+
     def setUp(self):
         tag = str(os.getpid() % 100000)
         self.ns = ["sluice-cut-a-" + tag, "sluice-cut-b-" + tag]
@@ -48,9 +57,13 @@ class NetworkCut(FaultHarness):
                    rank_env=lambda r: {"UCX_NET_DEVICES": self.dev[side(r)]},
                    wrap=lambda r: ["ip", "netns", "exec", self.ns[side(r)]])
 
-    def cut(self, probability=None):
-        """Drops every packet on rank 1's side of the pair, or each with `probability`."""
+    def cut(self, probability=None, after_bytes=None):
+        """Drops every packet on rank 1's side of the pair, or each with `probability`, or those
+        of a connection past its first `after_bytes` bytes (both directions counted)."""
         rule = ["-m", "statistic", "--mode", "random", "--probability", str(probability)] if probability else []
+        if after_bytes is not None:
+            rule = ["-m", "connbytes", "--connbytes", "%d:" % after_bytes, "--connbytes-dir", "both",
+                    "--connbytes-mode", "bytes"]
         for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
             ip("iptables", "-I", chain, flag, self.dev[1], *rule, "-j", "DROP", ns=self.ns[1])
         return time.time()
@@ -79,6 +92,8 @@ class NetworkCut(FaultHarness):
             code, out, e = self.rest[rank]
             self.assertEqual(code, 0, "rank %d received everything in order: %s %s" % (rank, out, e))
 
+
+class NetworkCut(Namespaces):
     def test_cut_shorter_than_the_peer_timeout_is_ridden_out_in_order(self):
         # 5 s without a packet, timeout 10 s: TCP retransmits after the cut (its back-off puts
         # the first retry about 6 s after the cut began), and the flows resume where they were.
@@ -133,6 +148,56 @@ class NetworkCut(FaultHarness):
         self.check_failure_handled(rc, r, err, t_cut, timeout + 1.5)
         self.assertGreater(float(r["first_failure_wall"]) - t_cut, timeout - 0.5, "not declared dead before the timeout")
         self.assertEqual(r["from1"], r["from1_at_death"], "nothing from rank 1 reached a handler after its failure")
+
+
+class ConnectionSetUp(Namespaces):
+    """A blockstore server on side a, clients on side b (client/server mode, TCP)."""
+
+    ENV = {"SLUICE_TLS": "tcp", "SLUICE_CONNECT_TIMEOUT": "2s", "SLUICE_PEER_TIMEOUT": "3s"}
+
+    def client(self, port):
+        cmd = ["ip", "netns", "exec", self.ns[1], BLOCKSTORE, "check", "10.231.0.1:%d" % port, "4"]
+        env = dict(os.environ, UCX_NET_DEVICES=self.dev[1], **self.ENV)
+        t = time.time()
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        return r.returncode, time.time() - t, r.stdout + r.stderr
+
+    def open_fds(self, pid):
+        return len(os.listdir("/proc/%d/fd" % pid))
+
+    def test_set_up_through_a_dead_or_dying_link_fails_within_its_bound_and_a_retry_succeeds(self):
+        # RELIABILITY.md, "reset or death during connection set-up". The link is dead from the
+        # first packet, or dies after 300 bytes (inside the connection's set-up) or after 2000
+        # (after the handshake, inside the first writes): each time the client ends with a
+        # clear error within its bound — the connect timeout, or the peer timeout once
+        # connected — and never hangs; the link back, the same client program succeeds; the
+        # server keeps serving and is left with no more file descriptors than before.
+        env = dict(os.environ, UCX_NET_DEVICES=self.dev[0], **self.ENV)
+        server = subprocess.Popen(["ip", "netns", "exec", self.ns[0], BLOCKSTORE, "serve", "10.231.0.1:0"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        port = int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
+        rc, _, out = self.client(port)
+        self.assertEqual(rc, 0, out)
+        time.sleep(0.5)
+        fds = self.open_fds(server.pid)
+        for after, bound, reason in ((None, 4.5, "within SLUICE_CONNECT_TIMEOUT=2s"),
+                                     (300, 4.5, "within SLUICE_CONNECT_TIMEOUT=2s"),
+                                     (2000, 5.5, "silent for")):
+            with self.subTest(cut_after_bytes=after):
+                self.cut(after_bytes=after)
+                rc, took, out = self.client(port)
+                self.assertGreater(self.restore(), 0, "packets were dropped")
+                self.assertNotEqual(rc, 0, out)
+                self.assertLess(took, bound, out)
+                self.assertIn(reason, out)
+                rc, _, out = self.client(port)
+                self.assertEqual(rc, 0, "a retry over the restored link: " + out)
+                self.assertIn("0 mismatches, 0 errors", out)
+        # The server declares the broken clients dead at its peer timeout and lets them go.
+        time.sleep(4)
+        self.assertIsNone(server.poll(), "the server still serves")
+        self.assertLessEqual(self.open_fds(server.pid), fds, "no file descriptor left behind")
 
 
 if __name__ == "__main__":
