@@ -78,7 +78,7 @@ struct Config {
   std::string boot_addr;
   std::string boot_token;
   // testing
-  std::string fault_at;  // SLUICE_FAULT_AT: a named fault point to die at (fault tests)
+  std::string fault_at;  // SLUICE_FAULT_AT: a named fault point to die (or fail) at (fault tests)
 
   // Reads and checks every SLUICE_* variable. Errors (InvalidArgument) name the variable,
   // the value and what is allowed. Unknown SLUICE_* variables are warned about once per

@@ -59,7 +59,7 @@ absl::Status EngineCore::init(int numa_node_option) {
   NumaPolicy policy = config_.numa;
   if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
   SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(policy, *topo_, current_cpu()));
-  arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk};
+  arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk, &fault_};
   std::size_t slot = eager_slot_size(eager_limit_);
   SLUICE_ASSIGN_OR_RETURN(send_pool_, Pool::create(Direction::kSend, config_, slot, arena_source_));
   SLUICE_ASSIGN_OR_RETURN(recv_pool_, Pool::create(Direction::kRecv, config_, slot, arena_source_));

@@ -13,8 +13,8 @@
 namespace sluice::detail {
 namespace {
 
-constexpr FaultPoint kPoints[] = {FaultPoint::kHello, FaultPoint::kRndvAnnounce, FaultPoint::kRndvPayload,
-                                  FaultPoint::kRndvLand, FaultPoint::kCreditReturn};
+constexpr FaultPoint kPoints[] = {FaultPoint::kHello,    FaultPoint::kRndvAnnounce, FaultPoint::kRndvPayload,
+                                  FaultPoint::kRndvLand, FaultPoint::kCreditReturn, FaultPoint::kPoolGrow};
 
 }  // namespace
 
@@ -26,6 +26,7 @@ const char* fault_point_name(FaultPoint p) {
     case FaultPoint::kRndvPayload: return "rndv-payload";
     case FaultPoint::kRndvLand: return "rndv-land";
     case FaultPoint::kCreditReturn: return "credit-return";
+    case FaultPoint::kPoolGrow: return "pool-grow";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 #include "mem/pool.h"
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
@@ -60,7 +61,11 @@ absl::Status PoolClass::grow() {
   std::size_t room = limit > budget_->mapped ? limit - budget_->mapped : 0;
   if (room < slot_size_) return absl::ResourceExhaustedError("budget");
   std::size_t bytes = std::min(want, room / slot_size_ * slot_size_);
-  auto arena = Arena::create(bytes, source_->huge, source_->node, source_->topo, source_->ucx);
+  auto arena = source_->fault != nullptr && source_->fault->fails(FaultPoint::kPoolGrow)
+                   ? absl::StatusOr<std::unique_ptr<Arena>>(absl::ResourceExhaustedError(
+                         "cannot map a pool arena: fault point pool-grow (SLUICE_FAULT_AT)"))
+                   : Arena::create(bytes, source_->huge, source_->node, source_->topo, source_->ucx);
+  map_failed_ = !arena.ok();
   if (!arena.ok()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot grow: %s",
                             to_string(budget_->direction), name_, arena.status().message());
@@ -99,12 +104,14 @@ void PoolClass::note_exhausted() {
   ++exhausted_;
   SLUICE_LOG_RATE_LIMITED(
       kWarn, "mem",
-      "%s pool exhausted: class %s, %u/%u slots of %u B in use, hwm %u, %s%s of %s mapped; "
-      "raise %s",
+      "%s pool exhausted: class %s, %u/%u slots of %u B in use, hwm %u, %s%s of %s mapped; %s",
       to_string(budget_->direction), name_, in_use(), total_, slot_size_, high_water_,
       reserved_ != 0 ? absl::StrFormat("%u reserved, ", reserved_) : std::string(),
       format_size(budget_->mapped), format_size(budget_->max),
-      reserved_only_ ? "SLUICE_CREDITS or SLUICE_RECV_POOL_MAX" : budget_->variable);
+      // Within the budget but unable to map more, raising the budget would not help.
+      map_failed_ ? std::string("it could not map more memory (see the line above)")
+                  : absl::StrCat("raise ", reserved_only_ ? "SLUICE_CREDITS or SLUICE_RECV_POOL_MAX"
+                                                          : budget_->variable));
 }
 
 Result PoolClass::try_get(Slot* out) {

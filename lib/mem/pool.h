@@ -13,6 +13,7 @@
 #include <sluice/config.h>
 #include <sluice/pool.h>
 
+#include "core/fault.h"
 #include "mem/arena.h"
 
 namespace sluice::detail {
@@ -37,6 +38,7 @@ struct ArenaSource {
   int node = -1;
   HugePages huge = HugePages::kTry;
   std::size_t chunk = std::size_t{2} << 20;
+  FaultTrigger* fault = nullptr;  // SLUICE_FAULT_AT=pool-grow (fault tests)
 };
 
 class PoolClass {
@@ -99,6 +101,7 @@ class PoolClass {
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::vector<std::unique_ptr<SlotDesc[]>> descs_;
   std::uint64_t high_water_ = 0, growth_ = 0, exhausted_ = 0, cross_thread_ = 0;
+  bool map_failed_ = false;  // the last growth within the budget could not map its chunk
 };
 
 // One direction's pool: an eager class and the large classes, sharing one budget.

@@ -46,9 +46,11 @@ class Messaging : public ::testing::TestWithParam<Transport> {
 };
 
 // Sends `payloads` from rank 0 to rank 1 with a ledger header; rank 1 checks every byte and
-// the order. Returns what rank 1 saw.
+// the order, after not consuming for `receiver_pause`. Returns what rank 1 saw and, in
+// `would_block`, how often a send answered kWouldBlock.
 void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& payloads, bool copy,
-                    std::vector<std::uint32_t>* order, HandlerOptions options = {}) {
+                    std::vector<std::uint32_t>* order, HandlerOptions options = {},
+                    std::chrono::milliseconds receiver_pause = {}, int* would_block = nullptr) {
   std::size_t bad = 0;
   ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
     Ledger l;
@@ -69,6 +71,7 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
       Result r = copy ? e.peer(1)->send_copy(kData, bytes_of(ledgers[i]), payloads[i], cb)
                       : e.peer(1)->send(kData, bytes_of(ledgers[i]), payloads[i], cb);
       if (r == Result::kWouldBlock) {
+        if (would_block != nullptr) ++*would_block;
         e.progress();
         continue;
       }
@@ -77,6 +80,7 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
     }
     ASSERT_TRUE(e.run_until([&] { return completed == payloads.size(); }, Clock::now() + kLong));
   }, [&](Engine& e) {
+    std::this_thread::sleep_for(receiver_pause);
     ASSERT_TRUE(e.run_until([&] { return order->size() == payloads.size(); }, Clock::now() + kLong));
   });
   EXPECT_EQ(bad, 0u);
@@ -694,6 +698,52 @@ TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
     EXPECT_LE(ps.mapped_bytes, ps.budget_bytes);
     EXPECT_LE(ps.classes[0].reserved, 3u);
   }
+}
+
+TEST(Messaging, PoolsThatCannotGrowFailCleanlyAndLoseNothing) {
+  // RELIABILITY.md, allocation and mmap failures. SLUICE_FAULT_AT=pool-grow:N fails every
+  // pool growth from the N-th on, as a failed mmap would.
+  {
+    // At start-up (the send pool's first chunk is growth 1): a clear error, no engine.
+    Config c;
+    c.fault_at = "pool-grow:1";
+    auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    auto eng = (*ctx)->create_engine();
+    ASSERT_FALSE(eng.ok());
+    EXPECT_EQ(eng.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(eng.status().message()), ::testing::HasSubstr("pool-grow"));
+  }
+  // At run time. Each rank maps its first send and receive chunks (growths 1 and 2, when
+  // its engine is made), then can map no more: no second send chunk, no slot of a large
+  // receive class. Rank 0 sends 600 eager messages of 4 KiB (a send slot each) and 12
+  // rendezvous payloads of 256 KiB while rank 1 does not consume for a second: rank 0's sends
+  // meet a send pool that cannot grow (kWouldBlock, retried after progressing), rank 1's
+  // payloads find no large receive slot (they land in the heap instead). Every message
+  // arrives, intact and in order, and both pools are whole again.
+  Config c0;
+  c0.pool_chunk = 1 << 20;  // 127 eager slots a chunk: enough for the credits
+  c0.fault_at = "pool-grow:3";
+  RankPair pair(c0);
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < 612; ++i)
+    payloads.push_back(pattern(i % 51 == 50 ? 256 << 10 : 4096, static_cast<std::uint32_t>(i)));
+  std::vector<std::uint32_t> order;
+  int would_block = 0;
+  send_and_check(pair, payloads, false, &order, {}, std::chrono::seconds(1), &would_block);
+  EXPECT_GT(would_block, 0) << "the send pool ran out and could not grow";
+  for (int r = 0; r < 2; ++r) {
+    for (Direction d : {Direction::kSend, Direction::kRecv}) {
+      for (const PoolClassStats& cls : pair.engine(r).pool_stats(d).classes) {
+        bool first_chunk = cls.name == "recv.eager" || cls.name == "send.eager";
+        EXPECT_EQ(cls.growth_events, first_chunk ? 1u : 0u) << "rank " << r << " " << cls.name;
+        std::size_t posted = cls.name == "recv.eager" ? c0.rx_posted : 0;  // the one peer's receives
+        EXPECT_EQ(cls.slots_free + posted, cls.slots_total) << "rank " << r << " " << cls.name << ": whole again";
+      }
+    }
+  }
+  EXPECT_GT(pair.engine(0).pool_stats(Direction::kSend).classes[0].exhaustion_events, 0u);
 }
 
 TEST(Messaging, SendFromARegisteredSendSlot) {

@@ -21,10 +21,12 @@ std::span<const std::byte> bytes_of(const T& v) {
 
 class RankPair {
  public:
-  explicit RankPair(std::optional<Config> config = std::nullopt) {
+  explicit RankPair(std::optional<Config> config = std::nullopt) : RankPair(config, config) {}
+  // Each rank with a configuration of its own.
+  RankPair(std::optional<Config> config0, std::optional<Config> config1) {
     auto boots = make_in_process_group(2);
-    std::thread other([&] { make(1, std::move(boots[1]), config); });
-    make(0, std::move(boots[0]), config);
+    std::thread other([&] { make(1, std::move(boots[1]), config1); });
+    make(0, std::move(boots[0]), config0);
     other.join();
   }
   ~RankPair() {
