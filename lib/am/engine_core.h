@@ -50,7 +50,7 @@ struct Op : TransportOp {
   std::size_t message_len = 0;         // packed bytes in slot
   std::uint64_t tag = 0;
   SendCallback on_done;
-  bool releases_rpc_slot = false;      // the last op of a reply: frees the server slot
+  bool releases_rpc_slot = false;      // the last op of a reply: its completion ends the reply in flight
   std::uint64_t call_id = 0;           // kReplyRx
   std::uint16_t ctrl_kind = 0;         // kCtrl
   Message pending;                     // kRndvRx: the announcement waiting for its payload

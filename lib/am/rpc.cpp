@@ -153,6 +153,7 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
       return r;
     }
     m.replied_ = true;
+    if (m.holds_rpc_slot_) p.server_slots.answer();
     pop->releases_rpc_slot = m.holds_rpc_slot_;
     pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
     c_.rpc_replies->add();
@@ -169,11 +170,13 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, true, &hop, &pop);
   } else {
     m.replied_ = true;
+    if (m.holds_rpc_slot_) p.server_slots.answer();
     c_.rpc_replies->add();
     return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0, m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
   m.replied_ = true;
+  if (m.holds_rpc_slot_) p.server_slots.answer();
   (pop ? pop : hop)->releases_rpc_slot = m.holds_rpc_slot_;
   c_.rpc_replies->add();
   return enqueue(p, hop, pop);

@@ -325,7 +325,7 @@ void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool r
     Op* next = op->coalesced_next;
     op->coalesced_next = nullptr;
     if (op->on_done) op->on_done(status);
-    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->server_slots.release();
+    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->server_slots.reply_done();
     free_op(op);
     op = next;
   }
@@ -368,7 +368,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
                             : absl::UnavailableError(absl::StrFormat(
                                   "peer rank %d: %s", p.rank, p.fail_reason.empty() ? "send failed" : p.fail_reason));
   if (op->on_done) op->on_done(status);
-  if (op->releases_rpc_slot && !stale) p.server_slots.release();
+  if (op->releases_rpc_slot && !stale) p.server_slots.reply_done();
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   free_op(op);
 }

@@ -187,8 +187,9 @@ std::vector<Field> flow_vars() {
                              &Config::send_queue_max, 1, 1 << 24),
       int_var<std::uint32_t>("SLUICE_RPC_SLOTS", "flow", "32",
                              "RPC request slots a server grants each client; a slot is busy "
-                             "until its reply's send has completed. Twice as many send slots "
-                             "are held back per client for replies.",
+                             "until its request is answered. Twice as many send slots are "
+                             "held back per client for replies, so replies still in flight "
+                             "have room too.",
                              &Config::rpc_slots, 1, 65535),
   };
 }

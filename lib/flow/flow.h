@@ -123,8 +123,13 @@ class ReorderWindow {
   bool has_ready_ = false;
 };
 
-// RPC request slots a server grants one client. A slot is busy from request arrival until the
-// reply's send completes.
+// RPC request slots a server grants one client. A slot is taken when a request arrives and
+// given back when its reply is handed over (answer): the caller counts the slot free as soon
+// as it has the reply, and may send its next request before this side has seen that reply's
+// send complete — over TCP the two race, and a slot held until the completion refused the
+// next request (the NFSv4.1 backchannel failure). A reply still in flight is counted apart
+// until its send completes (reply_done); its send buffer is the second half of the 2 x slots
+// held back for replies. A caller within its grant thus never meets a full table.
 class SlotTable {
  public:
   explicit SlotTable(std::uint32_t capacity = 0) : capacity_(capacity) {}
@@ -133,15 +138,28 @@ class SlotTable {
     ++busy_;
     return true;
   }
-  void release() {
+  // The request's reply is handed over (sent, queued, or refused).
+  void answer() {
     if (busy_ > 0) --busy_;
+    ++replying_;
+  }
+  // That reply's send has completed (or failed).
+  void reply_done() {
+    if (replying_ > 0) --replying_;
+  }
+  // A reply whose send completed at once.
+  void release() {
+    answer();
+    reply_done();
   }
   std::uint32_t busy() const { return busy_; }
+  std::uint32_t replying() const { return replying_; }
   std::uint32_t capacity() const { return capacity_; }
 
  private:
   std::uint32_t capacity_;
   std::uint32_t busy_ = 0;
+  std::uint32_t replying_ = 0;
 };
 
 // A caller's outstanding calls, by id, without hashing: an id is (index << kSeqBits) | sequence,

@@ -300,6 +300,49 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
   EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
 }
 
+TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
+  // The NFSv4.1 backchannel failure: the caller has its reply and sends the next request
+  // before the server has seen that reply's send complete. Over TCP, 4 x the slots in calls
+  // with 256 KiB replies (rendezvous, straight into the callers' buffers) issued at once: the
+  // server used to refuse some (rpc.slot_refused), holding each slot until the completion.
+  for (const char* tls : {"tcp", ""}) {
+    SCOPED_TRACE(tls);
+    Config c;
+    c.tls = tls;
+    c.rpc_slots = 4;
+    RankPair pair(c);
+    Server server;
+    std::vector<std::byte> block = pattern(256 << 10, 7);
+    ASSERT_TRUE(pair.engine(1).register_handler(kBig, [&](Message& m) {
+      EXPECT_EQ(m.reply({}, block), Result::kOk);
+    }).ok());
+    constexpr int kCalls = 16;
+    std::vector<std::vector<std::byte>> into(kCalls, std::vector<std::byte>(block.size()));
+    pair.run([&](Engine& e) {
+      int ok = 0, other = 0;
+      for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < kCalls; ++i) {
+          CallOptions o;
+          o.reply_buffer = into[static_cast<std::size_t>(i)];
+          ASSERT_EQ(e.peer(1)->call(kBig, {}, {}, o, [&, i](absl::Status st, Message& r) {
+            if (st.ok() && r.payload().size() == block.size() &&
+                std::memcmp(r.payload().data(), block.data(), block.size()) == 0) {
+              ++ok;
+            } else {
+              ++other;
+              ADD_FAILURE() << "call " << i << ": " << st;
+            }
+          }), Result::kOk);
+        }
+        ASSERT_TRUE(e.run_until([&] { return ok + other == (round + 1) * kCalls; }, Clock::now() + kLong));
+      }
+      EXPECT_EQ(other, 0);
+      server.stop = true;
+    }, [&](Engine& e) { server.serve(e); });
+    EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
+  }
+}
+
 TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   // The server's one-way sends to a client that holds their credits fill its send pool; a
   // reply still finds a send slot, out of the 2·S held back for replies (rpc.md).

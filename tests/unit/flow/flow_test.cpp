@@ -112,6 +112,26 @@ TEST(SlotTable, NeverAboveCapacity) {
   EXPECT_FALSE(t.try_acquire());
 }
 
+TEST(SlotTable, AnAnsweredRequestFreesItsSlotBeforeItsReplyHasLeft) {
+  // The caller may send its next request as soon as it has a reply; the reply's send may not
+  // have completed here yet. That request must find a slot.
+  SlotTable t(2);
+  EXPECT_TRUE(t.try_acquire());
+  EXPECT_TRUE(t.try_acquire());
+  t.answer();  // replied; the reply still in flight
+  t.answer();
+  EXPECT_EQ(t.busy(), 0u);
+  EXPECT_EQ(t.replying(), 2u);
+  EXPECT_TRUE(t.try_acquire());
+  EXPECT_TRUE(t.try_acquire());
+  EXPECT_FALSE(t.try_acquire()) << "still never more requests than the grant";
+  t.reply_done();
+  t.reply_done();
+  EXPECT_EQ(t.replying(), 0u);
+  t.reply_done();  // extra completions do not go below zero
+  EXPECT_EQ(t.replying(), 0u);
+}
+
 TEST(CallTable, FindsLiveCallsAndNeverAStaleId) {
   CallTable<std::string> t;
   auto [a, pa] = t.insert();
