@@ -2,8 +2,9 @@
 // process end the N-th time (default 1) it reaches point NAME: _exit, no goodbye, no cleanup,
 // as a crash there would. The fault tests run one peer armed and check that the others see
 // every operation complete once. One point fails an operation instead: pool-grow makes every
-// pool growth from the N-th on fail as a failed mmap would (memory that ran out stays out). Compiled in with meson -Dfault_points=true (the default, for
-// the tests); a build without them accepts the variable and ignores it, with a warning.
+// pool growth from the N-th on fail as a failed mmap would (memory that ran out stays out).
+// Compiled in with meson -Dfault_points=true (the default, for the tests); a build without
+// them accepts the variable and ignores it, with a warning.
 #pragma once
 
 #include <cstdint>

@@ -138,7 +138,7 @@ class SlotTable {
     ++busy_;
     return true;
   }
-  // The request's reply is handed over (sent, queued, or refused).
+  // The request's reply is handed over (sent, or queued to be sent).
   void answer() {
     if (busy_ > 0) --busy_;
     ++replying_;

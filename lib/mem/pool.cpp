@@ -59,7 +59,10 @@ absl::Status PoolClass::grow() {
   std::size_t limit = budget_->max > unbacked ? budget_->max - unbacked : 0;
   if (reserved_only_ || reserved_ != 0) limit = budget_->max;  // the class holding them
   std::size_t room = limit > budget_->mapped ? limit - budget_->mapped : 0;
-  if (room < slot_size_) return absl::ResourceExhaustedError("budget");
+  if (room < slot_size_) {
+    map_failed_ = false;  // the budget, not the memory, is what ran out
+    return absl::ResourceExhaustedError("budget");
+  }
   std::size_t bytes = std::min(want, room / slot_size_ * slot_size_);
   auto arena = source_->fault != nullptr && source_->fault->fails(FaultPoint::kPoolGrow)
                    ? absl::StatusOr<std::unique_ptr<Arena>>(absl::ResourceExhaustedError(
