@@ -44,6 +44,8 @@ class Namespaces(FaultHarness):
             ip("ip", "netns", "add", n)
             self.addCleanup(subprocess.run, ["ip", "netns", "del", n], capture_output=True)
         ip("ip", "link", "add", self.dev[0], "type", "veth", "peer", "name", self.dev[1])
+        # Gone with its namespace once moved there; this covers a set-up that fails before.
+        self.addCleanup(subprocess.run, ["ip", "link", "del", self.dev[0]], capture_output=True)
         for side in (0, 1):
             ip("ip", "link", "set", self.dev[side], "netns", self.ns[side])
             ip("ip", "addr", "add", "10.231.0.%d/24" % (side + 1), "dev", self.dev[side], ns=self.ns[side])
