@@ -56,7 +56,7 @@ class PerfSmoke(unittest.TestCase):
         fanin = [x for x in rows if x["test"] == "fanin"][0]
         self.assertLessEqual(float(fanin["ratio"]), 1.0, "receive high-water mark within the budget")
 
-    def test_fanin_receiver_holds_no_more_than_its_credits_raw_ucx_has_no_bound(self):
+    def test_fanin_holds_sluice_senders_to_their_credits_and_reports_raw_ucx_beside(self):
         # Rank 0 leaves what arrives unfinished for 200 ms: Sluice's senders stop at their
         # credits; the raw UCX senders are not stopped by anything (how many of their messages
         # arrive in that time is the machine's business, so only the report's form is checked).
