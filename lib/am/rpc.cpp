@@ -133,6 +133,16 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
   Op* hop = nullptr;
   Op* pop = nullptr;
   Result r;
+  // The reply is handed over: its slot is free for the caller's next request (the reply's own
+  // send, when not complete already, is counted until it completes: SlotTable).
+  auto answered = [&](bool sent) {
+    m.replied_ = true;
+    if (m.holds_rpc_slot_) {
+      if (sent) p.server_slots.release();
+      else p.server_slots.answer();
+    }
+    c_.rpc_replies->add();
+  };
   if (m.reply_buf_ && status == 0) {
     if (payload.size() > m.reply_capacity_) {
       status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
@@ -152,33 +162,25 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
       free_op(pop);
       return r;
     }
-    m.replied_ = true;
-    if (m.holds_rpc_slot_) p.server_slots.answer();
+    answered(false);
     pop->releases_rpc_slot = m.holds_rpc_slot_;
     pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
-    c_.rpc_replies->add();
     return enqueue(p, hop, pop);
   }
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
   if (send_inline(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status)) [[likely]] {
-    m.replied_ = true;
-    if (m.holds_rpc_slot_) p.server_slots.release();  // its send is complete already
-    c_.rpc_replies->add();
+    answered(true);  // its send is complete already
     return Result::kOk;
   }
   if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
     r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, true, &hop, &pop);
   } else {
-    m.replied_ = true;
-    if (m.holds_rpc_slot_) p.server_slots.answer();
-    c_.rpc_replies->add();
+    answered(false);
     return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0, m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
-  m.replied_ = true;
-  if (m.holds_rpc_slot_) p.server_slots.answer();
+  answered(false);
   (pop ? pop : hop)->releases_rpc_slot = m.holds_rpc_slot_;
-  c_.rpc_replies->add();
   return enqueue(p, hop, pop);
 }
 

@@ -13,9 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import BUILD, FaultHarness
-
-BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
+from harness import BLOCKSTORE, FaultHarness, open_fds, serve_blockstore
 
 
 class PeerFailure(FaultHarness):
@@ -107,15 +105,12 @@ class ClientChurn(unittest.TestCase):
             shm = sum(1 for line in f if "/dev/shm/" in line or "SYSV" in line)
         with open("/proc/%d/status" % pid) as f:
             rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
-        return len(os.listdir("/proc/%d/fd" % pid)), shm, rss
+        return open_fds(pid), shm, rss
 
     def churn(self, tls):
         # A killed client on shared memory is found by the heartbeat: a 2 s timeout.
         env = dict(os.environ, SLUICE_TLS=tls, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
-        server = subprocess.Popen([BLOCKSTORE, "serve", "127.0.0.1:0"], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: server.poll() is None and (server.kill(), server.communicate()))
-        port = int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
+        server, port = serve_blockstore(self, "127.0.0.1", env)
         client = [BLOCKSTORE, "check", "127.0.0.1:%d" % port, "44"]  # 34 MB each way: 0.25-0.45 s here
 
         def good_client():

@@ -9,7 +9,21 @@ import unittest
 
 BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
 PROG = os.path.join(BUILD, "tests/peer_fault")
+BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
 WATCHDOG = 120
+
+
+def serve_blockstore(test, host, env, prefix=()):
+    """Starts `blockstore serve host:0` (after the command `prefix`), killed when `test` ends;
+    returns the process and the port it serves on."""
+    server = subprocess.Popen(list(prefix) + [BLOCKSTORE, "serve", host + ":0"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    test.addCleanup(lambda: server.poll() is None and (server.kill(), server.communicate()))
+    return server, int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
 
 
 class FaultHarness(unittest.TestCase):

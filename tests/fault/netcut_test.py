@@ -14,7 +14,6 @@ The namespaces, the pair, the rules and the rate limits are this test's own (add
 10.231.0.0/24, only inside them) and are removed afterwards. Needs root, iproute2 and
 iptables (scripts/setup)."""
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,9 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import BUILD, FaultHarness
-
-BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
+from harness import BLOCKSTORE, FaultHarness, open_fds, serve_blockstore
 
 
 def ip(*args, ns=None):
@@ -164,9 +161,6 @@ class ConnectionSetUp(Namespaces):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         return r.returncode, time.time() - t, r.stdout + r.stderr
 
-    def open_fds(self, pid):
-        return len(os.listdir("/proc/%d/fd" % pid))
-
     def test_set_up_through_a_dead_or_dying_link_fails_within_its_bound_and_a_retry_succeeds(self):
         # RELIABILITY.md, "reset or death during connection set-up". The link is dead from the
         # first packet, or dies after 300 bytes (inside the connection's set-up) or after 2000
@@ -175,14 +169,11 @@ class ConnectionSetUp(Namespaces):
         # connected — and never hangs; the link back, the same client program succeeds; the
         # server keeps serving and is left with no more file descriptors than before.
         env = dict(os.environ, UCX_NET_DEVICES=self.dev[0], **self.ENV)
-        server = subprocess.Popen(["ip", "netns", "exec", self.ns[0], BLOCKSTORE, "serve", "10.231.0.1:0"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: (server.kill(), server.communicate()))
-        port = int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
+        server, port = serve_blockstore(self, "10.231.0.1", env, prefix=["ip", "netns", "exec", self.ns[0]])
         rc, _, out = self.client(port)
         self.assertEqual(rc, 0, out)
         time.sleep(0.5)
-        fds = self.open_fds(server.pid)
+        fds = open_fds(server.pid)
         for after, bound, reason in ((None, 4.5, "within SLUICE_CONNECT_TIMEOUT=2s"),
                                      (300, 4.5, "within SLUICE_CONNECT_TIMEOUT=2s"),
                                      (2000, 5.5, "silent for")):
@@ -199,7 +190,7 @@ class ConnectionSetUp(Namespaces):
         # The server declares the broken clients dead at its peer timeout and lets them go.
         time.sleep(4)
         self.assertIsNone(server.poll(), "the server still serves")
-        self.assertLessEqual(self.open_fds(server.pid), fds, "no file descriptor left behind")
+        self.assertLessEqual(open_fds(server.pid), fds, "no file descriptor left behind")
 
 
 if __name__ == "__main__":
