@@ -174,7 +174,8 @@ std::vector<Field> flow_vars() {
   return {
       int_var<std::uint32_t>("SLUICE_CREDITS", "flow", "32",
                              "Eager credits granted to each peer: messages it may have in "
-                             "flight to this engine, each backed by a reserved receive slot.",
+                             "flight to this engine, each backed by a reserved receive slot. "
+                             "Also sizes UCX's shared-memory FIFO (UCX_MM_FIFO_SIZE, unless set).",
                              &Config::credits, 2, 65535),
       int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
                              "Receives kept posted for each connected peer (exact tag; at most "

@@ -151,6 +151,13 @@ absl::Status ucx_status(int s, std::string_view what) {
   return absl::Status(ucx_status_code(s), absl::StrFormat("%s: %s", what, ucx_status_name(s)));
 }
 
+std::uint32_t shm_fifo_size(std::uint32_t credits) {
+  const std::uint64_t unconsumed = 3 * std::uint64_t{credits} + 16;
+  std::uint32_t fifo = 64;  // UCX's default
+  while (fifo < 2 * unconsumed && fifo < kShmFifoMax) fifo *= 2;
+  return fifo;
+}
+
 std::string ucx_library_version() {
   unsigned major, minor, release;
   ucp_get_version(&major, &minor, &release);
@@ -186,6 +193,16 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
   for (const char* name : shm_settings) {
     ucs_status_t s = ucp_config_modify(cfg, name, "y");
     if (s != UCS_OK) SLUICE_LOG(kWarn, "transport", "cannot set UCX_%s=y: %s", name, ucs_status_string(s));
+  }
+  // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
+  // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than
+  // what this process can leave in it. A size the user gave UCX is left alone.
+  if (may_use({"sm", "sysv", "posix", "mm"}) && std::getenv("UCX_MM_FIFO_SIZE") == nullptr &&
+      std::getenv("UCX_SYSV_FIFO_SIZE") == nullptr && std::getenv("UCX_POSIX_FIFO_SIZE") == nullptr) {
+    std::string fifo = std::to_string(shm_fifo_size(config.credits));
+    ucs_status_t s = ucp_config_modify(cfg, "MM_FIFO_SIZE", fifo.c_str());
+    if (s != UCS_OK)
+      SLUICE_LOG(kWarn, "transport", "cannot set UCX_MM_FIFO_SIZE=%s: %s", fifo.c_str(), ucs_status_string(s));
   }
   std::string tls = config.tls;
   if (!cma_works()) {

@@ -1,6 +1,7 @@
 // Reproducer, plain UCP (no Sluice): a server keeps a dead client's shared-memory segments
 // mapped after ucp_ep_close_nbx(FORCE) when sends to that client were pending as it died.
-// docs/reliability.md, "Not done yet". Build and run (scripts/debug/ucx_shm_leak.sh does both):
+// docs/reliability.md, "The dead clients' segments". Build and run (scripts/debug/ucx_shm_leak.sh
+// does both):
 //   g++ -O1 -std=c++20 ucx_shm_leak.cpp -o ucx_shm_leak -lucp -lucs
 //   ucx_shm_leak server PORT     ucx_shm_leak client PORT
 // The server streams 4 KiB tagged sends (at most 256 pending) to the client, which progresses

@@ -26,6 +26,22 @@ def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def dead_segments(pid):
+    """The SysV shared memory segments process `pid` has mapped whose creator is gone: a dead
+    peer's FIFO and receive buffers its transport kept (a SysV mapping's inode in the maps is the
+    segment id; /proc/sysvipc/shm names each segment's creator). peer_fault.cpp counts the same."""
+    with open("/proc/%d/maps" % pid) as f:
+        mapped = {int(line.split()[4]) for line in f if "SYSV" in line}
+    dead = []
+    with open("/proc/sysvipc/shm") as f:
+        next(f)
+        for fields in (line.split() for line in f):
+            shmid, creator = int(fields[1]), int(fields[4])
+            if shmid in mapped and not os.path.exists("/proc/%d" % creator):
+                dead.append(shmid)
+    return dead
+
+
 class FaultHarness(unittest.TestCase):
     """Starts peer_fault's three ranks with the file bootstrap and collects rank 0's result line;
     no tests of its own."""
@@ -86,6 +102,7 @@ class FaultHarness(unittest.TestCase):
         self.assertEqual(r["posted_exact"], "0", "receives posted for the dead sender's payloads were cancelled")
         self.assertEqual(r["held_landing"], "0", "no receive slot stays held by a partial payload")
         self.assertEqual(r["misordered"], "0", "what rank 0 received from rank 1 came in order")
+        self.assertEqual(r["dead_peer_segments"], "0", "no shared memory of the dead peer stays mapped")
         code, out, _ = self.rest[2]
         self.assertEqual(code, 0, "the bystander received everything in order: " + out)
 

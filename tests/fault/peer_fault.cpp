@@ -12,15 +12,22 @@
 //   every operation towards rank 1 completed exactly once (ok or Unavailable), none is left
 //   in the transport, the send pool is full again, rank 2 kept receiving after the failure,
 //   what it received came in order. Ranks 1 and 2 exit 4 when what they received did not.
+//   It also reports how many SysV segments of dead processes it still has mapped
+//   (dead_peer_segments; the driver asserts none).
 //
 //   peer_fault kill|stop|stop-survive [SECONDS]
 //   (SECONDS: how long rank 0 streams in stop-survive, default 8)
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +35,33 @@
 
 using namespace sluice;
 using Secs = std::chrono::duration<double>;
+
+// How many SysV shared memory segments this process still has mapped whose creator is gone:
+// a dead peer's FIFO and receive buffers that its transport never let go of. The maps name a
+// SysV mapping's segment id as its inode; /proc/sysvipc/shm names each segment's creator.
+static int dead_peer_segments() {
+  std::set<long> mapped;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("SYSV") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev;
+    long inode = -1;
+    fields >> range >> perms >> offset >> dev >> inode;
+    mapped.insert(inode);
+  }
+  int dead = 0;
+  std::ifstream shm("/proc/sysvipc/shm");
+  std::string header;
+  std::getline(shm, header);
+  for (std::string line; std::getline(shm, line);) {
+    std::istringstream fields(line);
+    long key, shmid, perms, size, cpid;
+    if (!(fields >> key >> shmid >> perms >> size >> cpid)) continue;
+    if (mapped.count(shmid) && ::kill(static_cast<pid_t>(cpid), 0) != 0 && errno == ESRCH) ++dead;
+  }
+  return dead;
+}
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "kill";  // kill | stop | stop-survive
@@ -188,13 +222,14 @@ int main(int argc, char** argv) {
   std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
               "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
-              "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f\n",
+              "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
+              "dead_peer_segments=%d\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
               static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
               first_failure_wall, last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")),
-              misordered, gap1);
+              misordered, gap1, dead_peer_segments());
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&

@@ -125,5 +125,15 @@ TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
   EXPECT_EQ(worker_->take_unexpected(kClass, kClassMask).message, nullptr);
 }
 
+// ucx.h, shm_fifo_size: twice what one sender can leave unconsumed (3 per credit and 16), a
+// power of two, between UCX's 64 and kShmFifoMax.
+TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
+  EXPECT_EQ(shm_fifo_size(2), 64u);     // 2 x 22 = 44
+  EXPECT_EQ(shm_fifo_size(32), 256u);   // 2 x 112 = 224
+  EXPECT_EQ(shm_fifo_size(37), 256u);   // 2 x 127 = 254
+  EXPECT_EQ(shm_fifo_size(38), 512u);   // 2 x 130 = 260
+  EXPECT_EQ(shm_fifo_size(65535), kShmFifoMax);
+}
+
 }  // namespace
 }  // namespace sluice::detail
