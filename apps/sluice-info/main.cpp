@@ -22,7 +22,7 @@ void usage(FILE* out) {
                "  -f          with -c: also its type, default and documentation\n"
                "  --markdown  with -c: print the variables as a markdown table\n"
                "  -t          print the topology (NUMA nodes, CPUs, RDMA devices)\n"
-               "  -d          print the UCX transports and devices available\n"
+               "  -d          print the UCX transports and devices, and the UCX settings Sluice makes\n"
                "  -v          print the Sluice and UCX versions\n");
 }
 

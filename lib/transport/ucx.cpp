@@ -187,22 +187,24 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
       if (t.find(n) != std::string::npos) return true;
     return false;
   };
-  std::vector<const char*> shm_settings;
-  if (may_use({"sm", "sysv", "posix", "mm"})) shm_settings.push_back("MM_ERROR_HANDLING");
-  if (may_use({"sm", "cma"})) shm_settings.push_back("MEMORY_INVALIDATE");
-  for (const char* name : shm_settings) {
-    ucs_status_t s = ucp_config_modify(cfg, name, "y");
-    if (s != UCS_OK) SLUICE_LOG(kWarn, "transport", "cannot set UCX_%s=y: %s", name, ucs_status_string(s));
-  }
+  // `shown` is how `ucx_info -c` names the setting.
+  std::vector<std::string> settings;
+  auto set = [&](const char* name, const std::string& value, const char* shown) {
+    ucs_status_t s = ucp_config_modify(cfg, name, value.c_str());
+    if (s == UCS_OK) {
+      settings.push_back(absl::StrFormat("%s=%s", shown, value));
+    } else {
+      SLUICE_LOG(kWarn, "transport", "cannot set %s=%s: %s", shown, value.c_str(), ucs_status_string(s));
+    }
+  };
+  if (may_use({"sm", "sysv", "posix", "mm"})) set("MM_ERROR_HANDLING", "y", "UCX_{SYSV,POSIX}_ERROR_HANDLING");
+  if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
   // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
   // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than
   // what this process can leave in it. A size the user gave UCX is left alone.
   if (may_use({"sm", "sysv", "posix", "mm"}) && std::getenv("UCX_MM_FIFO_SIZE") == nullptr &&
       std::getenv("UCX_SYSV_FIFO_SIZE") == nullptr && std::getenv("UCX_POSIX_FIFO_SIZE") == nullptr) {
-    std::string fifo = std::to_string(shm_fifo_size(config.credits));
-    ucs_status_t s = ucp_config_modify(cfg, "MM_FIFO_SIZE", fifo.c_str());
-    if (s != UCS_OK)
-      SLUICE_LOG(kWarn, "transport", "cannot set UCX_MM_FIFO_SIZE=%s: %s", fifo.c_str(), ucs_status_string(s));
+    set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
   std::string tls = config.tls;
   if (!cma_works()) {
@@ -230,6 +232,7 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
   }
   std::unique_ptr<UcxContext> out(new UcxContext());
   out->context_ = ctx;
+  out->settings_ = std::move(settings);
   return out;
 }
 
@@ -246,7 +249,9 @@ std::string UcxContext::describe() const {
   std::fclose(f);
   std::string out(buf, len);
   std::free(buf);
-  return out;
+  out += "#\n# set by Sluice:";
+  for (const std::string& s : settings_) out += " " + s;
+  return out + (settings_.empty() ? " nothing\n" : "\n");
 }
 
 // ---- memory ----------------------------------------------------------------------------

@@ -54,21 +54,23 @@ class UcxWorker;
 class UcxContext {
  public:
   // Creates a UCP context for tag matching with peer error handling, with the shared-memory
-  // transports' error handling switched on (so local peers keep sysv/posix/cma), and UCX_TLS
-  // from config.tls. Checks once per process that CMA works between processes and, when it
-  // does not, says so and leaves cma out.
+  // transports' error handling switched on (so local peers keep sysv/posix/cma), their FIFO
+  // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
+  // config.tls. Checks once per process that CMA works between processes and, when it does
+  // not, says so and leaves cma out.
   static absl::StatusOr<std::unique_ptr<UcxContext>> create(const Config& config);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
 
   void* handle() const { return context_; }
-  // What UCX reports about its transports and devices.
+  // What UCX reports about its transports and devices, then the UCX settings Sluice made.
   std::string describe() const;
 
  private:
   UcxContext() = default;
   void* context_ = nullptr;
+  std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };
 
 // A registered memory region: ucp_mem_map(address, length), unmapped on destruction.

@@ -256,6 +256,20 @@ class SluiceInfo(unittest.TestCase):
         self.assertIn("rdma devices:", r.stdout)
         self.assertIn("UCX", r.stdout)
 
+    def test_devices_name_the_ucx_settings_sluice_makes_and_leave_the_users_alone(self):
+        # architecture.md, 16: the shared-memory FIFO follows SLUICE_CREDITS unless UCX's is set.
+        r = run([INFO, "-d"])
+        self.assertIn("UCX_{SYSV,POSIX}_FIFO_SIZE=256", r.stdout)
+        r = run([INFO, "-d"], env={"SLUICE_CREDITS": "64"})
+        self.assertIn("UCX_{SYSV,POSIX}_FIFO_SIZE=512", r.stdout)
+        for name in ("UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"):
+            r = run([INFO, "-d"], env={name: "64"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("UCX_CMA_MEMORY_INVALIDATE=y", r.stdout)
+            self.assertNotIn("FIFO_SIZE", r.stdout, name + " set by the user")
+        r = run([INFO, "-d"], env={"SLUICE_TLS": "tcp"})
+        self.assertIn("# set by Sluice: nothing", r.stdout)
+
     def test_docs_configuration_matches_markdown_output(self):
         r = run([INFO, "-c", "--markdown"], env={k: "" for k in []})
         with open(os.path.join(SRC, "docs/configuration.md")) as f:
