@@ -210,9 +210,10 @@ std::string ucx_library_version();
 //
 // Why: when UCX fails an endpoint (a client/server peer's connection-manager socket closes as
 // it dies), it destroys the shared-memory lane only after flushing it, and that flush
-// (uct_mm_ep_flush, UCX 1.13.1 and later) answers NO_RESOURCE for as long as the dead peer's
-// FIFO is full, which is for ever: the peer's FIFO and receive buffers stay mapped here until
-// the worker is destroyed (~2 MB resident each; docs/reliability.md).
+// (uct_mm_ep_flush, the same in UCX's current source; 1.13.1 behaves so) answers NO_RESOURCE
+// for as long as the dead peer's FIFO is full, which is for ever: the peer's FIFO and receive
+// buffers stay mapped here until the worker is destroyed (~2 MB resident each;
+// docs/reliability.md).
 //
 // What one process can leave unconsumed in one peer's FIFO is bounded by the credits: at most
 // `credits` unreleased messages to it, each with UCX's rendezvous request beside it when its
@@ -221,8 +222,8 @@ std::string ucx_library_version();
 // sees only every half FIFO, so the FIFO holds twice that: 2 × (3 × credits + 16), rounded up
 // to a power of two, at least UCX's 64 and at most kShmFifoMax — 256 for the default 32
 // credits, which costs no memory over 64 (UCX allocates receive buffers 512 at a time).
-// Shared by several senders (ranks), a FIFO can still fill; there the heartbeat, not UCX,
-// finds the death, and Sluice's own close does not wait on the flush.
+// The bound is per sender: a FIFO that several local processes stream into can still fill
+// (docs/reliability.md, "Not done yet").
 inline constexpr std::uint32_t kShmFifoMax = 1024;
 std::uint32_t shm_fifo_size(std::uint32_t credits);
 
