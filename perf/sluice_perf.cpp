@@ -190,21 +190,19 @@ class Bench {
     Figures f;
     if (me_ != 0) return f;
     int total = c.warmup + c.iters;
-    // What the reply callbacks update, behind one pointer: a callback capturing it and the
-    // call's index fits std::function's inline storage, so the harness allocates nothing per
-    // call (the raw baseline does not either).
+    // What the reply callbacks update, behind one pointer: a callback capturing it, the call's
+    // index and whether it is timed fits std::function's inline storage, so the harness
+    // allocates nothing per call (the raw baseline does not either).
     // With one call in flight every call is timed, as the raw ping-pong times each round trip.
     // With more, only every kRateSample-th is: the raw windowed baseline reads no clock per
     // call, and two clock reads per call took a quarter of the caller's time here (perf).
+    const int sample = window > 1 ? kRateSample : 1;
     struct Run {
       Bench* bench;
-      int warmup;
-      int sample;
       int finished = 0;
       std::vector<double> rtts;
       std::vector<Clock::time_point> started;
-    } run{this, c.warmup, window > 1 ? kRateSample : 1, 0, {},
-          std::vector<Clock::time_point>(static_cast<std::size_t>(total))};
+    } run{this, 0, {}, std::vector<Clock::time_point>(static_cast<std::size_t>(total))};
     std::vector<double>& rtts = run.rtts;
     std::vector<Clock::time_point>& started = run.started;
     int& finished = run.finished;
@@ -215,11 +213,12 @@ class Bench {
         int i = issued;
         if (i == c.warmup && window > 1 && finished < issued) break;
         if (i == c.warmup) t_start = Clock::now();
-        if (i % run.sample == 0) started[static_cast<std::size_t>(i)] = Clock::now();
+        bool timed = i >= c.warmup && (i - c.warmup) % sample == 0;
+        if (timed) started[static_cast<std::size_t>(i)] = Clock::now();
         Result r;
-        while ((r = e.peer(1)->call(kEcho, {}, buf, {}, [run = &run, i](absl::Status s, Message&) {
+        while ((r = e.peer(1)->call(kEcho, {}, buf, {}, [run = &run, i, timed](absl::Status s, Message&) {
                  if (!s.ok()) run->bench->fail("call: " + s.ToString());
-                 if (i >= run->warmup && i % run->sample == 0)
+                 if (timed)
                    run->rtts.push_back(std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
                  ++run->finished;
                })) == Result::kWouldBlock) {
@@ -233,6 +232,7 @@ class Bench {
     double s = std::chrono::duration<double>(Clock::now() - t_start).count();
     f = from_rtts(rtts, 1.0, c.size);
     f.rate = c.iters / s;
+    f.bw_MBps = static_cast<double>(c.size) * f.rate / 1e6;
     return f;
   }
 
