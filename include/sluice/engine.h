@@ -79,6 +79,9 @@ class Peer {
   // The peer's rank in rank mode, -1 for a client/server peer.
   int rank() const { return rank_; }
   // This engine's index for the peer (the rank in rank mode); Message::source() of its messages.
+  // Once a client/server peer is gone (failed or closed, alive() false) and nothing of it is
+  // left, its index may serve a later client, as a file descriptor's number does; its Peer
+  // stays valid for the engine's life and answers kUnavailable.
   std::uint32_t id() const { return id_; }
   bool alive() const;
 
@@ -112,7 +115,7 @@ class Peer {
   Peer(detail::EngineCore* e, detail::PeerData* data, std::uint32_t id, int rank)
       : engine_(e), data_(data), id_(id), rank_(rank) {}
   detail::EngineCore* engine_;
-  detail::PeerData* data_;  // the engine's state for this peer (lives as long as the engine)
+  detail::PeerData* data_;  // the engine's state for this peer; a gone client's: a dead stand-in
   std::uint32_t id_;
   int rank_;
 };

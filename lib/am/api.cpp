@@ -75,7 +75,7 @@ Result Message::reply_error(const absl::Status& status) {
 
 // ---- Peer ----------------------------------------------------------------------------------
 
-bool Peer::alive() const { return engine_->peer_alive(id_); }
+bool Peer::alive() const { return data_->state != detail::PeerState::kDead; }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback on_done) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <absl/strings/str_format.h>
@@ -45,7 +46,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
                 &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
-                &s.counter("am.sent_inline")};
+                &s.counter("am.sent_inline"),      &s.counter("peers.reused")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -156,6 +157,7 @@ Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
   }
   op->kind = kind;
   op->peer = peer;
+  op->in_use = true;
   return op;
 }
 
@@ -175,6 +177,7 @@ void EngineCore::free_op(Op* op) {
   op->batch_last = 0;
   op->coalesced_tail = nullptr;
   op->request = nullptr;
+  op->in_use = false;
   op->next_free = free_ops_;
   free_ops_ = op;
 }
@@ -367,15 +370,57 @@ PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
   return nullptr;
 }
 
+// A gone client's slot may serve a new one once nothing refers to the old one any more: no
+// operation of it in the transport, no message of it the application holds, no call to it
+// open, no endpoint callback still to come. What arrives later from it carries the old receive
+// key and is dropped; completions of the old incarnation see a stale epoch.
+bool EngineCore::reusable(const PeerData& p) const {
+  if (p.state != PeerState::kDead || &p == connecting_ || p.close_pending || p.unreleased != 0 ||
+      p.landing != 0 || std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
+    return false;
+  // Its receive ops are the slot's own and serve the next client (open_receives) once their
+  // cancellation has come back.
+  for (const Op& op : op_storage_)
+    if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.busy || op.queued)) return false;
+  if (!calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty()) return false;
+  // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
+  // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
+  constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
+  return !worker_->has_unexpected(std::uint64_t{p.id} << wire::kSlotShift, kSlotBits);
+}
+
 PeerData& EngineCore::new_cs_peer() {
+  for (std::size_t i = 0; i < gone_cs_.size(); ++i) {
+    PeerData& old = *peers_[gone_cs_[i]];
+    if (!reusable(old)) continue;
+    gone_cs_.erase(gone_cs_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!gone_peer_) {
+      gone_peer_ = std::make_unique<PeerData>();
+      gone_peer_->state = PeerState::kDead;
+      gone_peer_->rank = -1;
+    }
+    old.handle->data_ = gone_peer_.get();
+    gone_handles_.push_back(std::move(old.handle));
+    PeerData fresh;
+    fresh.id = old.id;
+    fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
+    fresh.rx_ops = std::move(old.rx_ops);
+    old = std::move(fresh);
+    c_.peers_reused->add();
+    return init_cs_peer(old);
+  }
   auto p = std::make_unique<PeerData>();
   p->id = static_cast<std::uint32_t>(peers_.size());
-  p->rank = -1;
-  p->remote_slot = wire::kUnassignedSlot;
-  p->handle.reset(new Peer(this, p.get(), p->id, -1));
-  p->server_slots = SlotTable(config_.rpc_slots);
   peers_.push_back(std::move(p));
-  return *peers_.back();
+  return init_cs_peer(*peers_.back());
+}
+
+PeerData& EngineCore::init_cs_peer(PeerData& p) {
+  p.rank = -1;
+  p.remote_slot = wire::kUnassignedSlot;
+  p.handle.reset(new Peer(this, &p, p.id, -1));
+  p.server_slots = SlotTable(config_.rpc_slots);
+  return p;
 }
 
 Peer* EngineCore::peer(int rank) {
@@ -384,10 +429,6 @@ Peer* EngineCore::peer(int rank) {
 }
 
 Peer* EngineCore::peer_handle(std::uint32_t id) { return peers_[id]->handle.get(); }
-
-bool EngineCore::peer_alive(std::uint32_t id) const {
-  return peers_[id] && peers_[id]->state != PeerState::kDead;
-}
 
 absl::Status EngineCore::ensure_endpoint(PeerData& p) {
   if (p.ep.valid()) return absl::OkStatus();
@@ -427,7 +468,8 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
-    if (req != nullptr) (void)worker_->wait_request(req, Clock::now() + std::chrono::seconds(1));
+    if (req != nullptr)
+      p.close_pending = absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1)));
   }
   // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
   // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
@@ -456,6 +498,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   }
   p.server_slots = SlotTable(config_.rpc_slots);
   p.calls_outstanding = 0;
+  if (p.rank < 0) gone_cs_.push_back(p.id);
 }
 
 // ---- client/server mode ---------------------------------------------------------------------
@@ -624,6 +667,7 @@ const Stats& EngineCore::stats() {
     }
   }
   stats_.counter("am.tx_inflight").set(tx_inflight_);
+  stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   return stats_;
 }

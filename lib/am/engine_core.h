@@ -60,6 +60,7 @@ struct Op : TransportOp {
   // `busy`: posted, or its completion not yet handled (never both).
   bool queued = false;
   bool busy = false;
+  bool in_use = false;                 // between new_op() and free_op()
   bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
                                        // callback only frees it
   Op* next_free = nullptr;
@@ -161,6 +162,7 @@ struct PeerData {
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
+  bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
   bool has_waiting() const { return !queue.empty() || !call_queue.empty(); }
@@ -203,7 +205,6 @@ class EngineCore {
   // A released Message's credit goes back to its peer (unless the peer failed or restarted
   // since it arrived).
   void return_credit(PeerData& p, std::uint64_t incarnation);
-  bool peer_alive(std::uint32_t peer) const;
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
@@ -392,6 +393,8 @@ class EngineCore {
   }
   PeerData* peer_by_slot_slow(std::uint32_t slot);
   PeerData& new_cs_peer();
+  PeerData& init_cs_peer(PeerData& p);
+  bool reusable(const PeerData& p) const;
   void accept_pending();
   static void on_conn_request(void* arg, void* conn_request);
   void count_drop(const char* what);
@@ -419,6 +422,12 @@ class EngineCore {
   Op* free_ops_ = nullptr;
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
+  // Client/server peers that are gone: their slots serve later clients once nothing of them is
+  // left (reusable()). A gone client's Peer handle is kept, pointing at gone_peer_, so that
+  // one the application still holds answers kUnavailable instead of reaching the new client.
+  std::vector<std::uint32_t> gone_cs_;
+  std::unique_ptr<PeerData> gone_peer_;
+  std::vector<std::unique_ptr<Peer>> gone_handles_;
   bool draining_ = false;
   FaultTrigger fault_;  // SLUICE_FAULT_AT (fault tests)
   bool closing_ = false;  // shutting down: receives are not re-posted
@@ -480,6 +489,7 @@ class EngineCore {
     Counter* orphaned_sends;
     Counter* coalesced;
     Counter* sent_inline;
+    Counter* peers_reused;
   } c_{};
   friend class ::sluice::Message;
 };

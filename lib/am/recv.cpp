@@ -505,9 +505,11 @@ void EngineCore::release_handled(PeerData& p, Message& m) {
 }
 
 void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
-  // A handler may have progressed the engine, and the peer failed or restarted meanwhile.
-  if (p.epoch != incarnation || p.state != PeerState::kReady) [[unlikely]] return;
+  // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
+  // dead peer's messages are still counted down: its slot is reused only when none is left.
+  if (p.epoch != incarnation) [[unlikely]] return;
   --p.unreleased;
+  if (p.state != PeerState::kReady) [[unlikely]] return;
   p.owed.released();
   maybe_return_credits(p);
 }

@@ -123,15 +123,22 @@ TEST_P(ClientServer, ConnectToNobodyFailsWithinTheTimeout) {
   EXPECT_EQ((*e)->connect("no-port").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Also RELIABILITY.md's "the peer table returns to its starting point": a gone client's slot
+// serves a later one, and the gone client's Peer, which a server may still hold, answers
+// kUnavailable instead of reaching the newcomer.
 TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
-  constexpr int kRounds = 20;
+  constexpr int kRounds = 200;
   Node server(GetParam());
   auto port = server.engine->listen("127.0.0.1:0");
   ASSERT_TRUE(port.ok());
   std::atomic<bool> stop{false};
   int served = 0;
+  std::vector<Peer*> handles;          // each round's client as the server saw it
+  std::vector<std::uint32_t> sources;  // and its index
   ASSERT_TRUE(server.engine->register_handler(kGet, [&](Message& m) {
     ++served;
+    handles.push_back(m.peer());
+    sources.push_back(m.source());
     EXPECT_EQ(m.reply({}, m.payload()), Result::kOk);
   }).ok());
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
@@ -146,9 +153,29 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
     }), Result::kOk);
     ASSERT_TRUE(client.engine->run_until([&] { return done; }, Clock::now() + kLong));
   }
-  stop = true;
+  // The rest is read on the server's engine thread.
+  std::uint64_t table = 0, reused = 0;
+  int reached_newcomer = 0, checked = 0;
+  server.engine->post([&] {
+    table = server.engine->stats().value("peers.table");
+    reused = server.engine->stats().value("peers.reused");
+    for (std::size_t i = 0; i + 1 < handles.size(); ++i) {
+      for (std::size_t j = i + 1; j < handles.size(); ++j) {
+        if (sources[j] != sources[i]) continue;
+        ++checked;
+        EXPECT_NE(handles[i], handles[j]);
+        EXPECT_FALSE(handles[i]->alive());
+        if (handles[i]->send(kPut, {}, {}) != Result::kUnavailable) ++reached_newcomer;
+      }
+    }
+    stop = true;
+  });
   serving.join();
   EXPECT_EQ(served, kRounds);
+  EXPECT_GE(reused, kRounds / 2u) << "gone clients' slots served later ones";
+  EXPECT_LE(table, 4u) << "the peer table stays small";
+  EXPECT_GT(checked, 0);
+  EXPECT_EQ(reached_newcomer, 0) << "a gone client's Peer answers kUnavailable";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientServer, ::testing::Values("", "tcp"),
