@@ -390,10 +390,16 @@ bool EngineCore::reusable(const PeerData& p) const {
 }
 
 PeerData& EngineCore::new_cs_peer() {
-  for (std::size_t i = 0; i < gone_cs_.size(); ++i) {
-    PeerData& old = *peers_[gone_cs_[i]];
-    if (!reusable(old)) continue;
-    gone_cs_.erase(gone_cs_.begin() + static_cast<std::ptrdiff_t>(i));
+  // The oldest gone clients first, a few per connection: one that stays unusable (a message of
+  // it that UCX keeps) goes to the back instead of being looked at on every connection.
+  for (std::size_t tries = std::min<std::size_t>(gone_cs_.size(), 16); tries > 0; --tries) {
+    std::uint32_t id = gone_cs_.front();
+    gone_cs_.pop_front();
+    PeerData& old = *peers_[id];
+    if (!reusable(old)) {
+      gone_cs_.push_back(id);
+      continue;
+    }
     if (!gone_peer_) {
       gone_peer_ = std::make_unique<PeerData>();
       gone_peer_->state = PeerState::kDead;
@@ -407,10 +413,13 @@ PeerData& EngineCore::new_cs_peer() {
     fresh.rx_ops = std::move(old.rx_ops);
     old = std::move(fresh);
     c_.peers_reused->add();
+    SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
+               gone_cs_.size());
     return init_cs_peer(old);
   }
   auto p = std::make_unique<PeerData>();
   p->id = static_cast<std::uint32_t>(peers_.size());
+  SLUICE_LOG(kDebug, "am", "client slot %u is new (%zu gone, none free)", p->id, gone_cs_.size());
   peers_.push_back(std::move(p));
   return init_cs_peer(*peers_.back());
 }
@@ -547,6 +556,7 @@ void EngineCore::accept_pending() {
     if (!ep.ok()) {
       SLUICE_LOG(kWarn, "am", "cannot accept a connection: %s", ep.status().message());
       p.state = PeerState::kDead;
+      gone_cs_.push_back(p.id);
       continue;
     }
     p.ep = std::move(*ep);

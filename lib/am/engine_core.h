@@ -425,7 +425,7 @@ class EngineCore {
   // Client/server peers that are gone: their slots serve later clients once nothing of them is
   // left (reusable()). A gone client's Peer handle is kept, pointing at gone_peer_, so that
   // one the application still holds answers kUnavailable instead of reaching the new client.
-  std::vector<std::uint32_t> gone_cs_;
+  std::deque<std::uint32_t> gone_cs_;
   std::unique_ptr<PeerData> gone_peer_;
   std::vector<std::unique_ptr<Peer>> gone_handles_;
   bool draining_ = false;
