@@ -58,7 +58,7 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
 
   constexpr int kClients = 3;
   std::vector<std::thread> clients;
-  std::atomic<int> good{0};
+  std::atomic<int> good{0}, done{0};
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       Node client(GetParam());
@@ -94,6 +94,10 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
       }
       ASSERT_TRUE(client.engine->run_until([&] { return echoes == 100 && replies == 2; }, Clock::now() + kLong));
       ++good;
+      // Connected until every client is done: a gone client's index may serve a later one, so
+      // only clients connected at the same time must have indices of their own.
+      ++done;
+      (void)client.engine->run_until([&] { return done.load() == kClients; }, Clock::now() + kLong);
     });
   }
   for (auto& t : clients) t.join();
