@@ -70,6 +70,10 @@ struct Config {
   Duration spin = std::chrono::microseconds(100);  // run_until() busy-polls this long idle
   // transport
   std::string tls;  // empty: UCX's own choice
+  // UCX's shared-memory FIFO size was given in the environment (UCX_MM_FIFO_SIZE,
+  // UCX_SYSV_FIFO_SIZE or UCX_POSIX_FIFO_SIZE; found by from_env): Sluice leaves it as given
+  // instead of deriving it from the credits.
+  bool ucx_fifo_size_set = false;
   // boot
   std::string boot = "auto";
   int rank = -1;  // set by sluice-run (SLUICE_RANK); -1 when absent

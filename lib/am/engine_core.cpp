@@ -372,8 +372,8 @@ PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
 
 // A gone client's slot may serve a new one once nothing refers to the old one any more: no
 // operation of it in the transport, no message of it the application holds, no call to it
-// open, no endpoint callback still to come. What arrives later from it carries the old receive
-// key and is dropped; completions of the old incarnation see a stale epoch.
+// open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
+// Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
   if (p.state != PeerState::kDead || &p == connecting_ || p.close_pending || p.unreleased != 0 ||
       p.landing != 0 || std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
@@ -400,12 +400,7 @@ PeerData& EngineCore::new_cs_peer() {
       gone_cs_.push_back(id);
       continue;
     }
-    if (!gone_peer_) {
-      gone_peer_ = std::make_unique<PeerData>();
-      gone_peer_->state = PeerState::kDead;
-      gone_peer_->rank = -1;
-    }
-    old.handle->data_ = gone_peer_.get();
+    old.handle->data_ = &gone_peer_;
     gone_handles_.push_back(std::move(old.handle));
     PeerData fresh;
     fresh.id = old.id;

@@ -426,7 +426,12 @@ class EngineCore {
   // left (reusable()). A gone client's Peer handle is kept, pointing at gone_peer_, so that
   // one the application still holds answers kUnavailable instead of reaching the new client.
   std::deque<std::uint32_t> gone_cs_;
-  std::unique_ptr<PeerData> gone_peer_;
+  static PeerData dead_stand_in() {
+    PeerData p;
+    p.state = PeerState::kDead;
+    return p;
+  }
+  PeerData gone_peer_ = dead_stand_in();
   std::vector<std::unique_ptr<Peer>> gone_handles_;
   bool draining_ = false;
   FaultTrigger fault_;  // SLUICE_FAULT_AT (fault tests)

@@ -81,6 +81,8 @@ absl::StatusOr<Config> Config::from_env() {
                                                         *value, s.message(), var.type));
     }
   }
+  for (const char* ucx : {"UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"})
+    if (detail::config_lookup(ucx)) config.ucx_fifo_size_set = true;
   detail::set_log_level(config.log_level);
   if (config.rank >= 0) detail::set_log_rank(config.rank);
   SLUICE_RETURN_IF_ERROR(config.validate());

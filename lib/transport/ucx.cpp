@@ -197,15 +197,15 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
       SLUICE_LOG(kWarn, "transport", "cannot set %s=%s: %s", shown, value.c_str(), ucs_status_string(s));
     }
   };
-  if (may_use({"sm", "sysv", "posix", "mm"})) set("MM_ERROR_HANDLING", "y", "UCX_{SYSV,POSIX}_ERROR_HANDLING");
-  if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
-  // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
-  // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than
-  // what this process can leave in it. A size the user gave UCX is left alone.
-  if (may_use({"sm", "sysv", "posix", "mm"}) && std::getenv("UCX_MM_FIFO_SIZE") == nullptr &&
-      std::getenv("UCX_SYSV_FIFO_SIZE") == nullptr && std::getenv("UCX_POSIX_FIFO_SIZE") == nullptr) {
-    set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
+  if (may_use({"sm", "sysv", "posix", "mm"})) {
+    set("MM_ERROR_HANDLING", "y", "UCX_{SYSV,POSIX}_ERROR_HANDLING");
+    // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
+    // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than what
+    // this process can leave in it. A size the user gave UCX is left alone.
+    if (!config.ucx_fifo_size_set)
+      set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
+  if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
   std::string tls = config.tls;
   if (!cma_works()) {
     static std::once_flag once;
