@@ -29,6 +29,9 @@ namespace sluice {
 
 enum class LogLevel : int { kError = 0, kWarn, kInfo, kDebug, kTrace };
 enum class HugePages : int { kNo, kTry, kYes };
+// Authentication of client/server connections (SLUICE_AUTH); kAuto: kRequired when a key
+// file is set, kOff otherwise (Config::auth_mode() resolves it).
+enum class AuthMode : int { kAuto, kOff, kOptional, kRequired };
 
 // Where an engine's pools live (SLUICE_NUMA).
 struct NumaPolicy {
@@ -68,6 +71,11 @@ struct Config {
   Duration connect_timeout = std::chrono::seconds(10);
   // progress
   Duration spin = std::chrono::microseconds(100);  // run_until() busy-polls this long idle
+  // client/server mode: the front door
+  AuthMode auth = AuthMode::kAuto;
+  std::string auth_key_file;  // SLUICE_AUTH_KEY_FILE: the path, never the key
+  Duration handshake_timeout = std::chrono::seconds(3);
+  std::uint32_t handshake_max = 64;
   // transport
   std::string tls;  // empty: UCX's own choice
   // UCX's shared-memory FIFO size was given in the environment (UCX_MM_FIFO_SIZE,
@@ -91,6 +99,9 @@ struct Config {
 
   // Cross-field checks (eager limit against slot sizes, pool maxima against chunks).
   absl::Status validate() const;
+
+  // SLUICE_AUTH with kAuto resolved: kRequired when SLUICE_AUTH_KEY_FILE is set, else kOff.
+  AuthMode auth_mode() const;
 
   // The eager limit in bytes, `auto` resolved for the given transports (8 KiB today).
   std::size_t eager_limit() const;

@@ -56,6 +56,9 @@ absl::Status EngineCore::init(int numa_node_option) {
                config_.fault_at);
   }
   fault_.arm(fault);
+  if (config_.auth_mode() != AuthMode::kOff) {
+    SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
+  }
   SLUICE_ASSIGN_OR_RETURN(worker_, UcxWorker::create(*ucx_));
   NumaPolicy policy = config_.numa;
   if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
@@ -257,13 +260,16 @@ bool EngineCore::progress() {
     any = true;
     run_posted();
   }
-  if (!conn_requests_.empty()) [[unlikely]] accept_pending();
   // Reading the clock is not free on every machine (a VM without a stable TSC pays a
   // system-call-like price): timers are checked every kTimerEvery calls.
   if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
     since_timer_check_ = 0;
     now_ = Clock::now();
     if (now_ >= next_timer_) timers(now_);
+    if (door_ && now_ >= door_due_) {
+      door_due_ = now_ + kDoorEvery;
+      door_->poll(now_);
+    }
     take_first_contacts();
     if (!stale_tags_.empty()) purge_stragglers(now_);
   }
@@ -275,13 +281,20 @@ void EngineCore::wait(Clock::time_point deadline) {
   if (progress()) return;
   if (!worker_->arm()) return;  // events pending: progress instead of sleeping
   if (has_posted_.load(std::memory_order_acquire)) return;
-  Clock::time_point until = std::min(deadline, next_timer_);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-  if (ms > 0) {
-    pollfd p{worker_->event_fd(), POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(std::min<long long>(ms, 1000)));
-  }
+  sleep_until(std::min(deadline, next_timer_));
   progress();
+}
+
+void EngineCore::sleep_until(Clock::time_point until) {
+  if (door_) until = std::min(until, door_->next_deadline());
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
+  pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0}};
+  if (ms > 0) ::poll(fds, door_ ? 2 : 1, static_cast<int>(std::min<long long>(ms, 1000)));
+  if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
+    door_due_ = Clock::now() + kDoorEvery;
+    door_->poll(Clock::now());
+  }
 }
 
 void EngineCore::post(std::function<void()> fn) {
@@ -315,16 +328,20 @@ void EngineCore::timers(Clock::time_point now) {
       continue;
     }
     if (p.state != PeerState::kReady) continue;
+    if (now - p.link_lost_at >= kLinkGrace) [[unlikely]] {
+      fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+      continue;
+    }
     Duration silent = now - p.last_heard;
     if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
       // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
       PoolClassStats rx = recv_pool_->eager().stats();
       SLUICE_LOG(kWarn, "am",
-                 "peer rank %d silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
+                 "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
                  "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-                 p.rank, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
+                 p.name, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
                  p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
                  std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->busy; }),
                  p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
@@ -358,6 +375,7 @@ PeerData* EngineCore::create_rank_peer(int rank) {
   slot = std::make_unique<PeerData>();
   slot->id = static_cast<std::uint32_t>(rank);
   slot->rank = rank;
+  slot->name = absl::StrFormat("rank %d", rank);
   slot->handle.reset(new Peer(this, slot.get(), slot->id, rank));
   slot->server_slots = SlotTable(config_.rpc_slots);
   slot->remote_slot = static_cast<std::uint32_t>(this->rank());
@@ -366,7 +384,6 @@ PeerData* EngineCore::create_rank_peer(int rank) {
 
 PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
   if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
-  if (slot == wire::kUnassignedSlot) return connecting_;
   return nullptr;
 }
 
@@ -375,7 +392,7 @@ PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || &p == connecting_ || p.close_pending || p.unreleased != 0 ||
+  if (p.state != PeerState::kDead || p.close_pending || p.unreleased != 0 ||
       p.landing != 0 || std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
@@ -421,6 +438,7 @@ PeerData& EngineCore::new_cs_peer() {
 
 PeerData& EngineCore::init_cs_peer(PeerData& p) {
   p.rank = -1;
+  p.name = absl::StrFormat("client slot %u", p.id);
   p.remote_slot = wire::kUnassignedSlot;
   p.handle.reset(new Peer(this, &p, p.id, -1));
   p.server_slots = SlotTable(config_.rpc_slots);
@@ -446,15 +464,17 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   bool orderly = code == absl::StatusCode::kCancelled;
   if (!orderly) {
     c_.peers_failed->add();
-    SLUICE_LOG(kWarn, "am", "peer rank %d failed: %s; its operations complete with %s", p.rank,
+    SLUICE_LOG(kWarn, "am", "peer %s failed: %s; its operations complete with %s", p.name,
                reason, absl::StatusCodeToString(code));
   } else {
-    SLUICE_LOG(kDebug, "am", "peer rank %d closed: %s", p.rank, reason);
+    SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
   }
   p.state = PeerState::kDead;
   p.fail_reason = reason;
+  p.link_lost_at = Clock::time_point::max();
+  if (p.rank < 0 && door_) door_->close_link(p.id);
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
-                      absl::StrFormat("peer rank %d: %s", p.rank, reason));
+                      absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
   p.queued = 0;
   for (auto* q : {&p.queue, &p.call_queue}) {
@@ -524,65 +544,114 @@ absl::StatusOr<std::pair<std::string, int>> split_host_port(std::string_view hp)
 }
 }  // namespace
 
-void EngineCore::on_conn_request(void* arg, void* conn_request) {
-  static_cast<EngineCore*>(arg)->conn_requests_.push_back(conn_request);
+Door& EngineCore::door() {
+  if (!door_) {
+    DoorOptions o;
+    o.auth = config_.auth_mode() == AuthMode::kRequired   ? door::AuthMode::kRequired
+             : config_.auth_mode() == AuthMode::kOptional ? door::AuthMode::kOptional
+                                                          : door::AuthMode::kOff;
+    o.key = key_.get();
+    o.handshake_timeout = config_.handshake_timeout;
+    o.max_pending = config_.handshake_max;
+    o.connect_timeout = config_.connect_timeout;
+    o.worker_address = worker_->address();
+    Door::Owner* owner = this;
+    door_ = std::make_unique<Door>(owner, std::move(o), &stats_);
+  }
+  return *door_;
 }
 
 absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
-  if (listener_) return absl::FailedPreconditionError("this engine already listens");
+  if (door_ && door_->listening()) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
-  SLUICE_ASSIGN_OR_RETURN(listener_, UcxListener::create(*worker_, hp.first, hp.second,
-                                                         &EngineCore::on_conn_request, this));
-  SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d", engine_id_, hp.first, listener_->port());
-  return listener_->port();
+  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.first, hp.second));
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d (authentication %s)", engine_id_, hp.first, port,
+             key_ ? "on" : "off");
+  return port;
 }
 
-void EngineCore::accept_pending() {
-  std::vector<void*> requests;
-  requests.swap(conn_requests_);
-  for (void* req : requests) {
-    if (closing_) {
-      listener_->reject(req);
-      continue;
-    }
-    PeerData& p = new_cs_peer();
-    p.accepted = true;
-    auto ep = worker_->accept(req, &EngineCore::on_ep_error, &p);
-    if (!ep.ok()) {
-      SLUICE_LOG(kWarn, "am", "cannot accept a connection: %s", ep.status().message());
-      p.state = PeerState::kDead;
-      gone_cs_.push_back(p.id);
-      continue;
-    }
-    p.ep = std::move(*ep);
-    p.state = PeerState::kConnecting;
-    p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
-                                                            : Clock::now() + config_.connect_timeout;
-    // The server speaks first: its HELLO tells the client which slot to use towards it.
-    send_hello(p);
+void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
+  p.state = PeerState::kDead;
+  p.fail_reason = why;
+  gone_cs_.push_back(p.id);
+}
+
+absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
+  if (closing_ || shutting_down_) return absl::UnavailableError("the server is shutting down");
+  PeerData& p = new_cs_peer();
+  p.accepted = true;
+  p.name = "client " + a.name;
+  p.remote_slot = a.slot;
+  auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+  if (!ep.ok()) {
+    abandon_cs_peer(p, std::string(ep.status().message()));
+    return absl::UnavailableError(absl::StrFormat("the server cannot reach the client's UCX address: %s",
+                                                  ep.status().message()));
+  }
+  p.ep = std::move(*ep);
+  // The client speaks first over UCX: its HELLO, then ours (handle_hello).
+  p.state = PeerState::kConnecting;
+  p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                          : Clock::now() + config_.connect_timeout;
+  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
+  return p.id;
+}
+
+void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
+  if (slot >= peers_.size() || !peers_[slot]) return;
+  PeerData& p = *peers_[slot];
+  if (p.state == PeerState::kDead) return;
+  p.fail_reason = why;
+  if (p.state == PeerState::kReady) {
+    p.link_lost_at = now_;  // its BYE may still be on its way
+    next_timer_ = std::min(next_timer_, now_ + kLinkGrace);
+  } else {
+    fail_peer(p, absl::StatusCode::kUnavailable, why);
   }
 }
 
 absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
-  if (connecting_ != nullptr) return absl::FailedPreconditionError("connect() is already in progress");
+  if (door_ && door_->dialing()) return absl::FailedPreconditionError("connect() is already in progress");
   SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
-  PeerData& p = new_cs_peer();
-  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect_sockaddr(hp.first, hp.second, &EngineCore::on_ep_error, &p));
-  p.state = PeerState::kConnecting;
   auto deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
                                                        : Clock::now() + config_.connect_timeout;
+  PeerData& p = new_cs_peer();
+  p.name = absl::StrFormat("server %s", host_port);
+  if (absl::Status s = door().dial(hp.first, hp.second, p.id, deadline); !s.ok()) {
+    abandon_cs_peer(p, std::string(s.message()));
+    return s;
+  }
+  // The pre-handshake over Sluice's own socket; the engine sleeps between its steps.
+  while (door_->dialing()) {
+    if (!progress()) sleep_until(std::min(deadline, next_timer_));
+    door_->poll(Clock::now());
+  }
+  absl::StatusOr<Door::Dialed> dialed = door_->take_dial_result();
+  if (!dialed.ok()) {
+    abandon_cs_peer(p, std::string(dialed.status().message()));
+    return dialed.status();
+  }
+  p.remote_slot = dialed->slot;
+  auto ep = worker_->connect(dialed->address, &EngineCore::on_ep_error, &p);
+  if (!ep.ok()) {
+    door_->close_link(p.id);
+    abandon_cs_peer(p, std::string(ep.status().message()));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, ep.status().message()));
+  }
+  p.ep = std::move(*ep);
+  p.state = PeerState::kConnecting;
   p.hello_deadline = deadline;
-  connecting_ = &p;
-  // The server's HELLO comes first (tag slot unassigned); ours answers it (handle_hello).
+  send_hello(p);
+  // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
+  // fails the peer.
   while (p.state == PeerState::kConnecting) {
-    progress();
-    if (Clock::now() >= deadline) {
+    wait(deadline);
+    if (Clock::now() >= deadline && p.state == PeerState::kConnecting) {
       fail_peer(p, absl::StatusCode::kDeadlineExceeded,
                 absl::StrFormat("no handshake with %s within SLUICE_CONNECT_TIMEOUT=%s", host_port,
                                 format_duration(config_.connect_timeout)));
     }
   }
-  connecting_ = nullptr;
   if (p.state != PeerState::kReady) {
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
   }
@@ -608,7 +677,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     op.orphaned = true;
     --tx_inflight_;
     c_.orphaned_sends->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "peer rank %d: the transport did not complete a send to the dead peer; completed by sluice", p.rank);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
     if (op.on_done) {
       SendCallback cb = std::move(op.on_done);
       op.on_done = nullptr;

@@ -16,6 +16,7 @@
 #include <sluice/engine.h>
 
 #include "core/fault.h"
+#include "door/door.h"
 #include "flow/flow.h"
 #include "mem/pool.h"
 #include "topo/topology.h"
@@ -118,6 +119,7 @@ struct Call {
 struct PeerData {
   std::uint32_t id = 0;             // our index for it: the slot it puts in tags to us
   int rank = -1;                     // its rank in rank mode; -1 for a client/server peer
+  std::string name;                  // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
   std::uint32_t remote_slot = 0;     // its index for us: the slot we put in tags to it
   bool accepted = false;             // client/server: it connected to our listener
   PeerState state = PeerState::kNew;
@@ -163,6 +165,9 @@ struct PeerData {
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
   bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
+  // Client/server: when its front-door link closed (its process ended, or it is closing: its
+  // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
+  Clock::time_point link_lost_at = Clock::time_point::max();
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
   bool has_waiting() const { return !queue.empty() || !call_queue.empty(); }
@@ -176,7 +181,7 @@ struct HandlerEntry {
   HandlerOptions options;
 };
 
-class EngineCore {
+class EngineCore : private Door::Owner {
  public:
   EngineCore(const Config& config, const Topology* topo, const UcxContext* ucx, Bootstrap* boot,
              int engine_id);
@@ -395,8 +400,15 @@ class EngineCore {
   PeerData& new_cs_peer();
   PeerData& init_cs_peer(PeerData& p);
   bool reusable(const PeerData& p) const;
-  void accept_pending();
-  static void on_conn_request(void* arg, void* conn_request);
+  // A client/server peer that never got going (its connect or admission failed): gone.
+  void abandon_cs_peer(PeerData& p, const std::string& why);
+  // The front door, made on first listen() or connect().
+  Door& door();
+  // Door::Owner: a client passed the pre-handshake; its link closed.
+  absl::StatusOr<std::uint32_t> admit(const Door::Admission& a) override;
+  void link_lost(std::uint32_t slot, const std::string& why) override;
+  // Sleeps until the worker, the front door or `until` wakes it (no progress call).
+  void sleep_until(Clock::time_point until);
   void count_drop(const char* what);
 
   const Config config_;
@@ -412,9 +424,13 @@ class EngineCore {
   ArenaSource arena_source_;
   std::vector<std::unique_ptr<PeerData>> peers_;  // ranks first, then client/server peers
   int ranks_ = 0;                                  // boot_->size(), read on every lookup
-  std::unique_ptr<UcxListener> listener_;
-  std::vector<void*> conn_requests_;               // arrived at the listener, not yet accepted
-  PeerData* connecting_ = nullptr;                 // our one connect() in progress
+  std::unique_ptr<door::Key> key_;                 // SLUICE_AUTH_KEY_FILE's, when authenticating
+  std::unique_ptr<Door> door_;
+  Clock::time_point door_due_{};                   // progress() polls the door from then on
+  // How often a busy engine looks at its front door (a poll of one epoll fd), and how long a
+  // peer whose link closed may still say BYE.
+  static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
+  static constexpr Duration kLinkGrace = std::chrono::milliseconds(250);
   std::vector<std::string> addresses_;            // by rank
   std::vector<HandlerEntry> handlers_;
   std::vector<Op*> rx_ops_;  // every per-peer receive op (for close)

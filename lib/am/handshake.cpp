@@ -36,13 +36,13 @@ bool EngineCore::send_hello(PeerData& p) {
   while (grant >= 2 && !recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
   if (grant < 2) {
     refuse(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
-                              "receive slots) for rank %d: receive budget exhausted; raise "
+                              "receive slots) for %s: receive budget exhausted; raise "
                               "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
-                              recv_pool_->eager().slot_size(), p.rank));
+                              recv_pool_->eager().slot_size(), p.name));
     return false;
   }
   if (grant < config_.credits) {
-    SLUICE_LOG(kInfo, "flow", "rank %d granted %u credits, not %u: receive budget", p.rank, grant, config_.credits);
+    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, config_.credits);
   }
   p.granted = grant;
   p.rx_reserved = posted(grant);
@@ -53,13 +53,13 @@ bool EngineCore::send_hello(PeerData& p) {
   std::uint32_t slots = config_.rpc_slots;
   while (slots >= 1 && !send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
   if (slots == 0) {
-    refuse(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for rank %d: send budget "
+    refuse(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
                               "exhausted; raise SLUICE_SEND_POOL_MAX",
-                              send_pool_->eager().slot_size(), p.rank));
+                              send_pool_->eager().slot_size(), p.name));
     return false;
   }
   if (slots < config_.rpc_slots) {
-    SLUICE_LOG(kInfo, "flow", "rank %d granted %u RPC slots, not %u: send budget for replies", p.rank, slots,
+    SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name, slots,
                config_.rpc_slots);
   }
   p.reply_reserved = 2 * slots;
@@ -139,7 +139,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
                               : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
     if (!parsed || !who_ok) {
       c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from rank %d rejected", p.rank);
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from %s rejected", p.name);
       return;
     }
     handle_hello(p, hello);
@@ -151,7 +151,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   if (h.handler == wire::kReject) {
     std::string why(reinterpret_cast<const char*>(body.data()), body.size());
-    SLUICE_LOG(kError, "am", "rank %d refused the connection: %s", p.rank, why);
+    SLUICE_LOG(kError, "am", "%s refused the connection: %s", p.name, why);
     fail_peer(p, absl::StatusCode::kUnavailable, "refused by the peer: " + why);
     return;
   }
@@ -161,7 +161,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   if (h.credits != 0 && !p.credits.give_back(h.credits)) {
     c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d returned %u credits, more than granted", p.rank, h.credits);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p.name, h.credits);
   }
   switch (h.handler) {
     case wire::kCredit: break;
@@ -177,14 +177,14 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
         // More undelivered messages than it had credits for: not a sequence a correct peer
         // sends. Close now rather than wait for messages that cannot come.
         c_.parse_errors->add();
-        SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d said goodbye after sequence %u, beyond its credits", p.rank, h.aux);
+        SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name, h.aux);
         p.bye_seq = p.window.delivered();
       }
       close_after_bye(p);
       return;
     default:
       c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from rank %d", h.handler, p.rank);
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from %s", h.handler, p.name);
       return;
   }
   flush(p);
@@ -202,7 +202,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   if (p.hello_received || p.state == PeerState::kDead) {
     // A restarted peer: whatever was towards the old incarnation is over.
     if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
-    SLUICE_LOG(kInfo, "am", "rank %d restarted (new incarnation), reconnecting", p.rank);
+    SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
     ++p.epoch;  // completions of the old incarnation's operations are ignored
     p.state = PeerState::kNew;
     p.hello_sent = p.hello_received = false;
@@ -222,7 +222,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   }
   if (hello.credits < 2) {
     fail_peer(p, absl::StatusCode::kResourceExhausted,
-              absl::StrFormat("rank %d granted %u credits, fewer than the minimum of 2", p.rank, hello.credits));
+              absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name, hello.credits));
     return;
   }
   p.hello_received = true;
@@ -253,7 +253,7 @@ void EngineCore::maybe_ready(PeerData& p) {
   if (p.state != PeerState::kConnecting || !p.hello_sent || !p.hello_received) return;
   p.state = PeerState::kReady;
   p.last_heard = Clock::now();
-  SLUICE_LOG(kDebug, "am", "rank %d ready: %u credits each way granted/received %u/%u", p.rank,
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u", p.name,
              p.granted, p.credits.granted(), p.rpc_slots);
   flush(p);
 }

@@ -185,7 +185,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   }
   if (ctrl_only && !(h.flags & wire::kFlagCtrl)) [[unlikely]] {
     c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d sent a data message with a control-class tag; dropped", p->rank);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s sent a data message with a control-class tag; dropped", p->name);
     return;
   }
   if (h.flags & wire::kFlagMore) [[unlikely]] {
@@ -207,16 +207,16 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
         // else is refused.
         if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
           c_.parse_errors->add();
-          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d coalesced a control, rendezvous, fragment or compact message; rest dropped",
-                                  p->rank);
+          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s coalesced a control, rendezvous, fragment or compact message; rest dropped",
+                                  p->name);
           return false;
         }
         // A correct peer never has more messages unreleased or unreturned than it was
         // granted; one beyond that could make kept messages take more than the reservation.
         if (p->state == PeerState::kReady && p->unreleased + p->owed.owed() >= p->granted) {
           c_.parse_errors->add();
-          SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d sent more coalesced messages than it had credits; rest dropped",
-                                  p->rank);
+          SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
+                                  p->name);
           return false;
         }
         std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
@@ -225,7 +225,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
       });
   if (pr != wire::Parse::kOk) {
     c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rank %d: a coalesced message was rejected: %s; the rest dropped", p->rank,
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s: a coalesced message was rejected: %s; the rest dropped", p->name,
                             wire::to_string(pr));
   }
 }
@@ -256,7 +256,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   bool returned = h.credits != 0;
   if (returned && !p->credits.give_back(h.credits)) {
     c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "rank %d returned %u credits, more than granted", p->rank, h.credits);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
   }
   // The fast path builds only the Message; the early-arrival path wraps it (with its header)
   // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
@@ -317,8 +317,8 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
       c_.duplicates->add();
       in.message.credit_ = false;
       --p.unreleased;
-      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "rank %d: dropped duplicate or stale sequence %u (expected %u)",
-                              p.rank, seq, p.window.expected());
+      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)",
+                              p.name, seq, p.window.expected());
       break;
   }
   deliver(p);
@@ -411,8 +411,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   if (ordered) p.blocked = false;
   --p.landing;
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: rendezvous payload of %u bytes failed: %s, %u bytes landed",
-                            p.rank, m.payload_.size(), absl::StatusCodeToString(code), length);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed",
+                            p.name, m.payload_.size(), absl::StatusCodeToString(code), length);
     m.credit_ = false;
     --p.unreleased;
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
@@ -449,7 +449,7 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   } else {
     if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
       c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d: fragment at %u out of place", p.rank, h.aux);
+      SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
       return;
     }
     std::memcpy(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
@@ -470,8 +470,8 @@ void EngineCore::handler_threw(const Message& m, const char* what) {
 }
 
 void EngineCore::no_handler(const Message& m) {
-  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "rank %d sent to handler %d, which is not registered; dropped",
-                          m.source_, m.handler_);
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, which is not registered; dropped",
+                          peers_[m.source_]->name, m.handler_);
 }
 
 void EngineCore::own_bytes(Message& m) {

@@ -98,8 +98,8 @@ void EngineCore::on_request(PeerData& p, Message& m) {
   if (!p.server_slots.try_acquire()) [[unlikely]] {
     // Beyond the slots granted: refused before any work is done.
     c_.rpc_slot_refused->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "rank %d exceeded its %u rpc slots; request refused",
-                            p.rank, p.server_slots.capacity());
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused",
+                            p.name, p.server_slots.capacity());
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
     return;
   }
@@ -189,14 +189,14 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   Call* found = calls_.find(m.rpc_id_);
   if (found == nullptr || found->finishing) {
     c_.rpc_late_replies->add();
-    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from rank %d for call %u discarded", p.rank, m.rpc_id_);
+    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, m.rpc_id_);
     return;
   }
   Call& c = *found;
   absl::StatusCode code = code_from_wire(m.status_);
   if (code != absl::StatusCode::kOk) {
     std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
-    if (text.empty()) text = absl::StrFormat("rank %d answered call %u with %s", p.rank, m.rpc_id_, absl::StatusCodeToString(code));
+    if (text.empty()) text = absl::StrFormat("%s answered call %u with %s", p.name, m.rpc_id_, absl::StatusCodeToString(code));
     finish_call(m.rpc_id_, absl::Status(code, text));
     return;
   }
@@ -207,7 +207,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
       // protocol. The call fails now rather than wait for a payload that has nowhere to land.
       c_.parse_errors->add();
       finish_call(id, absl::InternalError(absl::StrFormat(
-                          "rank %d answered call %u into a reply buffer it did not have room for", p.rank, id)));
+                          "%s answered call %u into a reply buffer it did not have room for", p.name, id)));
       return;
     }
     ReplyLanding& l = *c.landing;

@@ -366,7 +366,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   absl::Status status = code == absl::StatusCode::kOk
                             ? absl::OkStatus()
                             : absl::UnavailableError(absl::StrFormat(
-                                  "peer rank %d: %s", p.rank, p.fail_reason.empty() ? "send failed" : p.fail_reason));
+                                  "%s: %s", p.name, p.fail_reason.empty() ? "send failed" : p.fail_reason));
   if (op->on_done) op->on_done(status);
   if (op->releases_rpc_slot && !stale) p.server_slots.reply_done();
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order

@@ -89,6 +89,11 @@ absl::StatusOr<Config> Config::from_env() {
   return config;
 }
 
+AuthMode Config::auth_mode() const {
+  if (auth != AuthMode::kAuto) return auth;
+  return auth_key_file.empty() ? AuthMode::kOff : AuthMode::kRequired;
+}
+
 std::size_t Config::eager_limit() const {
   // auto: UCX 1.13 switches from eager copy to rendezvous at 8256 B on shared memory
   // (sysv + cma) and 8185 B on TCP (docs/flow-control.md); 8 KiB sits just below both.
@@ -124,6 +129,11 @@ absl::Status Config::validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
         format_duration(heartbeat), format_duration(peer_timeout)));
+  }
+  if ((auth == AuthMode::kRequired || auth == AuthMode::kOptional) && auth_key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_AUTH=%s needs a key: set SLUICE_AUTH_KEY_FILE (sluice-info --new-key FILE writes one)",
+        auth == AuthMode::kRequired ? "required" : "optional"));
   }
   if (rank >= 0 && size >= 0 && rank >= size) {
     return absl::InvalidArgumentError(

@@ -285,6 +285,34 @@ std::vector<Field> liveness_vars() {
   };
 }
 
+std::vector<Field> door_vars() {
+  return {
+      enum_var("SLUICE_AUTH", "door", "auto",
+               "Authentication of client/server connections by the shared key of "
+               "SLUICE_AUTH_KEY_FILE, both ways, before any UCX endpoint exists: required (a "
+               "peer that cannot prove the key is refused with PermissionDenied), optional (a "
+               "server also admits clients without a key, a client also servers without one; "
+               "a wrong key is still refused), off (anyone who reaches the port may connect: "
+               "docs/security.md). auto: required when a key file is set, off otherwise.",
+               &Config::auth,
+               {{"auto", AuthMode::kAuto}, {"off", AuthMode::kOff}, {"optional", AuthMode::kOptional},
+                {"required", AuthMode::kRequired}}),
+      string_var("SLUICE_AUTH_KEY_FILE", "door", "path", "",
+                 "File holding the secret that servers and their clients share: 16 bytes to "
+                 "4 KiB (trailing white space ignored), readable by its owner only (mode 600 or "
+                 "400). sluice-info --new-key FILE writes one.",
+                 &Config::auth_key_file),
+      duration_var("SLUICE_HANDSHAKE_TIMEOUT", "door", "3s",
+                   "A server closes a connection that has not completed its pre-handshake "
+                   "within this time (a client that sends nothing, or trickles bytes).",
+                   &Config::handshake_timeout, true),
+      int_var<std::uint32_t>("SLUICE_HANDSHAKE_MAX", "door", "64",
+                             "Connections a server keeps in pre-handshake at once; a new one "
+                             "beyond it closes the oldest.",
+                             &Config::handshake_max, 1, 65536),
+  };
+}
+
 std::vector<Field> transport_vars() {
   return {
       string_var("SLUICE_TLS", "transport", "string", "",
@@ -350,7 +378,7 @@ std::vector<Field> testing_vars() {
 std::vector<Field> build_table() {
   std::vector<Field> all;
   for (auto part : {core_vars(), am_vars(), flow_vars(), mem_vars(), liveness_vars(),
-                    transport_vars(), boot_vars(), testing_vars()}) {
+                    door_vars(), transport_vars(), boot_vars(), testing_vars()}) {
     for (auto& f : part) all.push_back(std::move(f));
   }
   return all;

@@ -1,6 +1,5 @@
 #include "transport/ucx.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -388,36 +387,6 @@ absl::StatusOr<UcxEndpoint> UcxWorker::connect(std::string_view address,
   return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (worker address)");
 }
 
-absl::StatusOr<UcxEndpoint> UcxWorker::connect_sockaddr(const std::string& host, int port,
-                                                        UcxEndpoint::ErrorCallback on_error,
-                                                        void* arg) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cannot resolve %s:%d: %s", host, port, gai_strerror(rc)));
-  }
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = res->ai_addr;
-  p.sockaddr.addrlen = res->ai_addrlen;
-  auto ep = make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (sockaddr)");
-  freeaddrinfo(res);
-  return ep;
-}
-
-absl::StatusOr<UcxEndpoint> UcxWorker::accept(void* conn_request,
-                                              UcxEndpoint::ErrorCallback on_error, void* arg) {
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
-  p.conn_request = static_cast<ucp_conn_request_h>(conn_request);
-  return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (accept)");
-}
-
 absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
                                                     UcxEndpoint::ErrorCallback on_error,
                                                     void* arg, const char* what) {
@@ -494,71 +463,6 @@ absl::Status UcxWorker::wait_request(void* request,
   }
   ucp_request_free(request);
   return ucx_status(s, "request");
-}
-
-// ---- listener --------------------------------------------------------------------------
-
-namespace {
-struct ListenerHandler {
-  UcxListener::RequestCallback fn;
-  void* arg;
-};
-void conn_trampoline(ucp_conn_request_h req, void* arg) {
-  auto* h = static_cast<ListenerHandler*>(arg);
-  h->fn(h->arg, req);
-}
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::create(UcxWorker& worker,
-                                                                 const std::string& host,
-                                                                 int port, RequestCallback cb,
-                                                                 void* arg) {
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (host.empty() || host == "*" || host == "0.0.0.0") {
-    sin.sin_addr.s_addr = INADDR_ANY;
-  } else {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    addrinfo* res = nullptr;
-    int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    if (rc != 0) return absl::InvalidArgumentError(absl::StrFormat("cannot resolve %s: %s", host, gai_strerror(rc)));
-    sin.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-    freeaddrinfo(res);
-  }
-  static std::mutex mu;
-  static std::deque<ListenerHandler> handlers;
-  ListenerHandler* h;
-  {
-    std::lock_guard lock(mu);
-    h = &handlers.emplace_back(ListenerHandler{cb, arg});
-  }
-  ucp_listener_params_t p{};
-  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sin);
-  p.sockaddr.addrlen = sizeof(sin);
-  p.conn_handler.cb = conn_trampoline;
-  p.conn_handler.arg = h;
-  ucp_listener_h l = nullptr;
-  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_listener_create(worker_of(worker.handle()), &p, &l),
-                                    absl::StrFormat("listen on %s:%d", host, port)));
-  std::unique_ptr<UcxListener> out(new UcxListener());
-  out->listener_ = l;
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  if (ucp_listener_query(l, &attr) == UCS_OK)
-    out->port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
-  return out;
-}
-
-UcxListener::~UcxListener() {
-  if (listener_ != nullptr) ucp_listener_destroy(static_cast<ucp_listener_h>(listener_));
-}
-
-void UcxListener::reject(void* conn_request) {
-  ucp_listener_reject(static_cast<ucp_listener_h>(listener_),
-                      static_cast<ucp_conn_request_h>(conn_request));
 }
 
 }  // namespace sluice::detail

@@ -1,6 +1,6 @@
 // UCX wrappers (internal): the only layer that includes UCX headers.
 //
-// Move-only owners for the UCX context, worker, endpoint, listener and memory registration;
+// Move-only owners for the UCX context, worker, endpoint and memory registration;
 // the one converter from UCX statuses to Sluice statuses; tagged send and receive with one
 // completion path for both immediate and callback completion.
 //
@@ -133,12 +133,6 @@ class UcxWorker {
   // progress() when UCX declares the endpoint failed.
   absl::StatusOr<UcxEndpoint> connect(std::string_view address, UcxEndpoint::ErrorCallback on_error,
                                       void* arg);
-  // Endpoint to a listener at host:port through UCX's sockaddr connection manager.
-  absl::StatusOr<UcxEndpoint> connect_sockaddr(const std::string& host, int port,
-                                               UcxEndpoint::ErrorCallback on_error, void* arg);
-  // Endpoint from a connection request delivered to a listener.
-  absl::StatusOr<UcxEndpoint> accept(void* conn_request, UcxEndpoint::ErrorCallback on_error,
-                                     void* arg);
 
   // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
   // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
@@ -186,30 +180,12 @@ class UcxWorker {
   std::string address_;
 };
 
-// A listener on host:port (port 0 picks one). New connections arrive as requests through
-// `on_request(arg, conn_request)`, inside the worker's progress().
-class UcxListener {
- public:
-  using RequestCallback = void (*)(void* arg, void* conn_request);
-  static absl::StatusOr<std::unique_ptr<UcxListener>> create(UcxWorker& worker,
-                                                             const std::string& host, int port,
-                                                             RequestCallback cb, void* arg);
-  ~UcxListener();
-  int port() const { return port_; }
-  void reject(void* conn_request);
-
- private:
-  UcxListener() = default;
-  void* listener_ = nullptr;
-  int port_ = 0;
-};
-
 std::string ucx_library_version();
 
 // The receive FIFO size (UCX_MM_FIFO_SIZE) the context asks of UCX's shared-memory transports.
 //
-// Why: when UCX fails an endpoint (a client/server peer's connection-manager socket closes as
-// it dies), it destroys the shared-memory lane only after flushing it, and that flush
+// Why: when UCX fails an endpoint itself (as it did for client/server peers connected through
+// its sockaddr connection manager, whose socket closes as the peer dies), it destroys the shared-memory lane only after flushing it, and that flush
 // (uct_mm_ep_flush, the same in UCX's current source; 1.13.1 behaves so) answers NO_RESOURCE
 // for as long as the dead peer's FIFO is full, which is for ever: the peer's FIFO and receive
 // buffers stay mapped here until the worker is destroyed (~2 MB resident each;

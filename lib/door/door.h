@@ -1,0 +1,150 @@
+// The front door (internal): Sluice's own TCP listener and dialer for client/server mode.
+//
+// Nothing a client sends reaches UCX before it has passed here. A connection runs the
+// pre-handshake of wire/door.h over a non-blocking socket: fixed-size, validated frames; the
+// key proven both ways when authentication is on (door/auth.h); then the two sides exchange
+// their UCX worker addresses and the slots they use in tags, and the engine creates its
+// endpoint by worker address, as in rank mode. The socket stays open afterwards as the
+// link: when it closes (the peer's process is gone), the engine is told at once.
+//
+// Bounds, all checked before anything is allocated or read: a frame's length against its
+// kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
+// handshake (SLUICE_HANDSHAKE_TIMEOUT: a client that sends nothing or trickles bytes is
+// closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once (the oldest is
+// closed to make room for a new one).
+//
+// Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
+// sleeps on beside UCX's; poll() does what is due and never blocks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <sluice/config.h>
+#include <sluice/stats.h>
+#include <sluice/status.h>
+
+#include "door/auth.h"
+#include "wire/door.h"
+
+namespace sluice::detail {
+
+using Clock = std::chrono::steady_clock;
+
+struct DoorOptions {
+  door::AuthMode auth = door::AuthMode::kOff;
+  const door::Key* key = nullptr;  // with auth optional or required
+  Duration handshake_timeout = std::chrono::seconds(3);
+  std::size_t max_pending = 64;
+  Duration connect_timeout = std::chrono::seconds(10);  // for messages only: the caller's deadline
+  std::string worker_address;                            // ours, given to the other side
+};
+
+class Door {
+ public:
+  // A client that passed the pre-handshake, to be admitted by the engine.
+  struct Admission {
+    std::string name;     // its address, "10.0.0.7:40312"
+    std::uint32_t slot;   // its index for us: the slot we put in tags to it
+    std::string address;  // its UCX worker address
+    bool authenticated;
+  };
+  // What a dial ends with: the server's index for us and its worker address.
+  struct Dialed {
+    std::uint32_t slot;
+    std::string address;
+    bool authenticated;
+  };
+  class Owner {
+   public:
+    // Makes the client's peer and endpoint; returns our index for it (the slot it puts in its
+    // tags to us), or why it cannot be served (sent to the client as a REFUSE).
+    virtual absl::StatusOr<std::uint32_t> admit(const Admission& a) = 0;
+    // The link of `slot` closed or failed: the peer's process ended, or it broke the protocol.
+    virtual void link_lost(std::uint32_t slot, const std::string& why) = 0;
+
+   protected:
+    ~Owner() = default;
+  };
+
+  Door(Owner* owner, DoorOptions options, Stats* stats);
+  ~Door();
+  Door(const Door&) = delete;
+  Door& operator=(const Door&) = delete;
+
+  // Listens on host:port (port 0 picks one; SO_REUSEADDR, so a restarted server can listen
+  // again at once); returns the port. Unavailable when the address cannot be bound.
+  absl::StatusOr<int> listen(const std::string& host, int port);
+  bool listening() const { return listen_fd_ >= 0; }
+
+  // Starts the client side towards host:port: `our_slot` is the slot the server is to put in
+  // its tags to us. One dial at a time; it ends in poll(), by `deadline` at the latest.
+  absl::Status dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline);
+  bool dialing() const { return dial_ != 0; }
+  // The finished dial's result: the server's slot and address (its link then belongs to
+  // `our_slot`), or why it failed (Unavailable, PermissionDenied, DeadlineExceeded, ...).
+  absl::StatusOr<Dialed> take_dial_result();
+
+  // Closes the link of `slot` (its peer failed or closed); no link_lost() follows.
+  void close_link(std::uint32_t slot);
+
+  // The epoll fd to sleep on; readable when poll() has something to do.
+  int fd() const { return epoll_fd_; }
+  // When poll() must run at the latest (a connection's deadline), or max() when never.
+  Clock::time_point next_deadline() const { return next_deadline_; }
+  // Accepts, reads, writes and expires connections; calls the owner back.
+  void poll(Clock::time_point now);
+
+  std::size_t pending() const { return conns_.size(); }
+  std::size_t links() const { return links_.size(); }
+
+ private:
+  struct Conn;
+  enum class Read { kFrame, kMore, kClosed, kBad };
+  void accept_all(Clock::time_point now);
+  void on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now);
+  void on_link_event(std::uint32_t slot, int fd);
+  Read read_frame(Conn& c, std::string* why);
+  bool flush(Conn& c);
+  void watch(int fd, std::uint64_t tag, std::uint32_t events, bool add);
+  // Server side: one frame of a client.
+  void serve_frame(Conn& c);
+  // Client side: the dial's next step.
+  void dial_frame(Conn& c);
+  void dial_connected(Conn& c);
+  void refuse(Conn& c, absl::StatusCode code, const std::string& reason);
+  void drop(std::uint64_t id);
+  void end_dial(absl::StatusOr<Dialed> result);
+  void to_link(Conn& c, std::uint32_t slot);
+  void add_link(std::uint32_t slot, int fd);
+  void update_deadline();
+
+  Owner* owner_;
+  DoorOptions options_;
+  int epoll_fd_ = -1;
+  int listen_fd_ = -1;
+  bool listen_paused_ = false;  // out of fds: accepting again at listen_resume_
+  Clock::time_point listen_resume_{};
+  std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;  // in handshake, by id
+  std::deque<std::uint64_t> accept_order_;                          // server side, oldest first
+  std::unordered_map<std::uint32_t, int> links_;                    // by slot
+  std::uint64_t next_id_ = 1;
+  std::uint64_t dial_ = 0;  // the dial's conn id; 0: none
+  std::unique_ptr<absl::StatusOr<Dialed>> dial_result_;
+  Clock::time_point next_deadline_ = Clock::time_point::max();
+  struct Counters {
+    Counter* accepted;
+    Counter* refused_auth;
+    Counter* bad_frames;
+    Counter* timed_out;
+    Counter* evicted;
+    Counter* closed_early;
+    Counter* links_lost;
+  } c_{};
+};
+
+}  // namespace sluice::detail
