@@ -4,6 +4,7 @@
 //   sluice-info -t                     topology: NUMA nodes, CPUs, memory, RDMA devices
 //   sluice-info -d                     UCX transports and devices
 //   sluice-info -v                     versions
+//   sluice-info --new-key FILE         write a new random key for SLUICE_AUTH_KEY_FILE
 // Exit status: 0 success, 1 configuration error, 2 bad arguments.
 #include <cstdio>
 #include <cstring>
@@ -23,7 +24,9 @@ void usage(FILE* out) {
                "  --markdown  with -c: print the variables as a markdown table\n"
                "  -t          print the topology (NUMA nodes, CPUs, RDMA devices)\n"
                "  -d          print the UCX transports and devices, and the UCX settings Sluice makes\n"
-               "  -v          print the Sluice and UCX versions\n");
+               "  -v          print the Sluice and UCX versions\n"
+               "  --new-key FILE  write a new random key for SLUICE_AUTH_KEY_FILE (mode 600;\n"
+               "              an existing file is left alone)\n");
 }
 
 std::string md_escape(std::string s) {
@@ -70,6 +73,20 @@ int main(int argc, char** argv) {
     else if (a == "-t") topo = true;
     else if (a == "-d") devices = true;
     else if (a == "-v") versions = true;
+    else if (a == "--new-key") {
+      if (i + 1 >= argc || argc != 3) {
+        std::fprintf(stderr, "sluice-info: --new-key takes a file name, and nothing else\n");
+        usage(stderr);
+        return 2;
+      }
+      if (auto s = sluice::write_new_key_file(argv[i + 1]); !s.ok()) {
+        std::fprintf(stderr, "sluice-info: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      std::printf("sluice-info: wrote a new key to %s; give servers and clients SLUICE_AUTH_KEY_FILE=%s\n",
+                  argv[i + 1], argv[i + 1]);
+      return 0;
+    }
     else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;

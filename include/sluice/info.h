@@ -19,6 +19,10 @@ absl::StatusOr<std::string> topology_report();
 // itself reports them.
 absl::StatusOr<std::string> transport_report(const Config& config);
 
+// Writes a new random key for SLUICE_AUTH_KEY_FILE to `path` (64 hex digits, mode 0600); an
+// existing file is never overwritten (InvalidArgument).
+absl::Status write_new_key_file(const std::string& path);
+
 // The CPUs of this machine, all and per NUMA node (for launchers' binding).
 struct CpuLayout {
   std::vector<int> cpus;

@@ -1,5 +1,6 @@
 #include <sluice/info.h>
 
+#include "door/auth.h"
 #include "sluice_build_config.h"
 #include "topo/topology.h"
 #include "transport/ucx.h"
@@ -22,6 +23,8 @@ absl::StatusOr<CpuLayout> cpu_layout() {
 }
 
 std::string ucx_version() { return detail::ucx_library_version(); }
+
+absl::Status write_new_key_file(const std::string& path) { return detail::door::write_new_key(path); }
 
 absl::StatusOr<std::string> transport_report(const Config& config) {
   SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::UcxContext::create(config));

@@ -301,6 +301,12 @@ void Door::accept_all(Clock::time_point now) {
 void Door::drop(std::uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
+  // What the client sent beyond the frame we judged is read away first (a little, without
+  // waiting): closing with unread bytes resets the connection, and the reset can overtake
+  // the REFUSE that tells the client why.
+  std::byte scratch[4096];
+  for (int i = 0; i < 16 && ::recv(it->second->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; ++i) {
+  }
   ::close(it->second->fd);
   conns_.erase(it);
   if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone

@@ -1,4 +1,4 @@
-// Replays the wire fuzzer's seed corpus (and anything the fuzzer found and was committed)
+// Replays a fuzz target's seed corpus (and anything the fuzzer found and was committed)
 // through the fuzz target, as an ordinary unit test: runs without clang.
 #include <filesystem>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
-TEST(WireFuzzCorpus, EveryInputParsesSafely) {
+TEST(FuzzCorpus, EveryInputParsesSafely) {
   std::filesystem::path dir = SLUICE_CORPUS_DIR;
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

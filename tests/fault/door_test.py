@@ -1,0 +1,382 @@
+"""The front door under hostile input (RELIABILITY.md, "bad input from the network"), a server
+killed and restarted on its address, and 256 clients connecting at once.
+
+The hostile suite talks to a real `blockstore serve` over TCP loopback with raw sockets, and
+speaks the pre-handshake itself where an attack needs it (docs/wire-protocol.md, "The front
+door"): HMAC-SHA-256 keyed with the BLAKE2b-256 hash of the key file's secret, as libsodium
+computes them. After every attack the server must be alive, its file descriptors and resident
+memory back within a small bound, and a legitimate client must connect and call at once."""
+import hashlib
+import hmac
+import os
+import random
+import re
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BLOCKSTORE, BUILD, open_fds, serve_blockstore  # noqa: E402
+
+DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
+MAGIC, VERSION = 0x52444C53, 1
+CLIENT_HELLO, SERVER_HELLO, CLIENT_PROOF, ACCEPT, REFUSE = 1, 2, 3, 4, 5
+BOUNDS = {CLIENT_HELLO: (40, 40), CLIENT_PROOF: (49, 48 + 4096)}
+SECRET = b"the hostile suite's shared secret"
+SEED = 20261201
+
+
+def frame(kind, body, length=None):
+    return struct.pack("<IBBHII", MAGIC, VERSION, kind, 0, len(body) if length is None else length, 0) + body
+
+
+def client_hello(nonce):
+    return frame(CLIENT_HELLO, nonce + b"\x01" + bytes(7))
+
+
+def mac(secret, label, nc, ns, slot=None, address=b""):
+    key = hashlib.blake2b(secret.rstrip(b" \t\r\n"), digest_size=32).digest()
+    msg = label + b"\0" + nc + ns
+    if slot is not None:
+        msg += struct.pack("<IH", slot, len(address)) + address
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def client_proof(secret, nc, ns, slot=1, address=b"not a UCX worker address"):
+    # Only for proofs the server refuses before admission: a key holder's address goes to UCX,
+    # which trusts it (docs/security.md).
+    proof = mac(secret, b"sluice door v1: client proof", nc, ns, slot, address) if secret else bytes(32)
+    has = b"\x01" if secret else b"\x00"
+    return frame(CLIENT_PROOF, proof + has + bytes(3) + struct.pack("<IH", slot, len(address)) + bytes(6) + address)
+
+
+def recv_frame(s, timeout=2.0):
+    """(kind, body) of the next frame, or None when the server closed the connection."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while len(data) < 16:
+            chunk = s.recv(16 - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        magic, version, kind, flags, length, reserved = struct.unpack("<IBBHII", data)
+        assert magic == MAGIC and version == VERSION and length <= 48 + 4096, data
+        body = b""
+        while len(body) < length:
+            chunk = s.recv(length - len(body))
+            if not chunk:
+                return None
+            body += chunk
+        return kind, body
+    except (ConnectionResetError, socket.timeout):
+        return None
+
+
+def refusal(answer):
+    """The (status code, reason) of a REFUSE frame."""
+    assert answer is not None and answer[0] == REFUSE, answer
+    code, n = struct.unpack("<HH", answer[1][:4])
+    return code, answer[1][8:8 + n].decode()
+
+
+def closed(s, timeout=3.0):
+    """Whether the server closes `s` within `timeout` (after whatever it still sends)."""
+    s.settimeout(timeout)
+    try:
+        while s.recv(4096):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+class FrontDoorUnderAttack(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.key = os.path.join(cls.dir.name, "key")
+        with open(cls.key, "wb") as f:
+            f.write(SECRET + b"\n")
+        os.chmod(cls.key, 0o600)
+        cls.wrong_key = os.path.join(cls.dir.name, "wrong")
+        with open(cls.wrong_key, "wb") as f:
+            f.write(b"a secret that is not the server's")
+        os.chmod(cls.wrong_key, 0o600)
+        cls.env = dict(os.environ, SLUICE_AUTH_KEY_FILE=cls.key, SLUICE_HANDSHAKE_TIMEOUT="1s")
+        cls.server, cls.port = serve_blockstore(types.SimpleNamespace(addCleanup=cls.addClassCleanup), "127.0.0.1",
+                                                cls.env)
+        print("seed %d" % SEED)
+        cls.legit_call(cls)  # UCX's lazy start-up: the baseline is a server that has served
+        time.sleep(0.5)
+        cls.fds0, cls.rss0 = open_fds(cls.server.pid), rss_kb(cls.server.pid)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def legit_call(self, env=None):
+        """A real client writes and reads back one block; returns how long that took."""
+        t0 = time.monotonic()
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % self.port, "1"], env=env or self.env,
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stdout + r.stderr
+        return took
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=5)
+
+    def handshake_to_proof(self, secret=SECRET):
+        """A connection that has sent CLIENT_HELLO and read SERVER_HELLO: (socket, nc, ns, the hello sent)."""
+        s = self.connect()
+        nc = os.urandom(32)
+        hello = client_hello(nc)
+        s.sendall(hello)
+        kind, body = recv_frame(s)
+        self.assertEqual(kind, SERVER_HELLO)
+        ns = body[:32]
+        self.assertEqual(body[32], 2, "the server requires authentication")
+        self.assertEqual(body[40:72], mac(SECRET, b"sluice door v1: server hello", nc, ns), "the server proves the key")
+        return s, nc, ns, hello
+
+    def assert_still_serving(self, what):
+        self.assertIsNone(self.server.poll(), "the server survived: " + what)
+        deadline = time.monotonic() + 5
+        while open_fds(self.server.pid) > self.fds0 + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertLessEqual(open_fds(self.server.pid), self.fds0 + 2, "descriptors back after " + what)
+        self.assertLess(rss_kb(self.server.pid), self.rss0 + 16 * 1024, "resident memory bounded after " + what)
+        took = self.legit_call()
+        self.assertLess(took, 3.0, "a legitimate client connected and called at once after " + what)
+        print("%s: server alive, %d fds (%d before), %d kB resident (%d before), a client's check took %.2f s"
+              % (what, open_fds(self.server.pid), self.fds0, rss_kb(self.server.pid), self.rss0, took))
+
+    def test_random_bytes_and_an_http_request(self):
+        rng = random.Random(SEED)
+        for n in (1, 15, 16, 17, 100, 4096, 70000):
+            s = self.connect()
+            try:
+                s.sendall(bytes(rng.getrandbits(8) for _ in range(n)))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed while we were still sending
+            self.assertTrue(closed(s), "%d random bytes: connection closed" % n)
+            s.close()
+        s = self.connect()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        code, why = refusal(recv_frame(s))
+        self.assertEqual(code, 3, "InvalidArgument")
+        self.assertIn("bad magic", why)
+        s.close()
+        # The 17 bytes that aborted UCX's own listener (a connection request cut short).
+        s = self.connect()
+        s.sendall(struct.pack("<QB7x", 0, 0) + b"x")
+        self.assertTrue(closed(s))
+        s.close()
+        self.assert_still_serving("random bytes, an HTTP request")
+
+    def test_every_length_field_at_and_beyond_its_bound(self):
+        for kind, (lo, hi) in BOUNDS.items():
+            for length in sorted({0, 1, lo - 1, lo, hi, hi + 1, 2 ** 31, 2 ** 32 - 1}):
+                if kind == CLIENT_PROOF:
+                    s, nc, ns, _ = self.handshake_to_proof()
+                else:
+                    s = self.connect()
+                s.sendall(struct.pack("<IBBHII", MAGIC, VERSION, kind, 0, length, 0) + bytes(min(length, 64)))
+                answer = recv_frame(s, timeout=3)
+                if lo <= length <= hi:
+                    # A length in bounds: the server waits for the whole body, then judges it
+                    # (the zeros sent are a hello of zeros, or a proof cut short) or times out.
+                    self.assertTrue(answer is None or answer[0] in (SERVER_HELLO, REFUSE), (kind, length, answer))
+                else:
+                    self.assertEqual(refusal(answer)[0], 3, (kind, length))
+                    self.assertIn("length", refusal(answer)[1])
+                s.close()
+        # 2^64 - 1: the length and the reserved word after it all ones.
+        s = self.connect()
+        s.sendall(struct.pack("<IBBH", MAGIC, VERSION, CLIENT_HELLO, 0) + b"\xff" * 8)
+        self.assertEqual(refusal(recv_frame(s))[0], 3)
+        s.close()
+        # The address length inside a proof: 0, 1 off either way, its bound, 2^16 - 1.
+        address = b"not a UCX worker address"  # 24 bytes
+        for addr_len in (0, 1, 23, 25, 4096, 4097, 65535):
+            s, nc, ns, _ = self.handshake_to_proof()
+            body = mac(SECRET, b"sluice door v1: client proof", nc, ns, 1, address) + b"\x01" + bytes(3)
+            body += struct.pack("<IH", 1, addr_len) + bytes(6) + address
+            s.sendall(frame(CLIENT_PROOF, body))
+            code, why = refusal(recv_frame(s))
+            self.assertEqual(code, 3, (addr_len, why))
+            s.close()
+        self.assert_still_serving("every length field")
+
+    def record_real_handshake(self):
+        """What a real client sends through the front door, recorded by a relay between it and the
+        server (the UCX traffic after it goes by worker address, not through the relay)."""
+        relay = socket.socket()
+        relay.bind(("127.0.0.1", 0))
+        relay.listen(1)
+        client = subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % relay.getsockname()[1], "1"], env=self.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        relay.settimeout(10)
+        c, _ = relay.accept()
+        relay.close()
+        s = self.connect()
+        recorded = b""
+        other = {c: s, s: c}
+        reading = [c, s]
+        while reading:
+            ready, _, _ = select.select(reading, [], [], 10)
+            self.assertTrue(ready, "the relayed client finished")
+            for x in ready:
+                try:
+                    data = x.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                if not data:  # that side closed: pass the close on
+                    reading.remove(x)
+                    try:
+                        other[x].shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                    continue
+                if x is c:
+                    recorded += data
+                other[x].sendall(data)
+        c.close()
+        s.close()
+        out, err = client.communicate(timeout=30)
+        self.assertEqual(client.returncode, 0, out + err)
+        return recorded
+
+    def test_frames_cut_at_every_byte_and_bytes_beyond_a_frame(self):
+        stream = self.record_real_handshake()
+        self.assertGreater(len(stream), 16 + 40 + 16 + 48)
+        for cut in range(len(stream)):
+            s = self.connect()
+            s.sendall(stream[:cut])
+            s.close()
+        # Beyond a frame: a hello with bytes after it is answered, then the bytes are judged as
+        # the next frame and refused.
+        s = self.connect()
+        s.sendall(client_hello(os.urandom(32)) + b"\x00" * 100)
+        self.assertEqual(recv_frame(s)[0], SERVER_HELLO)
+        self.assertEqual(refusal(recv_frame(s))[0], 3)
+        s.close()
+        self.assert_still_serving("frames cut at every byte, bytes beyond a frame")
+
+    def test_replayed_handshake_and_wrong_keys_are_refused(self):
+        # A real client's handshake, recorded and replayed on a new connection: its proof was
+        # made for another server nonce.
+        recorded = self.record_real_handshake()
+        s = self.connect()
+        s.sendall(recorded)
+        self.assertEqual(recv_frame(s)[0], SERVER_HELLO)
+        code, why = refusal(recv_frame(s))
+        self.assertEqual(code, 7, "PermissionDenied: " + why)
+        s.close()
+        # A wrong key, and no key, spoken by hand...
+        for secret in (b"not the server's secret at all", None):
+            s, nc, ns, _ = self.handshake_to_proof()
+            s.sendall(client_proof(secret, nc, ns))
+            code, why = refusal(recv_frame(s))
+            self.assertEqual(code, 7, why)
+            self.assertIn("SLUICE_AUTH_KEY_FILE", why)
+            s.close()
+        # ...and by the library.
+        for env in (dict(self.env, SLUICE_AUTH_KEY_FILE=self.wrong_key),
+                    {k: v for k, v in self.env.items() if k != "SLUICE_AUTH_KEY_FILE"}):
+            r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % self.port, "1"], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("PERMISSION_DENIED", r.stderr)
+            self.assertIn("SLUICE_AUTH_KEY_FILE", r.stderr)
+        self.assert_still_serving("a replayed handshake, wrong keys")
+
+    def test_two_hundred_silent_connections_and_a_slow_loris(self):
+        silent = [self.connect() for _ in range(200)]
+        took = self.legit_call()
+        print("beside 200 silent connections a client's check took %.2f s" % took)
+        self.assertLess(took, 3.0, "the oldest silent connections make room for a real client")
+        for s in silent:
+            s.close()
+        # One byte of a hello every 200 ms: closed at SLUICE_HANDSHAKE_TIMEOUT=1s.
+        s = self.connect()
+        t0 = time.monotonic()
+        hello = client_hello(os.urandom(32))
+        gone = None
+        for b in hello:
+            try:
+                s.send(bytes([b]))
+            except (BrokenPipeError, ConnectionResetError):
+                gone = time.monotonic() - t0
+                break
+            time.sleep(0.2)
+        if gone is None:
+            self.assertTrue(closed(s, timeout=3))
+            gone = time.monotonic() - t0
+        print("a slow-loris client was closed after %.2f s" % gone)
+        self.assertLess(gone, 3.0)
+        s.close()
+        self.assert_still_serving("200 silent connections, a slow-loris client")
+
+
+class ServerRestart(unittest.TestCase):
+    def test_a_killed_server_restarted_on_its_address_serves_the_clients_again(self):
+        # SIGKILL mid-traffic, a new server on the same port at once: it can listen (SO_REUSEADDR),
+        # the client's calls in flight each fail once with Unavailable, it reconnects and succeeds,
+        # and the new server knows nothing of what the old one was sent (door_client.cpp).
+        server, port = serve_blockstore(self, "127.0.0.1", os.environ)
+        client = subprocess.Popen([DOOR_CLIENT, "127.0.0.1:%d" % port, "20"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: client.poll() is None and client.kill())
+        time.sleep(1.0)
+        server.kill()
+        server.wait()
+        again = subprocess.Popen([BLOCKSTORE, "serve", "127.0.0.1:%d" % port], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: again.poll() is None and (again.kill(), again.communicate()))
+        line = again.stdout.readline()
+        self.assertIn("serving on port %d" % port, line, again.stderr.read() if not line else line)
+        out, err = client.communicate(timeout=60)
+        print(out.strip())
+        self.assertEqual(client.returncode, 0, out + err)
+        r = dict(kv.split("=") for kv in re.search(r"result (.*)", out).group(1).split())
+        self.assertEqual(r["connects"], "2")
+        self.assertGreater(int(r["unavailable"]), 0, "calls in flight failed with Unavailable")
+        self.assertEqual(r["twice"], "0")
+        self.assertEqual(r["old_block"], "NOT_FOUND", "nothing of the old incarnation reached the new one")
+        self.assertEqual(r["new_block"], "ok")
+        self.assertRegex(err, r"server 127\.0\.0\.1:%d" % port, "the client names the server by its address")
+
+
+class ManyClientsAtOnce(unittest.TestCase):
+    def test_256_client_processes_connecting_at_once_all_connect_and_call(self):
+        server, port = serve_blockstore(self, "127.0.0.1", os.environ)
+        t0 = time.monotonic()
+        clients = [subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "1"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True) for _ in range(256)]
+        failed = []
+        for c in clients:
+            _, err = c.communicate(timeout=300)
+            if c.returncode != 0:
+                failed.append(err.strip().splitlines()[-1:] or ["exit %d" % c.returncode])
+        print("256 clients connected and called in %.1f s; %d failed" % (time.monotonic() - t0, len(failed)))
+        self.assertEqual(failed, [], "every client connected and called")
+        self.assertIsNone(server.poll())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
