@@ -152,15 +152,23 @@ class Engine {
   // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range.
   Peer* peer(int rank);
 
-  // Client/server mode (UCX's sockaddr connection manager). listen() accepts connections on
-  // host:port ("0.0.0.0:0" or "127.0.0.1:13337"; port 0 picks one) and returns the port;
-  // connected clients appear as peers whose messages carry their id() as source().
-  // InvalidArgument for a bad address, FailedPrecondition when already listening,
-  // Unavailable when the address cannot be bound.
+  // Client/server mode, through Sluice's own TCP front door (docs/security.md). listen()
+  // accepts connections on host:port ("0.0.0.0:0" or "127.0.0.1:13337"; port 0 picks one;
+  // SO_REUSEADDR, so a restarted server listens again at once) and returns the port. Each
+  // connection runs a bounded pre-handshake, proves SLUICE_AUTH_KEY_FILE's key both ways when
+  // SLUICE_AUTH asks for it, and only then gets a peer and a UCX endpoint; connected clients
+  // appear as peers whose messages carry their id() as source(). The engine serves the socket
+  // from progress() and wait(). InvalidArgument for a bad address, FailedPrecondition when
+  // already listening, Unavailable when the address cannot be bound.
   absl::StatusOr<int> listen(std::string_view host_port);
-  // Connects to a listening engine and completes the handshake, progressing this engine until
-  // then (at most SLUICE_CONNECT_TIMEOUT). Unavailable when refused or unreachable,
-  // InvalidArgument for a bad address. One connect() at a time per engine.
+  // Connects to a listening engine and completes both handshakes, sleeping on the socket and
+  // progressing this engine meanwhile (at most SLUICE_CONNECT_TIMEOUT). Unavailable at once
+  // when nothing listens there (naming the address), or when the server closes or cannot
+  // admit us; PermissionDenied when the keys do not match or one side requires a key the
+  // other lacks (naming SLUICE_AUTH_KEY_FILE); DeadlineExceeded when the server does not
+  // answer in time; InvalidArgument for a bad address. One connect() at a time per engine.
+  // Once connected, the peer fails (operations complete with Unavailable) within about
+  // 250 ms of the server's process ending.
   absl::StatusOr<Peer*> connect(std::string_view host_port);
 
   // Progresses communication once and runs due completions and handlers. Returns whether

@@ -317,9 +317,11 @@ void EngineCore::timers(Clock::time_point now) {
   for (auto& pp : peers_)
     watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
-  for (auto& pp : peers_) {
-    if (!pp) continue;
-    PeerData& p = *pp;
+  // By index: a completion callback run from fail_peer may progress the engine, and a client
+  // admitted meanwhile grows peers_.
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i]) continue;
+    PeerData& p = *peers_[i];
     if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite &&
         now >= p.hello_deadline) {
       fail_peer(p, absl::StatusCode::kDeadlineExceeded,
@@ -603,8 +605,8 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   if (p.state == PeerState::kDead) return;
   p.fail_reason = why;
   if (p.state == PeerState::kReady) {
-    p.link_lost_at = now_;  // its BYE may still be on its way
-    next_timer_ = std::min(next_timer_, now_ + kLinkGrace);
+    p.link_lost_at = Clock::now();  // its BYE may still be on its way
+    next_timer_ = std::min(next_timer_, p.link_lost_at + kLinkGrace);
   } else {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
   }
@@ -623,7 +625,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   }
   // The pre-handshake over Sluice's own socket; the engine sleeps between its steps.
   while (door_->dialing()) {
-    if (!progress()) sleep_until(std::min(deadline, next_timer_));
+    wait(deadline);
     door_->poll(Clock::now());
   }
   absl::StatusOr<Door::Dialed> dialed = door_->take_dial_result();

@@ -250,7 +250,10 @@ void Door::poll(Clock::time_point now) {
     c_.timed_out->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed",
                             c.name, format_duration(options_.handshake_timeout));
+    bool admitted = c.becomes_link;  // its accept could not be written in time
+    std::uint32_t slot = c.link_slot;
     drop(id);
+    if (admitted) owner_->link_lost(slot, "did not take our accept in time");
   }
   update_deadline();
 }

@@ -14,6 +14,7 @@ The namespaces, the pair, the rules and the rate limits are this test's own (add
 10.231.0.0/24, only inside them) and are removed afterwards. Needs root, iproute2 and
 iptables (scripts/setup)."""
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -158,7 +159,10 @@ class ConnectionSetUp(Namespaces):
         cmd = ["ip", "netns", "exec", self.ns[1], BLOCKSTORE, "check", "10.231.0.1:%d" % port, "4"]
         env = dict(os.environ, UCX_NET_DEVICES=self.dev[1], **self.ENV)
         t = time.time()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
         return r.returncode, time.time() - t, r.stdout + r.stderr
 
     def test_set_up_through_a_dead_or_dying_link_fails_within_its_bound_and_a_retry_succeeds(self):
@@ -184,13 +188,19 @@ class ConnectionSetUp(Namespaces):
                 self.assertNotEqual(rc, 0, out)
                 self.assertLess(took, bound, out)
                 self.assertIn(reason, out)
+                if after is None:  # connect() waits for the TCP connection asleep
+                    print("a connect through a dead link: %.2f s, %.2f s of CPU" % (took, self.cpu))
+                    self.assertLess(self.cpu, 0.5 * took, "the client slept while it waited, not spun")
                 rc, _, out = self.client(port)
                 self.assertEqual(rc, 0, "a retry over the restored link: " + out)
                 self.assertIn("0 mismatches, 0 errors", out)
         # The server declares the broken clients dead at its peer timeout and lets them go.
         time.sleep(4)
         self.assertIsNone(server.poll(), "the server still serves")
-        self.assertLessEqual(open_fds(server.pid), fds, "no file descriptor left behind")
+        left = subprocess.run(["ip", "netns", "exec", self.ns[0], "ss", "-tanpe"], capture_output=True, text=True)
+        left = left.stdout + left.stderr + " ".join(os.readlink("/proc/%d/fd/%s" % (server.pid, fd))
+                                                   for fd in os.listdir("/proc/%d/fd" % server.pid))
+        self.assertLessEqual(open_fds(server.pid), fds, "no file descriptor left behind:\n" + left)
 
 
 if __name__ == "__main__":

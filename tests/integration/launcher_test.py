@@ -232,7 +232,8 @@ class SluiceInfo(unittest.TestCase):
         for name in ("SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS",
                      "SLUICE_RX_POSTED", "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK",
                      "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS",
-                     "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT"):
+                     "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT",
+                     "SLUICE_AUTH", "SLUICE_AUTH_KEY_FILE", "SLUICE_HANDSHAKE_TIMEOUT", "SLUICE_HANDSHAKE_MAX"):
             self.assertIn("\n%s=" % name, "\n" + r.stdout)
         self.assertIn("# default:", r.stdout)
 
@@ -248,6 +249,26 @@ class SluiceInfo(unittest.TestCase):
     def test_bad_arguments_exit_2(self):
         r = run([INFO, "--nope"])
         self.assertEqual(r.returncode, 2)
+        self.assertEqual(run([INFO, "--new-key"]).returncode, 2)
+
+    def test_new_key_is_written_private_and_never_over_a_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            key = os.path.join(d, "key")
+            r = run([INFO, "--new-key", key])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("SLUICE_AUTH_KEY_FILE=" + key, r.stdout)
+            self.assertEqual(os.stat(key).st_mode & 0o777, 0o600)
+            with open(key) as f:
+                first = f.read()
+            self.assertRegex(first, r"^[0-9a-f]{64}\n$")
+            r = run([INFO, "--new-key", key])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("cannot create", r.stderr)
+            with open(key) as f:
+                self.assertEqual(f.read(), first, "the existing key is left alone")
+            r = run([INFO, "-c"], env={"SLUICE_AUTH": "required"})
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("SLUICE_AUTH_KEY_FILE", r.stderr)
 
     def test_topology_and_devices(self):
         r = run([INFO, "-t", "-d", "-v"])
