@@ -268,7 +268,7 @@ bool EngineCore::progress() {
     if (now_ >= next_timer_) timers(now_);
     if (door_ && now_ >= door_due_) {
       door_due_ = now_ + kDoorEvery;
-      door_->poll(now_);
+      any = door_->poll(now_) || any;
     }
     take_first_contacts();
     if (!stale_tags_.empty()) purge_stragglers(now_);
@@ -293,7 +293,7 @@ void EngineCore::sleep_until(Clock::time_point until) {
   if (ms > 0) ::poll(fds, door_ ? 2 : 1, static_cast<int>(std::min<long long>(ms, 1000)));
   if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
     door_due_ = Clock::now() + kDoorEvery;
-    door_->poll(Clock::now());
+    (void)door_->poll(Clock::now());  // what it did is handled by the caller's next progress()
   }
 }
 
@@ -626,7 +626,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   // The pre-handshake over Sluice's own socket; the engine sleeps between its steps.
   while (door_->dialing()) {
     wait(deadline);
-    door_->poll(Clock::now());
+    (void)door_->poll(Clock::now());
   }
   absl::StatusOr<Door::Dialed> dialed = door_->take_dial_result();
   if (!dialed.ok()) {

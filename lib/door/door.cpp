@@ -212,12 +212,14 @@ void Door::update_deadline() {
   for (auto& [id, c] : conns_) next_deadline_ = std::min(next_deadline_, c->deadline);
 }
 
-void Door::poll(Clock::time_point now) {
-  if (epoll_fd_ < 0) return;
+bool Door::poll(Clock::time_point now) {
+  if (epoll_fd_ < 0) return false;
   epoll_event evs[32];
+  bool any = false;
   for (int round = 0; round < 8; ++round) {
     int n = ::epoll_wait(epoll_fd_, evs, 32, 0);
     if (n <= 0) break;
+    any = true;
     for (int i = 0; i < n; ++i) {
       std::uint64_t tag = evs[i].data.u64;
       switch (tag & kTagMask) {
@@ -231,7 +233,7 @@ void Door::poll(Clock::time_point now) {
     }
     if (n < 32) break;
   }
-  if (now < next_deadline_) return;
+  if (now < next_deadline_) return any;
   if (listen_paused_ && now >= listen_resume_) {
     listen_paused_ = false;
     watch(listen_fd_, kListenTag, EPOLLIN, true);
@@ -256,6 +258,7 @@ void Door::poll(Clock::time_point now) {
     if (admitted) owner_->link_lost(slot, "did not take our accept in time");
   }
   update_deadline();
+  return true;
 }
 
 void Door::accept_all(Clock::time_point now) {

@@ -96,8 +96,9 @@ class Door {
   int fd() const { return epoll_fd_; }
   // When poll() must run at the latest (a connection's deadline), or max() when never.
   Clock::time_point next_deadline() const { return next_deadline_; }
-  // Accepts, reads, writes and expires connections; calls the owner back.
-  void poll(Clock::time_point now);
+  // Accepts, reads, writes and expires connections; calls the owner back. Returns whether
+  // anything happened.
+  bool poll(Clock::time_point now);
 
   std::size_t pending() const { return conns_.size(); }
   std::size_t links() const { return links_.size(); }
