@@ -164,6 +164,8 @@ struct PeerData {
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
+  std::string address;  // client/server, at the server: the client's UCX worker address, its
+                        // endpoint made from it when its HELLO arrives (ensure_endpoint)
   bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
   // Client/server: when its front-door link closed (its process ended, or it is closing: its
   // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.

@@ -196,6 +196,11 @@ class ConnectionSetUp(Namespaces):
                 self.assertIn("0 mismatches, 0 errors", out)
         # The server declares the broken clients dead at its peer timeout and lets them go.
         time.sleep(4)
+        waited = 4.0
+        while open_fds(server.pid) > fds and waited < 10:
+            time.sleep(0.5)
+            waited += 0.5
+        print("the server's descriptors were back to %d after %.1f s" % (fds, waited))
         self.assertIsNone(server.poll(), "the server still serves")
         left = subprocess.run(["ip", "netns", "exec", self.ns[0], "ss", "-tanpe"], capture_output=True, text=True)
         left = left.stdout + left.stderr + " ".join(os.readlink("/proc/%d/fd/%s" % (server.pid, fd))
