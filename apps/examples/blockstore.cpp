@@ -5,12 +5,15 @@
 //   blockstore demo                             both in one process (server on its own thread)
 //
 // Writes land directly in the server's block (a PayloadSink chooses the destination: no
-// copy through any intermediate buffer); reads land directly in the client's buffer
-// (CallOptions::reply_buffer).
+// copy through any intermediate buffer); reads are answered zero-copy from the block
+// (Message::reply with a completion), into the client's buffer (CallOptions::reply_buffer).
+// A block is shared between the store and the replies still reading it, so a write never
+// changes bytes a reply is sending: it lands in a new block that replaces the old one.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,17 +36,20 @@ std::uint64_t block_id(const sluice::Message& m) {
 
 class Server {
  public:
+  using Block = std::shared_ptr<std::vector<std::byte>>;
+
   absl::Status start(sluice::Engine& engine, const std::string& address, int* port) {
     sluice::HandlerOptions write_options;
-    // The block's own storage is where a large write lands.
+    // A large write lands in the block itself; in a new one when a reply still reads the old.
     write_options.sink = [this](const sluice::Message& m, std::size_t size) {
-      auto& block = blocks_[block_id(m)];
-      block.resize(size);
-      return std::span<std::byte>(block);
+      Block& block = writable(block_id(m));
+      block->resize(size);
+      return std::span<std::byte>(*block);
     };
     SLUICE_RETURN_IF_ERROR(engine.register_handler(kWrite, [this](sluice::Message& m) {
-      auto& block = blocks_[block_id(m)];
-      if (block.data() != m.payload().data()) block.assign(m.payload().begin(), m.payload().end());  // eager
+      Block& block = blocks_[block_id(m)];
+      if (!block || block->data() != m.payload().data())  // eager: the bytes are in the message
+        writable(block_id(m))->assign(m.payload().begin(), m.payload().end());
       (void)m.reply({}, {});
     }, write_options));
     SLUICE_RETURN_IF_ERROR(engine.register_handler(kRead, [this](sluice::Message& m) {
@@ -52,7 +58,9 @@ class Server {
         (void)m.reply_error(absl::NotFoundError("no such block"));
         return;
       }
-      (void)m.reply({}, it->second);
+      // Zero copy: the reply reads the block itself, kept alive until its send completes.
+      Block block = it->second;
+      (void)m.reply({}, *block, [block](absl::Status) {});
     }));
     SLUICE_ASSIGN_OR_RETURN(*port, engine.listen(address));
     return absl::OkStatus();
@@ -60,7 +68,13 @@ class Server {
   std::size_t blocks() const { return blocks_.size(); }
 
  private:
-  std::map<std::uint64_t, std::vector<std::byte>> blocks_;
+  // The block `id`, for writing: a new one when replies still share the current one.
+  Block& writable(std::uint64_t id) {
+    Block& block = blocks_[id];
+    if (!block || block.use_count() > 1) block = std::make_shared<std::vector<std::byte>>();
+    return block;
+  }
+  std::map<std::uint64_t, Block> blocks_;
 };
 
 std::vector<std::byte> block_data(std::uint64_t id, std::size_t size) {

@@ -49,7 +49,6 @@ inline constexpr HandlerId kMaxHandlers = 1024;
 inline constexpr std::size_t kMaxUserHeader = 1024;
 
 using Clock = std::chrono::steady_clock;
-using SendCallback = std::function<void(absl::Status)>;
 using Handler = std::function<void(Message&)>;
 // Chooses where a rendezvous payload lands: given the announcement (header() valid, payload()
 // empty, payload_size known), return a buffer of at least `size` bytes that stays valid until

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -29,6 +30,9 @@ class EngineCore;
 class Peer;
 
 using HandlerId = std::uint16_t;
+// Completion of a send or a zero-copy reply: OK, or why it failed (Unavailable: the peer is
+// gone; Cancelled: the engine closed first). Runs once, on the engine thread, from progress().
+using SendCallback = std::function<void(absl::Status)>;
 
 class Message {
  public:
@@ -50,10 +54,32 @@ class Message {
   std::span<std::byte> payload() const { return payload_; }
   bool is_request() const { return request_; }
 
-  // Answers a request. kInvalidArgument when this is not a request or was answered already;
-  // kUnavailable when the caller is gone; kWouldBlock when the send pool is exhausted (retry
-  // after progressing). The request's slot stays busy until the reply's send has completed.
-  Result reply(std::span<const std::byte> header, std::span<const std::byte> payload);
+  // Answering a request (once). Every variant returns kOk, kUnavailable (the caller is gone)
+  // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader or a
+  // payload above SLUICE_MAX_MESSAGE); never kWouldBlock: the server's slot table bounds how
+  // many replies to a client exist, and what they need is held back per client (docs/rpc.md).
+  // (Bounce mode, SLUICE_RNDV=n, is the exception: a large reply's pieces go through send-pool
+  // slots and may meet kWouldBlock.) The request's RPC slot is free for the caller's next
+  // request as soon as the reply is handed over.
+  //
+  // Zero copy: `payload` must stay valid and unchanged until on_done runs (the contract of
+  // Peer::send). Up to the eager limit it is packed with the reply's header; above it, it goes
+  // by rendezvous straight from this memory, into the caller's reply_buffer when the call gave
+  // one. on_done runs once when kOk was returned, never otherwise.
+  Result reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done);
+  // Zero copy from the first `length` bytes of a registered send-pool slot
+  // (Engine::try_get_send_slot), with its memory handle: the slot must stay alive and
+  // unchanged until on_done runs.
+  Result reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
+               SendCallback on_done);
+  // Copies a payload above the eager limit first (into a send-pool slot, or the heap when the
+  // pool's class is exhausted or too small): the caller's buffer is free when this returns.
+  // Counted in am.copied_bytes.
+  Result reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload);
+  // reply_copy(), under its earlier name.
+  Result reply(std::span<const std::byte> header, std::span<const std::byte> payload) {
+    return reply_copy(header, payload);
+  }
   // Answers a request with an error status (code and message reach the caller).
   Result reply_error(const absl::Status& status);
 

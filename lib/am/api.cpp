@@ -60,9 +60,22 @@ void Message::release() {
 
 Peer* Message::peer() const { return engine_ ? engine_->peer_handle(peer_) : nullptr; }
 
-Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload) {
+Result Message::reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload) {
   if (engine_ == nullptr) return Result::kInvalidArgument;
   return engine_->reply(*this, header, payload, 0);
+}
+
+Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload,
+                      SendCallback on_done) {
+  if (engine_ == nullptr) return Result::kInvalidArgument;
+  return engine_->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done));
+}
+
+Result Message::reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
+                      SendCallback on_done) {
+  if (engine_ == nullptr || !payload || length > payload.size()) return Result::kInvalidArgument;
+  return engine_->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0,
+                        detail::PayloadCopy::kNo, std::move(on_done), payload.memh());
 }
 
 Result Message::reply_error(const absl::Status& status) {
@@ -79,19 +92,19 @@ bool Peer::alive() const { return data_->state != detail::PeerState::kDead; }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback on_done) {
-  return engine_->send(*data_, h, header, payload, std::move(on_done), false);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload,
                   std::size_t length, SendCallback on_done) {
   if (!payload || length > payload.size()) return Result::kInvalidArgument;
   return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length),
-                       std::move(on_done), false, payload.memh());
+                       std::move(on_done), detail::PayloadCopy::kNo, payload.memh());
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header,
                        std::span<const std::byte> payload, SendCallback on_done) {
-  return engine_->send(*data_, h, header, payload, std::move(on_done), true);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header,

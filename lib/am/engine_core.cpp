@@ -46,7 +46,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
                 &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
-                &s.counter("am.sent_inline"),      &s.counter("peers.reused")};
+                &s.counter("am.sent_inline"),      &s.counter("peers.reused"),
+                &s.counter("am.copied_bytes")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -456,8 +457,8 @@ Peer* EngineCore::peer_handle(std::uint32_t id) { return peers_[id]->handle.get(
 
 absl::Status EngineCore::ensure_endpoint(PeerData& p) {
   if (p.ep.valid()) return absl::OkStatus();
-  if (p.rank < 0 && p.address.empty()) return absl::UnavailableError("client/server peer without an endpoint");
-  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect(p.rank < 0 ? p.address : addresses_[p.id], &EngineCore::on_ep_error, &p));
+  if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
+  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
   return absl::OkStatus();
 }
 
@@ -584,11 +585,14 @@ absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
   p.accepted = true;
   p.name = "client " + a.name;
   p.remote_slot = a.slot;
-  // The client speaks first over UCX: its endpoint connects, its HELLO comes, and only then
-  // is ours made (handle_hello), so UCX joins it to the client's connection instead of
-  // opening a second one towards the client (over TCP, a server-opened connection to a client
-  // that died behind a network cut was seen to keep its socket in UCX for good).
-  p.address = a.address;
+  auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+  if (!ep.ok()) {
+    abandon_cs_peer(p, std::string(ep.status().message()));
+    return absl::UnavailableError(absl::StrFormat("the server cannot reach the client's UCX address: %s",
+                                                  ep.status().message()));
+  }
+  p.ep = std::move(*ep);
+  // The client speaks first over UCX: its HELLO, then ours (handle_hello).
   p.state = PeerState::kConnecting;
   p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
                                                           : Clock::now() + config_.connect_timeout;

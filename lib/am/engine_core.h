@@ -27,6 +27,11 @@ namespace sluice::detail {
 
 class EngineCore;
 
+// Whether a rendezvous payload is copied before it leaves: not at all (the caller keeps it
+// valid until completion), into a send-pool slot (kWouldBlock when its class is exhausted:
+// send_copy), or into a slot or else the heap (copying replies, which must not fail).
+enum class PayloadCopy : std::uint8_t { kNo, kPool, kPoolOrHeap };
+
 enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx, kContactRx };
 
 // Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
@@ -164,8 +169,6 @@ struct PeerData {
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
-  std::string address;  // client/server, at the server: the client's UCX worker address, its
-                        // endpoint made from it when its HELLO arrives (ensure_endpoint)
   bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
   // Client/server: when its front-door link closed (its process ended, or it is closing: its
   // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
@@ -198,13 +201,14 @@ class EngineCore : private Door::Owner {
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh = nullptr);
+              std::span<const std::byte> payload, SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   Result call(PeerData& p, HandlerId method, std::span<const std::byte> header,
               std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
               CallId* id);
   void cancel(CallId id);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
-               std::uint16_t status);
+               std::uint16_t status, PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {},
+               void* memh = nullptr);
   void release(Message& m);
   // Releases a plain message its handler neither kept nor released, on the engine thread
   // right after the handler: it owns nothing but the borrow; its credit is returned.
@@ -300,12 +304,12 @@ class EngineCore : private Door::Owner {
   Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
                          std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
                          std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot = false);
-  Result prepare_payload(Op* op, std::span<const std::byte> payload, bool copy);
+  Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
   // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
   // nullptr for eager). Not for bounce mode's pieces.
   Result pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
                       std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                      std::uint16_t status, bool copy, Op** hop, Op** pop);
+                      std::uint16_t status, PayloadCopy copy, Op** hop, Op** pop);
   // recv.cpp
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
@@ -513,6 +517,7 @@ class EngineCore : private Door::Owner {
     Counter* coalesced;
     Counter* sent_inline;
     Counter* peers_reused;
+    Counter* copied_bytes;
   } c_{};
   friend class ::sluice::Message;
 };

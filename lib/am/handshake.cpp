@@ -232,15 +232,8 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   p.credits.grant(hello.credits);
   p.rpc_slots = hello.rpc_slots;
   p.last_heard = Clock::now();
-  if (p.state == PeerState::kNew) {
-    start_handshake(p);
-  } else if (!p.hello_sent) {  // a server answers its client's HELLO
-    if (absl::Status s = ensure_endpoint(p); !s.ok()) {
-      fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
-      return;
-    }
-    send_hello(p);
-  }
+  if (p.state == PeerState::kNew) start_handshake(p);
+  else if (!p.hello_sent) send_hello(p);  // a client answers the server's HELLO
   maybe_ready(p);
 }
 

@@ -40,7 +40,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   if (sent) {
     ++p.calls_outstanding;
   } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
-    r = pack_message(p, flags, method, header, payload, id, aux, 0, false, &hop, &pop);
+    r = pack_message(p, flags, method, header, payload, id, aux, 0, PayloadCopy::kNo, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
     if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
@@ -121,7 +121,8 @@ void EngineCore::on_request(PeerData& p, Message& m) {
 }
 
 Result EngineCore::reply(Message& m, std::span<const std::byte> header,
-                         std::span<const std::byte> payload, std::uint16_t status) {
+                         std::span<const std::byte> payload, std::uint16_t status, PayloadCopy copy,
+                         SendCallback&& on_done, void* memh) {
   if (!m.request_ || m.replied_) return Result::kInvalidArgument;
   PeerData& p = *peers_[m.peer_];
   if (p.state == PeerState::kDead || p.epoch != m.incarnation_) {
@@ -156,13 +157,15 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
              static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
     if (r != Result::kOk) return r;
     pop = new_op(OpKind::kSendPayload, p.id);
-    r = prepare_payload(pop, payload, true);
+    r = prepare_payload(pop, payload, copy);
     if (r != Result::kOk) {
       free_op(hop);
       free_op(pop);
       return r;
     }
     answered(false);
+    if (copy == PayloadCopy::kNo && memh != nullptr) pop->payload_memh = memh;
+    pop->on_done = std::move(on_done);
     pop->releases_rpc_slot = m.holds_rpc_slot_;
     pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
     return enqueue(p, hop, pop);
@@ -170,17 +173,22 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
   if (send_inline(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status)) [[likely]] {
     answered(true);  // its send is complete already
+    complete_inline(p.id, std::move(on_done));
     return Result::kOk;
   }
   if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
-    r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, true, &hop, &pop);
+    r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, copy, &hop, &pop);
   } else {
     answered(false);
-    return send_fragmented(p, m.handler_, header, payload, {}, flags, m.rpc_id_, 0, m.holds_rpc_slot_);
+    return send_fragmented(p, m.handler_, header, payload, std::move(on_done), flags, m.rpc_id_, 0,
+                           m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
   answered(false);
-  (pop ? pop : hop)->releases_rpc_slot = m.holds_rpc_slot_;
+  if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->payload_memh = memh;
+  Op* last = pop ? pop : hop;
+  last->on_done = std::move(on_done);
+  last->releases_rpc_slot = m.holds_rpc_slot_;
   return enqueue(p, hop, pop);
 }
 

@@ -46,7 +46,7 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
 Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
                                 std::span<const std::byte> header,
                                 std::span<const std::byte> payload, std::uint64_t rpc_id,
-                                std::uint64_t aux, std::uint16_t status, bool copy, Op** hop,
+                                std::uint64_t aux, std::uint16_t status, PayloadCopy copy, Op** hop,
                                 Op** pop) {
   auto len = static_cast<std::uint32_t>(payload.size());
   *pop = nullptr;
@@ -90,25 +90,30 @@ void EngineCore::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   done_.push_back({op, absl::StatusCode::kOk, 0, 0});
 }
 
-Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, bool copy) {
+Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy) {
   op->payload_len = payload.size();
-  if (!copy) {
+  if (copy == PayloadCopy::kNo) {
     op->payload = payload.data();
     return Result::kOk;
   }
   if (PoolClass* cls = send_pool_->class_for(payload.size())) {
     Slot slot;
-    if (cls->try_get(&slot) != Result::kOk) {
+    if (cls->try_get(&slot) == Result::kOk) {
+      c_.copied_bytes->add(payload.size());
+      std::memcpy(slot.data(), payload.data(), payload.size());
+      op->payload = slot.data();
+      op->payload_memh = slot.memh();
+      op->slot = std::move(slot);
+      return Result::kOk;
+    }
+    if (copy == PayloadCopy::kPool) {
       c_.would_block->add();
       return Result::kWouldBlock;
     }
-    std::memcpy(slot.data(), payload.data(), payload.size());
-    op->payload = slot.data();
-    op->payload_memh = slot.memh();
-    op->slot = std::move(slot);
-    return Result::kOk;
+    // A copying reply: the heap rather than a refusal (the slot table bounds how many exist).
   }
   // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
+  c_.copied_bytes->add(payload.size());
   op->heap.reset(new std::byte[payload.size()]);
   std::memcpy(op->heap.get(), payload.data(), payload.size());
   op->payload = op->heap.get();
@@ -116,7 +121,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, b
 }
 
 Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, SendCallback&& cb, bool copy, void* memh) {
+                        std::span<const std::byte> payload, SendCallback&& cb, PayloadCopy copy, void* memh) {
   if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
     return Result::kInvalidArgument;
@@ -171,6 +176,7 @@ Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std
     }
     if (r != Result::kOk) return r;
     c_.bounce_bytes->add(piece);
+    c_.copied_bytes->add(piece);
     offset += piece;
     if (offset == payload.size()) {
       op->on_done = std::move(cb);
