@@ -60,10 +60,20 @@ using PayloadSink = std::function<std::span<std::byte>(const Message& announceme
 using ReplyCallback = std::function<void(absl::Status, Message& reply)>;
 using CallId = std::uint64_t;
 
+// Gives back a buffer the handler's sink handed out whose payload will not reach the handler:
+// the sender failed or closed mid-transfer, the transfer failed, or the engine is closing.
+// `announcement` is the message as the sink saw it (header, source); `buffer` what the sink
+// returned (its first `size` bytes were the landing). Runs once per such buffer, on the engine
+// thread; a buffer whose payload reaches the handler is never given back here.
+using SinkRelease = std::function<void(const Message& announcement, std::span<std::byte> buffer)>;
+
 struct HandlerOptions {
   // Deliver without waiting for earlier rendezvous payloads from the same peer.
   bool unordered = false;
   PayloadSink sink;
+  // With `sink`: where its buffers come back when their payloads cannot be delivered (counted
+  // in am.sink_returned). Without it, such a buffer is the application's to find again.
+  SinkRelease sink_release = {};
 };
 
 struct CallOptions {

@@ -110,6 +110,7 @@ class Message {
                                       // tagged message that held only this message), else
                                       // copies them (one of a coalesced tagged message's)
   Slot* lender_ = nullptr;
+  bool sink_landing_ = false;          // payload_ is a handler's sink buffer no handler has seen
   Slot slot_;                          // the eager slot holding the wire message
   Slot landing_;                       // rendezvous landing slot from the receive pool
   std::unique_ptr<std::byte[]> heap_;  // rendezvous landing beyond the largest class

@@ -47,7 +47,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
                 &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
                 &s.counter("am.sent_inline"),      &s.counter("peers.reused"),
-                &s.counter("am.copied_bytes")};
+                &s.counter("am.copied_bytes"), &s.counter("am.sink_returned")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {

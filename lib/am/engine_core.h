@@ -210,6 +210,8 @@ class EngineCore : private Door::Owner {
                std::uint16_t status, PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {},
                void* memh = nullptr);
   void release(Message& m);
+  // A sink's buffer whose payload will not reach its handler goes back (HandlerOptions).
+  void give_back_sink(Message& m);
   // Releases a plain message its handler neither kept nor released, on the engine thread
   // right after the handler: it owns nothing but the borrow; its credit is returned.
   void release_handled(PeerData& p, Message& m);
@@ -518,6 +520,7 @@ class EngineCore : private Door::Owner {
     Counter* sent_inline;
     Counter* peers_reused;
     Counter* copied_bytes;
+    Counter* sink_returned;
   } c_{};
   friend class ::sluice::Message;
 };

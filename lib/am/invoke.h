@@ -14,6 +14,7 @@ namespace sluice::detail {
     c_.unknown_handler->add();
     return Invoke::kNoHandler;
   }
+  m.sink_landing_ = false;  // the handler has it now
   try {
     handlers_[m.handler_].fn(m);
     return Invoke::kDone;

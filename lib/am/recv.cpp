@@ -363,7 +363,10 @@ std::span<std::byte> EngineCore::choose_landing(Message& m, std::size_t size) {
     const HandlerEntry& he = handlers_[m.handler_];
     if (he.options.sink) {
       std::span<std::byte> dest = he.options.sink(m, size);
-      if (dest.size() >= size) return dest.first(size);
+      if (dest.size() >= size) {
+        m.sink_landing_ = true;  // the handler gets it, or sink_release does (release())
+        return dest.first(size);
+      }
       if (!dest.empty()) {
         SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
                                 m.handler_, dest.size(), size);
@@ -514,6 +517,24 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
   maybe_return_credits(p);
 }
 
+void EngineCore::give_back_sink(Message& m) {
+  m.sink_landing_ = false;
+  const SinkRelease* give = m.handler_ < kMaxHandlers ? &handlers_[m.handler_].options.sink_release : nullptr;
+  if (give == nullptr || !*give) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink buffer of %u bytes was not delivered and there is no "
+                            "sink_release to give it back to", m.handler_, m.payload_.size());
+    return;
+  }
+  c_.sink_returned->add();
+  try {
+    (*give)(m, m.payload_);
+  } catch (const std::exception& e) {
+    handler_threw(m, e.what());
+  } catch (...) {
+    handler_threw(m, "a non-standard exception");
+  }
+}
+
 void EngineCore::release(Message& m) {
   if (!on_driver_thread()) [[unlikely]] {
     // Released on another thread (message.h asks for the engine's): its credit, slot and
@@ -522,6 +543,7 @@ void EngineCore::release(Message& m) {
     post([held] { delete held; });
     return;
   }
+  if (m.sink_landing_) [[unlikely]] give_back_sink(m);
   if (m.request_ && !m.replied_) {
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
   }

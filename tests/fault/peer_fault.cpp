@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -84,14 +86,33 @@ int main(int argc, char** argv) {
   // Sequence numbers: the next one expected from each rank, and the next one to send to it.
   std::vector<std::uint64_t> expect(static_cast<std::size_t>(e.size()), 0), next_seq(expect);
   long misordered = 0;
+  // Rank 0 lands rank 1's rendezvous payloads in buffers of its own (a storage server's block
+  // buffers): each must come back exactly once, to the handler or to sink_release.
+  std::map<const std::byte*, std::unique_ptr<std::byte[]>> sink_out;
+  long sink_given = 0, sink_delivered = 0, sink_returned = 0, sink_stray = 0;
+  HandlerOptions options;
+  if (me == 0) {
+    options.sink = [&](const Message& m, std::size_t size) -> std::span<std::byte> {
+      if (m.source() != 1) return {};
+      auto buf = std::make_unique<std::byte[]>(size);
+      std::span<std::byte> where(buf.get(), size);
+      sink_out[where.data()] = std::move(buf);
+      ++sink_given;
+      return where;
+    };
+    options.sink_release = [&](const Message&, std::span<std::byte> buffer) {
+      sink_out.erase(buffer.data()) == 1 ? ++sink_returned : ++sink_stray;
+    };
+  }
   (void)e.register_handler(1, [&](Message& m) {
+    if (me == 0 && m.source() == 1 && !m.payload().empty()) sink_delivered += sink_out.erase(m.payload().data());
     m.source() == 0 ? ++from0 : ++from1;
     std::uint64_t seq = ~std::uint64_t{0};
     if (m.header().size() == sizeof(seq)) std::memcpy(&seq, m.header().data(), sizeof(seq));
     auto& want = expect[static_cast<std::size_t>(m.source())];
     if (seq != want) ++misordered;
     want = seq + 1;
-  });
+  }, std::move(options));
   // Sends with the next sequence number towards `to` in the header (copied by send()); the
   // number is used up only when the send is taken.
   auto send_seq = [&](int to, std::span<const std::byte> payload, SendCallback cb = {}) {
@@ -223,16 +244,19 @@ int main(int argc, char** argv) {
               "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
               "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
               "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
-              "dead_peer_segments=%d\n",
+              "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
+              "sink_stray=%ld\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
               static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
               first_failure_wall, last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")),
-              misordered, gap1, dead_peer_segments());
+              misordered, gap1, dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(),
+              sink_stray);
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
+            sink_out.empty() && sink_stray == 0 &&
             held_eager <= (*ctx)->config().rx_posted * static_cast<std::size_t>(e.size() - 1);
   return ok ? 0 : 3;
 }
