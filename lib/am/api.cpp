@@ -73,6 +73,11 @@ Result Message::reply(std::span<const std::byte> header, std::span<const std::by
   return engine_->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done));
 }
 
+Result Message::reply_with_payload(std::span<const std::byte> header, SendCallback on_done) {
+  if (engine_ == nullptr) return Result::kInvalidArgument;
+  return engine_->reply_own(*this, header, std::move(on_done));
+}
+
 Result Message::reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
                       SendCallback on_done) {
   if (engine_ == nullptr || !payload || length > payload.size()) return Result::kInvalidArgument;

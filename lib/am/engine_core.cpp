@@ -166,6 +166,7 @@ Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
 }
 
 void EngineCore::free_op(Op* op) {
+  if (op->pending.valid()) [[unlikely]] op->pending = Message();  // a request replied from (reply_own)
   op->slot.release();
   op->heap.reset();
   op->on_done = nullptr;
@@ -693,6 +694,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     // pool memory stays mapped while the engine lives, so even a late read would be harmless.
     // (A heap copy is kept until the callback: that memory could be unmapped.)
     op.slot.release();
+    if (op.pending.valid() && !op.pending.heap_) op.pending = Message();  // a request's pool memory, likewise
   }
 }
 

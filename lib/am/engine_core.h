@@ -59,7 +59,8 @@ struct Op : TransportOp {
   bool releases_rpc_slot = false;      // the last op of a reply: its completion ends the reply in flight
   std::uint64_t call_id = 0;           // kReplyRx
   std::uint16_t ctrl_kind = 0;         // kCtrl
-  Message pending;                     // kRndvRx: the announcement waiting for its payload
+  Message pending;                     // kRndvRx: the announcement waiting for its payload;
+                                       // kSendPayload: the request whose payload it sends
   bool ordered = false;                // kRndvRx: later messages wait for this one
   // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
   // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
@@ -208,7 +209,10 @@ class EngineCore : private Door::Owner {
   void cancel(CallId id);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
                std::uint16_t status, PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {},
-               void* memh = nullptr);
+               void* memh = nullptr, Op** last_out = nullptr);
+  // reply() from the request's own payload: the request's memory rides with the reply's last
+  // operation (Op::pending) until it completes.
+  Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
   void release(Message& m);
   // A sink's buffer whose payload will not reach its handler goes back (HandlerOptions).
   void give_back_sink(Message& m);

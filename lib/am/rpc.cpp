@@ -122,7 +122,7 @@ void EngineCore::on_request(PeerData& p, Message& m) {
 
 Result EngineCore::reply(Message& m, std::span<const std::byte> header,
                          std::span<const std::byte> payload, std::uint16_t status, PayloadCopy copy,
-                         SendCallback&& on_done, void* memh) {
+                         SendCallback&& on_done, void* memh, Op** last_out) {
   if (!m.request_ || m.replied_) return Result::kInvalidArgument;
   PeerData& p = *peers_[m.peer_];
   if (p.state == PeerState::kDead || p.epoch != m.incarnation_) {
@@ -168,6 +168,7 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     pop->on_done = std::move(on_done);
     pop->releases_rpc_slot = m.holds_rpc_slot_;
     pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
+    if (last_out != nullptr) *last_out = pop;
     return enqueue(p, hop, pop);
   }
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
@@ -189,7 +190,19 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
   Op* last = pop ? pop : hop;
   last->on_done = std::move(on_done);
   last->releases_rpc_slot = m.holds_rpc_slot_;
+  if (last_out != nullptr) *last_out = last;
   return enqueue(p, hop, pop);
+}
+
+Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
+  if (!m.request_ || m.replied_) return Result::kInvalidArgument;
+  Message held = std::move(m);  // the request's memory; the handler's Message is left empty
+  Op* last = nullptr;
+  Result r = reply(held, header, held.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);
+  // Sent by rendezvous from that memory: it stays until the send completes (free_op). Inline
+  // or eager, the payload is packed already, and `held` goes now.
+  if (r == Result::kOk && last != nullptr && last->kind == OpKind::kSendPayload) last->pending = std::move(held);
+  return r;
 }
 
 void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {

@@ -496,6 +496,55 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
   EXPECT_EQ(pair.engine(1).stats().value("am.copied_bytes"), std::uint64_t{1} << 20);
 }
 
+// A reply from the request's own payload, changed in place (read-modify-write): not copied
+// at any size, the request's memory held until the reply's send completes, then its credit back.
+TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
+  RankPair pair;
+  Server server;
+  constexpr HandlerId kBump = 29;
+  int completions = 0, failed = 0;
+  std::vector<Result> results;
+  ASSERT_TRUE(pair.engine(1).register_handler(kBump, [&](Message& m) {
+    for (std::byte& b : m.payload()) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
+    results.push_back(m.reply_with_payload(m.header(), [&](absl::Status st) {
+      ++completions;
+      failed += !st.ok();
+    }));
+    EXPECT_FALSE(m.valid()) << "the request went with its reply";
+  }).ok());
+  const std::vector<std::size_t> sizes = {0, 16, 8192, 8193, std::size_t{1} << 20, std::size_t{9} << 20};
+  pair.run([&](Engine& e) {
+    std::vector<std::byte> buf(std::size_t{9} << 20);
+    for (bool into_buffer : {true, false}) {
+      for (std::size_t n : sizes) {
+        auto data = pattern(n, n + 1);
+        auto want = data;
+        for (std::byte& b : want) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
+        bool done = false;
+        CallOptions o;
+        if (into_buffer) o.reply_buffer = buf;
+        ASSERT_EQ(e.peer(1)->call(kBump, bytes_of(n), data, o, [&](absl::Status st, Message& r) {
+          ASSERT_TRUE(st.ok()) << st << " n=" << n;
+          EXPECT_EQ(r.header().size(), sizeof(std::size_t));
+          EXPECT_EQ(crc32c(r.payload()), crc32c(want)) << n;
+          done = true;
+        }), Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+      }
+    }
+    ASSERT_TRUE(e.run_until([&] { return completions == 2 * static_cast<int>(sizes.size()); }, Clock::now() + kLong));
+    server.stop = true;
+  }, [&](Engine& e) {
+    server.serve(e);
+    EXPECT_EQ(e.stats().value("am.copied_bytes"), 0u);
+    PoolStats rs = e.pool_stats(Direction::kRecv);
+    for (std::size_t k = 1; k < rs.classes.size(); ++k)
+      EXPECT_EQ(rs.classes[k].slots_free, rs.classes[k].slots_total) << "every request's landing slot came back";
+  });
+  EXPECT_EQ(results, std::vector<Result>(2 * sizes.size(), Result::kOk));
+  EXPECT_EQ(failed, 0);
+}
+
 // A copying reply never answers kWouldBlock: from a 2 MiB send pool whose 1 MiB class cannot grow, eight
 // 1 MiB replies at once all go (the rest are copied to the heap) and arrive intact.
 TEST(Rpc, CopyingRepliesNeverWouldBlockWhenTheSendPoolIsExhausted) {
