@@ -27,7 +27,8 @@ std::vector<std::string> split(const std::string& s) {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
-               "                   [-r REPEATS] [--baseline ucx|bounce|none] [--format table|csv|json] [--stats]\n"
+               "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
+               "                   [--format table|csv|json] [--stats]\n"
                "tests: am_lat am_bw rpc_lat rpc_rate bulk_bw mixed fanin\n"
                "run under a launcher: sluice-run -n 2 --bind core sluice-perf ...\n");
 }
@@ -100,6 +101,8 @@ std::optional<Options> parse(int argc, char** argv) {
       if (!number(1, &o.repeats)) return std::nullopt;
     } else if (a == "--baseline") {
       if (!choice("ucx", "bounce", "none", &o.baseline)) return std::nullopt;
+    } else if (a == "--rpc") {
+      if (!choice("zero", "copy", "zero", &o.rpc)) return std::nullopt;
     } else if (a == "--format") {
       if (!choice("table", "csv", "json", &o.format)) return std::nullopt;
     } else if (a == "--stats") {

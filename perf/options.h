@@ -17,6 +17,9 @@ struct Options {
   int window = 0;
   int repeats = 5;
   std::string baseline = "none";
+  // RPC tests: zero (the server answers from the request's own payload, no copy; above the
+  // eager limit into the caller's reply buffer) or copy (reply_copy, no reply buffer).
+  std::string rpc = "zero";
   std::string format = "table";
   bool stats = false;
 };

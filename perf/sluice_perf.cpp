@@ -87,8 +87,8 @@ class Bench {
     }));
     SLUICE_RETURN_IF_ERROR(e.register_handler(kAck, [this](Message&) { ++acks_; }));
     SLUICE_RETURN_IF_ERROR(e.register_handler(kEcho, [this](Message& m) {
-      Result r;
-      while ((r = m.reply({}, m.payload())) == Result::kWouldBlock) progress_all();
+      // --rpc zero: the request's own payload goes back, no copy; copy: reply_copy.
+      Result r = o_.rpc == "zero" ? m.reply_with_payload({}) : m.reply_copy({}, m.payload());
       if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
     }));
     return absl::OkStatus();
@@ -190,8 +190,17 @@ class Bench {
     Figures f;
     if (me_ != 0) return f;
     int total = c.warmup + c.iters;
+    // --rpc zero: a payload above the eager limit comes back into a reply buffer, one per call
+    // in flight (a free list of them), as a storage client reads blocks. Smaller ones travel in
+    // the reply message itself, where a reply buffer would only add the receive posted for it.
+    // (Not on the bounce-mode engine, whose large requests cannot announce a reply buffer.)
+    bool zero = o_.rpc == "zero" && c.size > ctx_.config().eager_limit() && &e != bounce_;
+    std::vector<std::vector<std::byte>> replies(zero ? static_cast<std::size_t>(window) : 0,
+                                                std::vector<std::byte>(c.size));
+    std::vector<int> free_replies;
+    for (int k = window - 1; k >= 0 && zero; --k) free_replies.push_back(k);
     // What the reply callbacks update, behind one pointer: a callback capturing it, the call's
-    // index and whether it is timed fits std::function's inline storage, so the harness
+    // index and its reply buffer's fits std::function's inline storage, so the harness
     // allocates nothing per call (the raw baseline does not either).
     // With one call in flight every call is timed, as the raw ping-pong times each round trip.
     // With more, only every kRateSample-th is: the raw windowed baseline reads no clock per
@@ -202,7 +211,10 @@ class Bench {
       int finished = 0;
       std::vector<double> rtts;
       std::vector<Clock::time_point> started;
-    } run{this, 0, {}, std::vector<Clock::time_point>(static_cast<std::size_t>(total))};
+      std::vector<int>* free_replies;
+      int warmup, sample;
+      bool timed(int i) const { return i >= warmup && (i - warmup) % sample == 0; }
+    } run{this, 0, {}, std::vector<Clock::time_point>(static_cast<std::size_t>(total)), &free_replies, c.warmup, sample};
     std::vector<double>& rtts = run.rtts;
     std::vector<Clock::time_point>& started = run.started;
     int& finished = run.finished;
@@ -213,13 +225,20 @@ class Bench {
         int i = issued;
         if (i == c.warmup && window > 1 && finished < issued) break;
         if (i == c.warmup) t_start = Clock::now();
-        bool timed = i >= c.warmup && (i - c.warmup) % sample == 0;
-        if (timed) started[static_cast<std::size_t>(i)] = Clock::now();
+        if (run.timed(i)) started[static_cast<std::size_t>(i)] = Clock::now();
         Result r;
-        while ((r = e.peer(1)->call(kEcho, {}, buf, {}, [run = &run, i, timed](absl::Status s, Message&) {
+        sluice::CallOptions options;
+        int slot = -1;
+        if (zero) {
+          slot = free_replies.back();
+          free_replies.pop_back();
+          options.reply_buffer = replies[static_cast<std::size_t>(slot)];
+        }
+        while ((r = e.peer(1)->call(kEcho, {}, buf, options, [run = &run, i, slot](absl::Status s, Message&) {
                  if (!s.ok()) run->bench->fail("call: " + s.ToString());
-                 if (timed)
+                 if (run->timed(i))
                    run->rtts.push_back(std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
+                 if (slot >= 0) run->free_replies->push_back(slot);
                  ++run->finished;
                })) == Result::kWouldBlock) {
           progress_all();

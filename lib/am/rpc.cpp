@@ -42,7 +42,12 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
     r = pack_message(p, flags, method, header, payload, id, aux, 0, PayloadCopy::kNo, &hop, &pop);
   } else {
-    // Bounce mode: the pieces go out at once, so the slot limit is honoured here.
+    // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
+    // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
+    if (!options.reply_buffer.empty()) {
+      calls_.erase(id);
+      return Result::kInvalidArgument;
+    }
     if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
       if (p.state == PeerState::kNew) start_handshake(p);
       calls_.erase(id);

@@ -545,6 +545,22 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   EXPECT_EQ(failed, 0);
 }
 
+// Bounce mode cannot announce a reply buffer with a request cut into pieces: refused at once,
+// not answered OUT_OF_RANGE later.
+TEST(Rpc, BounceModeRefusesALargeRequestWithAReplyBuffer) {
+  Config c;
+  c.rndv = false;
+  RankPair pair(c);
+  pair.run([&](Engine& e) {
+    std::vector<std::byte> request(64 << 10), reply(64 << 10);
+    CallOptions o;
+    o.reply_buffer = reply;
+    EXPECT_EQ(e.peer(1)->call(kEcho, {}, request, o, [](absl::Status, Message&) { ADD_FAILURE(); }),
+              Result::kInvalidArgument);
+    EXPECT_EQ(e.stats().value("rpc.calls"), 0u);
+  }, [](Engine&) {});
+}
+
 // A copying reply never answers kWouldBlock: from a 2 MiB send pool whose 1 MiB class cannot grow, eight
 // 1 MiB replies at once all go (the rest are copied to the heap) and arrive intact.
 TEST(Rpc, CopyingRepliesNeverWouldBlockWhenTheSendPoolIsExhausted) {
