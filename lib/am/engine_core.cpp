@@ -635,6 +635,9 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     abandon_cs_peer(p, std::string(dialed.status().message()));
     return dialed.status();
   }
+  if (p.state == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+  }
   p.remote_slot = dialed->slot;
   auto ep = worker_->connect(dialed->address, &EngineCore::on_ep_error, &p);
   if (!ep.ok()) {

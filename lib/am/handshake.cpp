@@ -195,7 +195,9 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     c_.duplicates->add();
     return;
   }
-  if (p.state == PeerState::kDead && hello.incarnation == p.incarnation) {
+  if (p.state == PeerState::kDead && (hello.incarnation == p.incarnation || p.rank < 0)) {
+    // A client/server peer is never revived (a reconnect is a new peer): a HELLO that arrives
+    // after it failed would otherwise restart it as a rank restarts.
     count_drop("hello from a dead incarnation");
     return;
   }

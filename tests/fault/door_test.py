@@ -222,9 +222,11 @@ class FrontDoorUnderAttack(unittest.TestCase):
             s.close()
         self.assert_still_serving("every length field")
 
-    def record_real_handshake(self):
+    def record_real_handshake(self, inject=None):
         """What a real client sends through the front door, recorded by a relay between it and the
-        server (the UCX traffic after it goes by worker address, not through the relay)."""
+        server (the UCX traffic after it goes by worker address, not through the relay). With
+        `inject`, the relay sends those bytes to the server on the client's link once the server
+        has accepted it, and the client is expected to fail."""
         relay = socket.socket()
         relay.bind(("127.0.0.1", 0))
         relay.listen(1)
@@ -235,6 +237,8 @@ class FrontDoorUnderAttack(unittest.TestCase):
         relay.close()
         s = self.connect()
         recorded = b""
+        from_server = 0
+        expect_ok = inject is None
         other = {c: s, s: c}
         reading = [c, s]
         while reading:
@@ -255,10 +259,17 @@ class FrontDoorUnderAttack(unittest.TestCase):
                 if x is c:
                     recorded += data
                 other[x].sendall(data)
+                if x is s:
+                    from_server += len(data)
+                    if inject and from_server >= 16 + 72 + 16 + 49:  # SERVER_HELLO and ACCEPT are through
+                        s.sendall(inject)
+                        inject = None
         c.close()
         s.close()
         out, err = client.communicate(timeout=30)
-        self.assertEqual(client.returncode, 0, out + err)
+        if expect_ok:
+            self.assertEqual(client.returncode, 0, out + err)
+        self.client_result = (client.returncode, err)
         return recorded
 
     def test_frames_cut_at_every_byte_and_bytes_beyond_a_frame(self):
@@ -275,7 +286,16 @@ class FrontDoorUnderAttack(unittest.TestCase):
         self.assertEqual(recv_frame(s)[0], SERVER_HELLO)
         self.assertEqual(refusal(recv_frame(s))[0], 3)
         s.close()
-        self.assert_still_serving("frames cut at every byte, bytes beyond a frame")
+        # Beyond the last frame: bytes on an admitted client's link. The server drops that client
+        # (its link is for the close only), the client learns at once, and the server goes on.
+        t0 = time.monotonic()
+        self.record_real_handshake(inject=b"bytes after the handshake")
+        code, err = self.client_result
+        self.assertNotEqual(code, 0, "the client whose link carried bytes was dropped")
+        self.assertIn("its connection to us closed", err)
+        self.assertNotIn("SLUICE_CONNECT_TIMEOUT", err, "the client failed at once, not at its connect timeout")
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assert_still_serving("frames cut at every byte, bytes beyond a frame and on a link")
 
     def test_replayed_handshake_and_wrong_keys_are_refused(self):
         # A real client's handshake, recorded and replayed on a new connection: its proof was
