@@ -242,7 +242,9 @@ bool Door::poll(Clock::time_point now) {
   for (auto& [id, c] : conns_)
     if (now >= c->deadline) expired.push_back(id);
   for (std::uint64_t id : expired) {
-    Conn& c = *conns_.at(id);
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;  // gone already (a callback above dropped it)
+    Conn& c = *it->second;
     if (c.client) {
       std::string step = c.step == Conn::Step::kConnecting ? "no TCP connection" : "no handshake";
       end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within SLUICE_CONNECT_TIMEOUT=%s", step,
