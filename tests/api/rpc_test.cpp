@@ -1,6 +1,7 @@
 // RPC between two engines: replies, replies into the caller's buffer, asynchronous replies,
 // deadlines, cancellation racing completion, slot tables, throwing handlers, unknown methods.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -426,7 +427,7 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
   const std::vector<std::uint64_t> sizes = {16, 8192, 8193, std::uint64_t{1} << 20, std::uint64_t{9} << 20};
   std::map<std::uint64_t, std::vector<std::byte>> store;  // the server's data, alive throughout
   for (auto n : sizes) store[n] = pattern(n, n);
-  int completions = 0, failed = 0;
+  std::atomic<int> completions{0}, failed{0};  // the server thread counts, the client waits
   auto done_cb = [&](absl::Status st) {
     ++completions;
     failed += !st.ok();
@@ -502,7 +503,7 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   RankPair pair;
   Server server;
   constexpr HandlerId kBump = 29;
-  int completions = 0, failed = 0;
+  std::atomic<int> completions{0}, failed{0};  // the server thread counts, the client waits
   std::vector<Result> results;
   ASSERT_TRUE(pair.engine(1).register_handler(kBump, [&](Message& m) {
     for (std::byte& b : m.payload()) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
