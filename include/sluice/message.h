@@ -74,8 +74,9 @@ class Message {
                SendCallback on_done);
   // Zero copy from this request's own payload (an echo, a forward, a read-modify-write: the
   // handler may change payload() in place first): the request's receive memory is held until
-  // the reply's send completes, and this Message is released by the call whatever it returns
-  // (valid() is false afterwards; the sender's credit returns once the memory is free).
+  // the reply's send completes, and this Message is released by the call unless it returns
+  // kInvalidArgument (valid() is false afterwards; the sender's credit returns once the memory
+  // is free).
   Result reply_with_payload(std::span<const std::byte> header, SendCallback on_done = {});
   // Copies a payload above the eager limit first (into a send-pool slot, or the heap when the
   // pool's class is exhausted or too small): the caller's buffer is free when this returns.
