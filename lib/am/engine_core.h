@@ -1,6 +1,7 @@
 // The engine's state and protocol (internal). One thread owns all of it.
 //
-// Files: engine_core.cpp (lifecycle, progress, timers, peer failure), handshake.cpp (HELLO,
+// Files: engine_core.cpp (lifecycle, progress, timers, peer failure), client_server.cpp
+// (listen, connect, admission, client slots), handshake.cpp (HELLO,
 // control messages), send.cpp (send path, credits), recv.cpp (receive path, ordering,
 // rendezvous, dispatch), rpc.cpp (calls, replies, slot tables).
 #pragma once

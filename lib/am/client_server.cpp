@@ -1,0 +1,204 @@
+// Client/server mode: the front door's glue (listen, connect, admission, links) and the
+// client slots of the peer table (a gone client's slot serves a later one).
+#include <algorithm>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+// A gone client's slot may serve a new one once nothing refers to the old one any more: no
+// operation of it in the transport, no message of it the application holds, no call to it
+// open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
+// Completions of the old incarnation then see a stale epoch.
+bool EngineCore::reusable(const PeerData& p) const {
+  if (p.state != PeerState::kDead || p.close_pending || p.unreleased != 0 ||
+      p.landing != 0 || std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
+    return false;
+  // Its receive ops are the slot's own and serve the next client (open_receives) once their
+  // cancellation has come back.
+  for (const Op& op : op_storage_)
+    if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.busy || op.queued)) return false;
+  if (!calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty()) return false;
+  // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
+  // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
+  constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
+  return !worker_->has_unexpected(std::uint64_t{p.id} << wire::kSlotShift, kSlotBits);
+}
+
+PeerData& EngineCore::new_cs_peer() {
+  // The oldest gone clients first, a few per connection: one that stays unusable (a message of
+  // it that UCX keeps) goes to the back instead of being looked at on every connection.
+  for (std::size_t tries = std::min<std::size_t>(gone_cs_.size(), 16); tries > 0; --tries) {
+    std::uint32_t id = gone_cs_.front();
+    gone_cs_.pop_front();
+    PeerData& old = *peers_[id];
+    if (!reusable(old)) {
+      gone_cs_.push_back(id);
+      continue;
+    }
+    old.handle->data_ = &gone_peer_;
+    gone_handles_.push_back(std::move(old.handle));
+    PeerData fresh;
+    fresh.id = old.id;
+    fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
+    fresh.rx_ops = std::move(old.rx_ops);
+    old = std::move(fresh);
+    c_.peers_reused->add();
+    SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
+               gone_cs_.size());
+    return init_cs_peer(old);
+  }
+  auto p = std::make_unique<PeerData>();
+  p->id = static_cast<std::uint32_t>(peers_.size());
+  SLUICE_LOG(kDebug, "am", "client slot %u is new (%zu gone, none free)", p->id, gone_cs_.size());
+  peers_.push_back(std::move(p));
+  return init_cs_peer(*peers_.back());
+}
+
+PeerData& EngineCore::init_cs_peer(PeerData& p) {
+  p.rank = -1;
+  p.name = absl::StrFormat("client slot %u", p.id);
+  p.remote_slot = wire::kUnassignedSlot;
+  p.handle.reset(new Peer(this, &p, p.id, -1));
+  p.server_slots = SlotTable(config_.rpc_slots);
+  return p;
+}
+
+namespace {
+absl::StatusOr<std::pair<std::string, int>> split_host_port(std::string_view hp) {
+  auto colon = hp.rfind(':');
+  int port = -1;
+  if (colon != std::string_view::npos) {
+    std::string p(hp.substr(colon + 1));
+    char* end = nullptr;
+    long v = std::strtol(p.c_str(), &end, 10);
+    if (!p.empty() && *end == '\0' && v >= 0 && v <= 65535) port = static_cast<int>(v);
+  }
+  if (port < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' is not host:port (port 0-65535)", hp));
+  }
+  return std::make_pair(std::string(hp.substr(0, colon)), port);
+}
+}  // namespace
+
+Door& EngineCore::door() {
+  if (!door_) {
+    DoorOptions o;
+    o.auth = config_.auth_mode() == AuthMode::kRequired   ? door::AuthMode::kRequired
+             : config_.auth_mode() == AuthMode::kOptional ? door::AuthMode::kOptional
+                                                          : door::AuthMode::kOff;
+    o.key = key_.get();
+    o.handshake_timeout = config_.handshake_timeout;
+    o.max_pending = config_.handshake_max;
+    o.connect_timeout = config_.connect_timeout;
+    o.worker_address = worker_->address();
+    Door::Owner* owner = this;
+    door_ = std::make_unique<Door>(owner, std::move(o), &stats_);
+  }
+  return *door_;
+}
+
+absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
+  if (door_ && door_->listening()) return absl::FailedPreconditionError("this engine already listens");
+  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
+  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.first, hp.second));
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d (authentication %s)", engine_id_, hp.first, port,
+             key_ ? "on" : "off");
+  return port;
+}
+
+void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
+  p.state = PeerState::kDead;
+  p.fail_reason = why;
+  gone_cs_.push_back(p.id);
+}
+
+absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
+  if (closing_ || shutting_down_) return absl::UnavailableError("the server is shutting down");
+  PeerData& p = new_cs_peer();
+  p.accepted = true;
+  p.name = "client " + a.name;
+  p.remote_slot = a.slot;
+  auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+  if (!ep.ok()) {
+    abandon_cs_peer(p, std::string(ep.status().message()));
+    return absl::UnavailableError(absl::StrFormat("the server cannot reach the client's UCX address: %s",
+                                                  ep.status().message()));
+  }
+  p.ep = std::move(*ep);
+  // The client speaks first over UCX: its HELLO, then ours (handle_hello).
+  p.state = PeerState::kConnecting;
+  p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                          : Clock::now() + config_.connect_timeout;
+  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
+  return p.id;
+}
+
+void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
+  if (slot >= peers_.size() || !peers_[slot]) return;
+  PeerData& p = *peers_[slot];
+  if (p.state == PeerState::kDead) return;
+  p.fail_reason = why;
+  if (p.state == PeerState::kReady) {
+    p.link_lost_at = Clock::now();  // its BYE may still be on its way
+    next_timer_ = std::min(next_timer_, p.link_lost_at + kLinkGrace);
+  } else {
+    fail_peer(p, absl::StatusCode::kUnavailable, why);
+  }
+}
+
+absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
+  if (door_ && door_->dialing()) return absl::FailedPreconditionError("connect() is already in progress");
+  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
+  auto deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                       : Clock::now() + config_.connect_timeout;
+  PeerData& p = new_cs_peer();
+  p.name = absl::StrFormat("server %s", host_port);
+  if (absl::Status s = door().dial(hp.first, hp.second, p.id, deadline); !s.ok()) {
+    abandon_cs_peer(p, std::string(s.message()));
+    return s;
+  }
+  // The pre-handshake over Sluice's own socket; the engine sleeps between its steps.
+  while (door_->dialing()) {
+    wait(deadline);
+    (void)door_->poll(Clock::now());
+  }
+  absl::StatusOr<Door::Dialed> dialed = door_->take_dial_result();
+  if (!dialed.ok()) {
+    abandon_cs_peer(p, std::string(dialed.status().message()));
+    return dialed.status();
+  }
+  if (p.state == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+  }
+  p.remote_slot = dialed->slot;
+  auto ep = worker_->connect(dialed->address, &EngineCore::on_ep_error, &p);
+  if (!ep.ok()) {
+    door_->close_link(p.id);
+    abandon_cs_peer(p, std::string(ep.status().message()));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, ep.status().message()));
+  }
+  p.ep = std::move(*ep);
+  p.state = PeerState::kConnecting;
+  p.hello_deadline = deadline;
+  send_hello(p);
+  // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
+  // fails the peer.
+  while (p.state == PeerState::kConnecting) {
+    wait(deadline);
+    if (Clock::now() >= deadline && p.state == PeerState::kConnecting) {
+      fail_peer(p, absl::StatusCode::kDeadlineExceeded,
+                absl::StrFormat("no handshake with %s within SLUICE_CONNECT_TIMEOUT=%s", host_port,
+                                format_duration(config_.connect_timeout)));
+    }
+  }
+  if (p.state != PeerState::kReady) {
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+  }
+  return p.handle.get();
+}
+
+}  // namespace sluice::detail
