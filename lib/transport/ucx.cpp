@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
     ~Release() { ucp_config_release(c); }
   } release{cfg};
   // Peer error mode drops shared memory and CMA for local peers unless their own error
-  // handling is on (UCX_NOTES.md): without these, local traffic falls back to TCP loopback.
+  // handling is on (UCX 1.13.1, measured): without these, local traffic falls back to TCP loopback.
   // These are UCX_SYSV_ERROR_HANDLING, UCX_POSIX_ERROR_HANDLING and UCX_CMA_MEMORY_INVALIDATE;
   // through ucp_config_modify, UCX 1.13 matches them by the name of the table that declares
   // them (MM_ for both shared-memory transports, no prefix for the CMA memory domain): the

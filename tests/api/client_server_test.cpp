@@ -266,7 +266,7 @@ TEST(ClientServerKeys, AKeyFileOthersCanReadOrTooShortFailsAtStartNamingTheVaria
   EXPECT_THAT(std::string(c.validate().message()), ::testing::HasSubstr("SLUICE_AUTH_KEY_FILE"));
 }
 
-// Also RELIABILITY.md's "the peer table returns to its starting point": a gone client's slot
+// Also docs/reliability.md's "the peer table returns to its starting point": a gone client's slot
 // serves a later one, and the gone client's Peer, which a server may still hold, answers
 // kUnavailable instead of reaching the newcomer.
 TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {

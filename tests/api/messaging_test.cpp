@@ -701,7 +701,7 @@ TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
 }
 
 TEST(Messaging, PoolsThatCannotGrowFailCleanlyAndLoseNothing) {
-  // RELIABILITY.md, allocation and mmap failures. SLUICE_FAULT_AT=pool-grow:N fails every
+  // docs/reliability.md, allocation and mmap failures. SLUICE_FAULT_AT=pool-grow:N fails every
   // pool growth from the N-th on, as a failed mmap would.
   {
     // At start-up (the send pool's first chunk is growth 1): a clear error, no engine.

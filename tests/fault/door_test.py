@@ -1,4 +1,4 @@
-"""The front door under hostile input (RELIABILITY.md, "bad input from the network"), a server
+"""The front door under hostile input (docs/reliability.md, "bad input from the network"), a server
 killed and restarted on its address, and 256 clients connecting at once.
 
 The hostile suite talks to a real `blockstore serve` over TCP loopback with raw sockets, and

@@ -48,7 +48,7 @@ class PeerFailure(FaultHarness):
         self.check_failure_handled(rc, r, err, float(m.group(1)), bound)
 
     def test_victim_dies_at_each_protocol_step_tcp(self):
-        # RELIABILITY.md, failure at each protocol step on either side: rank 1 dies in the
+        # docs/reliability.md, failure at each protocol step on either side: rank 1 dies in the
         # handshake, as the sender of a rendezvous (before its announcement; after its payload's
         # send is posted, before rank 0 has pulled it), and as a receiver (after posting the
         # receive for a payload rank 0 announced; before returning credits). Rank 0 must see what
@@ -93,7 +93,7 @@ class PeerFailure(FaultHarness):
 
 
 class ClientChurn(unittest.TestCase):
-    """RELIABILITY.md, scale and lifecycle: clients connect, work and leave, half of them killed
+    """docs/reliability.md, scale and lifecycle: clients connect, work and leave, half of them killed
     at random moments, and the server ends where it started: its file descriptors, about its
     memory, and no shared memory of a dead client mapped."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Network faults (RELIABILITY.md, "Network cut"): rank 1 in a network namespace of its own,
+"""Network faults (docs/reliability.md, "Network cut"): rank 1 in a network namespace of its own,
 ranks 0 and 2 in another, joined by a veth pair, TCP only. iptables drops everything on rank
 1's side of the pair for a while, or a share of the packets; tbf slows the pair down. A cut
 shorter than SLUICE_PEER_TIMEOUT, loss and slowness must be ridden out: every operation
@@ -167,7 +167,7 @@ class ConnectionSetUp(Namespaces):
         return r.returncode, time.time() - t, r.stdout + r.stderr
 
     def test_set_up_through_a_dead_or_dying_link_fails_within_its_bound_and_a_retry_succeeds(self):
-        # RELIABILITY.md, "reset or death during connection set-up". The link is dead from the
+        # docs/reliability.md, "reset or death during connection set-up". The link is dead from the
         # first packet, or dies after 300 bytes (inside the connection's set-up) or after 2000
         # (after the handshake, inside the first writes): each time the client ends with a
         # clear error within its bound — the connect timeout, or the peer timeout once

@@ -4,7 +4,7 @@
 //
 //   alltoall [COUNT] [--small] [--mixed SECONDS] [--hang-rank R] [--exit-rank R CODE] [--print-env VAR]
 // --small: payloads of 0 to 64 bytes only (the volume run: a million messages per pair).
-// --mixed: the pool-exhaustion run instead (RELIABILITY.md, "the brpc stall"): for SECONDS,
+// --mixed: the pool-exhaustion run instead (docs/reliability.md, "the brpc stall"): for SECONDS,
 // every rank sends 64-byte and 2 MiB ledger messages to every other rank and more 64-byte
 // ones to rank 0 (fan-in); run it with pools shrunk through SLUICE_* variables. Checks the
 // ledger (nothing lost, duplicated, reordered or corrupt) and that no sender's small messages

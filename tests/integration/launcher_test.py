@@ -75,7 +75,7 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.stdout.count("ok (1000000 messages from each peer)"), 2, r.stdout)
 
     def test_exhausted_pools_under_mixed_all_to_all_load_never_stall(self):
-        # RELIABILITY.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
+        # docs/reliability.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
         # fan-in to rank 0, 64-byte and 2 MiB messages, send and receive pools shrunk to a few
         # slots, credits to 4. The program checks the ledger and that no sender's small
         # messages went quiet for 2 s; here, that the pools and credits really ran dry.

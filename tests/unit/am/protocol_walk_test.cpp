@@ -1,4 +1,4 @@
-// Seeded random walks through the engine's receive state machine (RELIABILITY.md: "a stateful
+// Seeded random walks through the engine's receive state machine (docs/reliability.md: "a stateful
 // target running frame sequences through the receive state machine"). After a proper
 // handshake, the rogue rank sends frames drawn at random — in order, compact, early,
 // duplicate and stale, coalesced batches with a corrupt or control message in them, wrong
