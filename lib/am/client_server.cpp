@@ -119,7 +119,6 @@ void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
 absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
   if (closing_ || shutting_down_) return absl::UnavailableError("the server is shutting down");
   PeerData& p = new_cs_peer();
-  p.accepted = true;
   p.name = "client " + a.name;
   p.remote_slot = a.slot;
   auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);

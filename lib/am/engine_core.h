@@ -128,7 +128,6 @@ struct PeerData {
   int rank = -1;                     // its rank in rank mode; -1 for a client/server peer
   std::string name;                  // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
   std::uint32_t remote_slot = 0;     // its index for us: the slot we put in tags to it
-  bool accepted = false;             // client/server: it connected to our listener
   PeerState state = PeerState::kNew;
   bool hello_sent = false;
   bool hello_received = false;

@@ -100,8 +100,6 @@ class Door {
   // anything happened.
   bool poll(Clock::time_point now);
 
-  std::size_t pending() const { return conns_.size(); }
-  std::size_t links() const { return links_.size(); }
 
  private:
   struct Conn;

@@ -45,7 +45,7 @@ inline constexpr int kClassShift = 60;
 inline constexpr int kSlotShift = 36;
 inline constexpr std::uint64_t kIdMask = (std::uint64_t{1} << 36) - 1;
 inline constexpr std::uint32_t kSlotMask = (1u << 24) - 1;
-// Tag slot of a server's first HELLO, before it knows its slot at the client.
+// No slot: a client/server peer's before the front door gave it one; above every valid slot.
 inline constexpr std::uint32_t kUnassignedSlot = kSlotMask;
 // HELLO rank field of a client/server peer.
 inline constexpr std::uint32_t kClientRank = 0xffffffffu;
