@@ -119,7 +119,7 @@ class Message {
   bool sink_landing_ = false;          // payload_ is a handler's sink buffer no handler has seen
   Slot slot_;                          // the eager slot holding the wire message
   Slot landing_;                       // rendezvous landing slot from the receive pool
-  std::unique_ptr<std::byte[]> heap_;  // rendezvous landing beyond the largest class
+  std::unique_ptr<std::byte[]> heap_;  // a kept message's copy when no receive slot was free
   std::span<const std::byte> header_;
   std::span<std::byte> payload_;
 };

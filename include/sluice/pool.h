@@ -22,6 +22,12 @@
 //   descriptors live in ordinary memory beside the arena: {next, data, memh, class}
 //   slots released on other threads go to a lock-free stack the owner drains when it is empty
 //
+// The receive pool has one more class, recv.large: rendezvous landings beyond the largest
+// class get an arena of their own (the payload rounded up to 2 MiB), kept after use for the
+// next payload it fits. Every landing counts against SLUICE_RECV_POOL_MAX; memory nobody holds
+// (kept arenas, chunks all of whose slots are free) is unmapped when another class needs the
+// room. Only a handler's sink lands payloads outside the budget.
+//
 // Threads: slots are taken only on the engine's thread. A Slot may be released (destroyed)
 // on any thread; off the engine thread it travels back through the lock-free stack.
 //
@@ -40,15 +46,16 @@
 namespace sluice {
 
 namespace detail {
-class PoolClass;
+class SlotOwner;
 // A slot's descriptor (internal; in this header so the accessors inline).
 struct SlotDesc {
   SlotDesc* next;
   std::byte* data;
   void* memh;
-  PoolClass* owner;
+  SlotOwner* owner;
   std::size_t size;
-  bool reserved = false;  // taken from a held-back reservation (send pool: reply capacity)
+  std::uint32_t chunk = 0;  // the arena it lies in, within its class
+  bool reserved = false;    // taken from a held-back reservation (send pool: reply capacity)
 };
 }  // namespace detail
 
@@ -97,7 +104,7 @@ class Slot {
 struct PoolClassStats {
   std::string name;  // "recv.eager", "recv.1M", "send.eager"
   Direction direction;
-  std::size_t slot_size;
+  std::size_t slot_size;     // 0: "recv.large", landing arenas sized to their payloads
   std::size_t slots_total;  // mapped so far
   std::size_t slots_free;
   std::size_t slots_max;  // what the budget allows for this class alone

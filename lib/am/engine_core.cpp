@@ -47,7 +47,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
                 &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
                 &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
                 &s.counter("am.sent_inline"),      &s.counter("peers.reused"),
-                &s.counter("am.copied_bytes"), &s.counter("am.sink_returned")};
+                &s.counter("am.copied_bytes"),    &s.counter("am.sink_returned"),
+                &s.counter("am.landing_waits")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -135,6 +136,7 @@ EngineCore::~EngineCore() {
     op.slot.release();
     op.pending = Message();
   }
+  parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
   for (auto& p : peers_) {
     if (!p) continue;
     p->window.clear();
@@ -253,6 +255,7 @@ bool EngineCore::progress() {
   // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
   // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
   if (!unposted_.empty()) post_receives();
+  if (!parked_.empty() && recv_pool_->returns() != parked_at_returns_) [[unlikely]] retry_landings();
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -274,6 +277,7 @@ bool EngineCore::progress() {
     }
     take_first_contacts();
     if (!stale_tags_.empty()) purge_stragglers(now_);
+    if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
   }
   return any;
 }
@@ -446,6 +450,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   complete_stuck_sends(p, status);
   p.window.clear();
   p.frag = Message();
+  drop_parked(p);
   p.blocked = false;
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : op_storage_) {
@@ -501,9 +506,10 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     // Its pool slot goes back now ("pools full again" must not wait for a callback that may
     // never come). The endpoint is closed, so the transport sends nothing more from it, and
     // pool memory stays mapped while the engine lives, so even a late read would be harmless.
-    // (A heap copy is kept until the callback: that memory could be unmapped.)
+    // (A heap copy is kept until the callback: that memory could be unmapped; so is a request's
+    // landing, which the receive pool unmaps when another class needs the room.)
     op.slot.release();
-    if (op.pending.valid() && !op.pending.heap_) op.pending = Message();  // a request's pool memory, likewise
+    if (op.pending.valid() && !op.pending.heap_ && !op.pending.landing_) op.pending = Message();  // its eager slot
   }
 }
 
@@ -557,6 +563,7 @@ const Stats& EngineCore::stats() {
   stats_.counter("am.tx_inflight").set(tx_inflight_);
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
+  stats_.counter("am.landings_waiting").set(parked_.size());
   return stats_;
 }
 

@@ -350,8 +350,27 @@ class EngineCore : private Door::Owner {
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void refuse(PeerData& p, const std::string& why);
   void process(PeerData& p, Message& m, const wire::Header& h);
-  void start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered);
+  void start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
+  void post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
+  // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
+  // memory. Empty when the receive budget has no room now, or never will (the peer failed).
+  std::span<std::byte> sink_landing(Message& m, std::size_t size);
+  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
+  // A payload whose landing does not fit the receive budget now waits, its bytes at the
+  // sender, until messages are released (retry_landings, from progress()); in order, oldest
+  // first. An ordered one holds back the rest of its peer's messages meanwhile.
+  struct ParkedLanding {
+    std::uint32_t peer;
+    Message message;
+    wire::Header header;  // a fragment's first piece (bounce mode), or a rendezvous announcement
+    bool ordered;
+  };
+  void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
+  void retry_landings();
+  void drop_parked(const PeerData& p);
+  std::deque<ParkedLanding> parked_;
+  std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
   // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
   // exception's message in handler_error_) when it threw. Handlers never throw past this point.
   // Inline (am/invoke.h): every handler call passes here.
@@ -363,7 +382,6 @@ class EngineCore : private Door::Owner {
   void dispatch(Message& m);
   void no_handler(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
-  std::span<std::byte> choose_landing(Message& m, std::size_t size);
   std::vector<Op*> unposted_;  // per-peer receive ops waiting to be posted
   // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
   // key), closed when it fails (cancelled; its key's stragglers purged for a while).
@@ -388,6 +406,8 @@ class EngineCore : private Door::Owner {
   static constexpr std::size_t kContactMax = 1024;
   std::size_t contact_inflight_ = 0;
   void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
+  void start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest);
+  void add_fragment(PeerData& p, std::size_t piece);
   // rpc.cpp
   void on_request(PeerData& p, Message& m);
   void on_reply(PeerData& p, Message& m, const wire::Header& h);
@@ -525,6 +545,7 @@ class EngineCore : private Door::Owner {
     Counter* peers_reused;
     Counter* copied_bytes;
     Counter* sink_returned;
+    Counter* landing_waits;
   } c_{};
   friend class ::sluice::Message;
 };

@@ -342,7 +342,7 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
   if ((h.flags & wire::kFlagRndv) && !reply_into_buffer) {
     bool ordered = true;
     if (m.handler_ < kMaxHandlers && !m.reply_flag_) ordered = !handlers_[m.handler_].options.unordered;
-    start_rndv(p, std::move(m), h.payload_len, ordered);
+    start_rndv(p, std::move(m), h, ordered);
     return;
   }
   finish_incoming(p, m);
@@ -358,36 +358,49 @@ void EngineCore::finish_incoming(PeerData& p, Message& m) {
   else dispatch(m);
 }
 
-std::span<std::byte> EngineCore::choose_landing(Message& m, std::size_t size) {
-  if (m.handler_ < kMaxHandlers && !m.reply_flag_) {
-    const HandlerEntry& he = handlers_[m.handler_];
-    if (he.options.sink) {
-      std::span<std::byte> dest = he.options.sink(m, size);
-      if (dest.size() >= size) {
-        m.sink_landing_ = true;  // the handler gets it, or sink_release does (release())
-        return dest.first(size);
-      }
-      if (!dest.empty()) {
-        SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
-                                m.handler_, dest.size(), size);
-      }
-    }
+std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
+  if (m.handler_ >= kMaxHandlers || m.reply_flag_) return {};
+  const HandlerEntry& he = handlers_[m.handler_];
+  if (!he.options.sink) return {};
+  std::span<std::byte> dest = he.options.sink(m, size);
+  if (dest.size() >= size) {
+    m.sink_landing_ = true;  // the handler gets it, or sink_release does (release())
+    return dest.first(size);
   }
-  if (PoolClass* cls = recv_pool_->class_for(size)) {
-    if (cls->try_get(&m.landing_) == Result::kOk) return std::span(m.landing_.data(), size);
+  if (!dest.empty()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
+                            m.handler_, dest.size(), size);
   }
-  m.heap_.reset(new std::byte[size]);
-  return std::span(m.heap_.get(), size);
+  return {};
 }
 
-void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ordered) {
+std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
+  if (!recv_pool_->can_ever_land(size)) [[unlikely]] {
+    fail_peer(p, absl::StatusCode::kResourceExhausted,
+              absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
+                              "beside its reservations, and no sink took it",
+                              size, format_size(recv_pool_->budget().max)));
+    return {};
+  }
+  if (recv_pool_->try_take_landing(size, &m.landing_) != Result::kOk) return {};
+  return std::span(m.landing_.data(), size);
+}
+
+void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
+  std::size_t size = h.payload_len;
   if (size > config_.max_message) {
     fail_peer(p, absl::StatusCode::kInvalidArgument,
               absl::StrFormat("announced a %u-byte payload, above SLUICE_MAX_MESSAGE=%s", size,
                               format_size(config_.max_message)));
     return;
   }
-  std::span<std::byte> dest = choose_landing(m, size);
+  std::span<std::byte> dest = sink_landing(m, size);
+  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size);
+  if (!dest.empty()) post_landing(p, std::move(m), dest, ordered);
+  else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, ordered);
+}
+
+void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
   m.payload_ = dest;
   Op* op = new_op(OpKind::kRndvRx, p.id);
   op->incarnation = p.epoch;
@@ -401,6 +414,41 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, std::size_t size, bool ord
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
   fault_.pass(FaultPoint::kRndvLand);
+}
+
+void EngineCore::park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
+  c_.landing_waits->add();
+  const Budget& b = recv_pool_->budget();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                          "%s: a %u-byte payload waits for receive memory: %s of SLUICE_RECV_POOL_MAX=%s "
+                          "held by messages not yet released; it lands when some are (am.landing_waits)",
+                          p.name, h.payload_len, format_size(b.held_bytes), format_size(b.max));
+  if (ordered) p.blocked = true;
+  parked_.push_back({p.id, std::move(m), h, ordered});
+  parked_at_returns_ = recv_pool_->returns();
+}
+
+void EngineCore::retry_landings() {
+  parked_at_returns_ = recv_pool_->returns();
+  while (!parked_.empty()) {
+    ParkedLanding& w = parked_.front();
+    PeerData& p = *peers_[w.peer];
+    std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len);
+    if (dest.empty()) return;  // oldest first: the rest wait behind it
+    ParkedLanding go = std::move(w);
+    parked_.pop_front();
+    if (go.header.flags & wire::kFlagFrag) {
+      start_fragments(p, std::move(go.message), dest);
+      p.blocked = false;
+      deliver(p);
+    } else {
+      post_landing(p, std::move(go.message), dest, go.ordered);
+    }
+  }
+}
+
+void EngineCore::drop_parked(const PeerData& p) {
+  std::erase_if(parked_, [&](const ParkedLanding& w) { return w.peer == p.id; });
 }
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
@@ -431,34 +479,43 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
 }
 
 void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
-  std::size_t piece = m.payload_.size();
-  if (h.aux != 0) {
-    // A later piece is only bytes: the first piece stands for the message (its request, its
-    // reply), and this one's slot and credit go back once it is copied.
-    m.request_ = false;
-    m.reply_flag_ = false;
-  }
   if (h.aux == 0) {
     if (p.frag.valid()) {
       c_.parse_errors->add();
       p.frag = Message();
     }
-    std::span<const std::byte> first = m.payload_;
-    std::span<std::byte> dest = choose_landing(m, h.payload_len);
-    std::memcpy(dest.data(), first.data(), piece);
-    m.payload_ = dest;
-    p.frag = std::move(m);
-    p.frag_received = piece;
-  } else {
-    if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
-      c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
-      return;
-    }
-    std::memcpy(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
-    p.frag_received += piece;
+    std::span<std::byte> dest = sink_landing(m, h.payload_len);
+    if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, h.payload_len);
+    if (!dest.empty()) start_fragments(p, std::move(m), dest);
+    else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, /*ordered=*/true);
+    return;
   }
+  // A later piece is only bytes: the first piece stands for the message (its request, its
+  // reply), and this one's slot and credit go back once it is copied.
+  m.request_ = false;
+  m.reply_flag_ = false;
+  std::size_t piece = m.payload_.size();
+  if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
+    return;
+  }
+  std::memcpy(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+  add_fragment(p, piece);
+}
+
+void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest) {
+  std::size_t piece = m.payload_.size();
+  std::memcpy(dest.data(), m.payload_.data(), piece);
+  m.payload_ = dest;
+  p.frag = std::move(m);
+  p.frag_received = 0;
+  add_fragment(p, piece);
+}
+
+void EngineCore::add_fragment(PeerData& p, std::size_t piece) {
   c_.bounce_bytes->add(piece);
+  p.frag_received += piece;
   if (p.frag_received == p.frag.payload_.size()) {
     Message done = std::move(p.frag);
     p.frag_received = 0;

@@ -203,15 +203,16 @@ std::vector<Field> mem_vars() {
                &Config::send_pool_max, 4096),
       size_var("SLUICE_RECV_POOL_MAX", "mem", "256M",
                "Budget of an engine's receive pool (posted receives, credits granted to "
-               "peers, rendezvous landing slots).",
+               "peers, every rendezvous landing not in a handler's sink; a landing that "
+               "does not fit waits at the sender).",
                &Config::recv_pool_max, 4096),
       size_var("SLUICE_POOL_CHUNK", "mem", "2M",
                "Pools start with one chunk and grow by chunks of this size (rounded up to "
                "whole slots and pages) up to their budget.",
                &Config::pool_chunk, 4096),
       {"SLUICE_POOL_CLASSES", "mem", "list of sizes", "64K,1M,4M",
-       "Slot sizes of the receive pool's large classes (rendezvous landing slots), besides "
-       "the eager class.",
+       "Slot sizes of the pools' large classes (rendezvous landing slots; send_copy), "
+       "besides the eager class; larger landings get arenas of their own, kept for reuse.",
        [](std::string_view s, Config& c) -> absl::Status {
          std::vector<std::size_t> out;
          for (std::string_view part : sluice::detail::split(s, ',')) {

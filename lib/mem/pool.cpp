@@ -1,5 +1,8 @@
 #include "mem/pool.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
@@ -18,14 +21,45 @@ namespace detail {
 
 std::size_t eager_slot_size(std::size_t eager_limit) { return (eager_limit + 64 + 63) / 64 * 64; }
 
+void SlotOwner::release(SlotDesc* d) {
+  if (std::this_thread::get_id() == owner_) [[likely]] {
+    put_back(d);
+    return;
+  }
+  SlotDesc* head = remote_.load(std::memory_order_relaxed);
+  do {
+    d->next = head;
+  } while (!remote_.compare_exchange_weak(head, d, std::memory_order_release,
+                                          std::memory_order_relaxed));
+}
+
+void SlotOwner::drain_remote() {
+  SlotDesc* list = remote_.exchange(nullptr, std::memory_order_acquire);
+  while (list != nullptr) {
+    SlotDesc* next = list->next;
+    put_back(list);
+    ++cross_thread_;
+    list = next;
+  }
+}
+
+namespace {
+// An arena for a pool, or the fault point's refusal (SLUICE_FAULT_AT=pool-grow).
+absl::StatusOr<std::unique_ptr<Arena>> map_arena(const ArenaSource& source, std::size_t bytes) {
+  if (source.fault != nullptr && source.fault->fails(FaultPoint::kPoolGrow)) {
+    return absl::ResourceExhaustedError("cannot map a pool arena: fault point pool-grow (SLUICE_FAULT_AT)");
+  }
+  return Arena::create(bytes, source.huge, source.node, source.topo, source.ucx);
+}
+}  // namespace
+
 PoolClass::PoolClass(std::string name, std::size_t slot_size, Budget* budget,
                      const ArenaSource* source, bool reserved_only)
     : name_(std::move(name)),
       slot_size_(slot_size),
       budget_(budget),
       source_(source),
-      reserved_only_(reserved_only),
-      owner_(std::this_thread::get_id()) {}
+      reserved_only_(reserved_only) {}
 
 PoolClass::~PoolClass() {
   if (in_use() != 0) {
@@ -50,24 +84,18 @@ absl::Status PoolClass::prime() {
 
 absl::Status PoolClass::grow() {
   std::size_t want = std::max(source_->chunk, slot_size_);
-  // Capacity reserved for receives but not mapped yet is not ours to take.
-  std::size_t unbacked = 0;
-  if (!reserved_only_ && budget_->reserved_bytes > 0) {
-    // The eager receive class backs the reservations; whatever it has not mapped is owed.
-    unbacked = budget_->reserved_bytes;  // conservative: reservations are never lent out
+  bool holder = reserved_only_ || reserved_ != 0;  // the class backing reservations
+  std::size_t room = budget_->room(holder);
+  if (room < slot_size_ && budget_->pool != nullptr) {
+    budget_->pool->reclaim(slot_size_ - room);
+    room = budget_->room(holder);
   }
-  std::size_t limit = budget_->max > unbacked ? budget_->max - unbacked : 0;
-  if (reserved_only_ || reserved_ != 0) limit = budget_->max;  // the class holding them
-  std::size_t room = limit > budget_->mapped ? limit - budget_->mapped : 0;
   if (room < slot_size_) {
     map_failed_ = false;  // the budget, not the memory, is what ran out
     return absl::ResourceExhaustedError("budget");
   }
   std::size_t bytes = std::min(want, room / slot_size_ * slot_size_);
-  auto arena = source_->fault != nullptr && source_->fault->fails(FaultPoint::kPoolGrow)
-                   ? absl::StatusOr<std::unique_ptr<Arena>>(absl::ResourceExhaustedError(
-                         "cannot map a pool arena: fault point pool-grow (SLUICE_FAULT_AT)"))
-                   : Arena::create(bytes, source_->huge, source_->node, source_->topo, source_->ucx);
+  auto arena = map_arena(*source_, bytes);
   map_failed_ = !arena.ok();
   if (!arena.ok()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot grow: %s",
@@ -77,8 +105,9 @@ absl::Status PoolClass::grow() {
   std::size_t n = bytes / slot_size_;
   auto descs = std::make_unique<SlotDesc[]>(n);
   std::byte* base = (*arena)->data();
+  auto chunk = static_cast<std::uint32_t>(arenas_.size());
   for (std::size_t i = n; i-- > 0;) {
-    descs[i] = SlotDesc{free_, base + i * slot_size_, (*arena)->memh(), this, slot_size_};
+    descs[i] = SlotDesc{free_, base + i * slot_size_, (*arena)->memh(), this, slot_size_, chunk};
     free_ = &descs[i];
   }
   free_count_ += n;
@@ -86,6 +115,8 @@ absl::Status PoolClass::grow() {
   budget_->mapped += n * slot_size_;
   arenas_.push_back(std::move(*arena));
   descs_.push_back(std::move(descs));
+  chunk_slots_.push_back(static_cast<std::uint32_t>(n));
+  chunk_free_.push_back(static_cast<std::uint32_t>(n));
   ++growth_;
   SLUICE_LOG(kInfo, "mem", "%s pool class %s grew to %u slots of %u B (%s of %s mapped)",
              to_string(budget_->direction), name_, total_, slot_size_,
@@ -93,14 +124,34 @@ absl::Status PoolClass::grow() {
   return absl::OkStatus();
 }
 
-void PoolClass::drain_remote() {
-  SlotDesc* list = remote_.exchange(nullptr, std::memory_order_acquire);
-  while (list != nullptr) {
-    SlotDesc* next = list->next;
-    put_back(list);
-    ++cross_thread_;
-    list = next;
+std::size_t PoolClass::trim() {
+  drain_remote();
+  std::vector<bool> gone(arenas_.size(), false);
+  bool any = false;
+  for (std::size_t i = 0; i < arenas_.size(); ++i) {
+    gone[i] = arenas_[i] != nullptr && chunk_free_[i] == chunk_slots_[i];
+    any = any || gone[i];
   }
+  if (!any) return 0;
+  for (SlotDesc** link = &free_; *link != nullptr;) {
+    if (gone[(*link)->chunk]) *link = (*link)->next;
+    else link = &(*link)->next;
+  }
+  std::size_t freed = 0;
+  for (std::size_t i = 0; i < arenas_.size(); ++i) {
+    if (!gone[i]) continue;
+    std::size_t n = chunk_slots_[i];
+    free_count_ -= n;
+    total_ -= n;
+    freed += n * slot_size_;
+    arenas_[i].reset();
+    descs_[i].reset();
+    chunk_slots_[i] = chunk_free_[i] = 0;
+  }
+  budget_->mapped -= freed;
+  SLUICE_LOG(kInfo, "mem", "%s pool class %s gave back %s it did not use (%u slots left)",
+             to_string(budget_->direction), name_, format_size(freed), total_);
+  return freed;
 }
 
 void PoolClass::note_exhausted() {
@@ -131,6 +182,13 @@ Result PoolClass::try_get_reserved(Slot* out) {
 
 Result PoolClass::try_take(Slot* out) { return take(out, false); }
 
+Result PoolClass::try_take_free(Slot* out) {
+  if (reserved_only_ || reserved_ != 0) return Result::kExhausted;  // eager classes lend nothing
+  if (free_ == nullptr) drain_remote();
+  if (free_ == nullptr) return Result::kExhausted;
+  return take(out, false);
+}
+
 Result PoolClass::take(Slot* out, bool from_reserve) {
   // Slots released on other threads count as in use until drained: drain before refusing.
   bool held = false;  // this slot comes out of held-back capacity
@@ -150,6 +208,7 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
     if (free_count_ <= keep) [[unlikely]] {
       drain_remote();
       if (free_count_ <= keep) {
+        if (in_use() + keep + 1 > max_slots() && budget_->pool != nullptr) budget_->pool->reclaim(slot_size_);
         if (in_use() + keep + 1 > max_slots()) return Result::kExhausted;
         if (free_ == nullptr) (void)grow();
         if (free_ == nullptr) return Result::kExhausted;
@@ -159,6 +218,7 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
   SlotDesc* d = free_;
   free_ = d->next;
   --free_count_;
+  --chunk_free_[d->chunk];
   d->reserved = held;
   if (held) ++reserved_in_use_;
   std::size_t used = total_ - free_count_;
@@ -181,22 +241,12 @@ Result PoolClass::get(Slot* out, std::chrono::steady_clock::time_point deadline,
   return Result::kOk;
 }
 
-void PoolClass::release(SlotDesc* d) {
-  if (std::this_thread::get_id() == owner_) [[likely]] {
-    put_back(d);
-    return;
-  }
-  SlotDesc* head = remote_.load(std::memory_order_relaxed);
-  do {
-    d->next = head;
-  } while (!remote_.compare_exchange_weak(head, d, std::memory_order_release,
-                                          std::memory_order_relaxed));
-}
-
 void PoolClass::put_back(SlotDesc* d) {
   d->next = free_;
   free_ = d;
   ++free_count_;
+  ++chunk_free_[d->chunk];
+  ++budget_->returns;
   budget_->held_bytes -= slot_size_;
   if (d->reserved) [[unlikely]] {
     d->reserved = false;
@@ -229,6 +279,88 @@ PoolClassStats PoolClass::stats() const {
           reserved_,   high_water_,        growth_,    exhausted_, cross_thread_};
 }
 
+LargeClass::LargeClass(std::string name, Budget* budget, const ArenaSource* source)
+    : name_(std::move(name)), budget_(budget), source_(source) {}
+
+LargeClass::~LargeClass() {
+  drain_remote();
+  if (held_ != 0) {
+    SLUICE_LOG(kError, "mem", "%s pool class %s destroyed with %u landing arenas still held",
+               to_string(budget_->direction), name_, held_);
+  }
+}
+
+Result LargeClass::try_take(std::size_t bytes, Slot* out) {
+  drain_remote();
+  Entry* best = nullptr;
+  for (auto& e : entries_) {
+    if (!e->held && e->desc.size >= bytes && (best == nullptr || e->desc.size < best->desc.size)) best = e.get();
+  }
+  if (best == nullptr) {
+    std::size_t want = (bytes + kGranule - 1) / kGranule * kGranule;
+    if (budget_->room(false) < want && budget_->pool != nullptr) budget_->pool->reclaim(want - budget_->room(false));
+    if (budget_->room(false) < want) return Result::kExhausted;
+    auto e = std::make_unique<Entry>();
+    auto arena = map_arena(*source_, want);
+    if (arena.ok()) {
+      e->desc = SlotDesc{nullptr, (*arena)->data(), (*arena)->memh(), this, want};
+      e->arena = std::move(*arena);
+      ++maps_;
+    } else {
+      SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot map a %s landing (%s); using the heap",
+                              to_string(budget_->direction), name_, format_size(want), arena.status().message());
+      e->heap.reset(static_cast<std::byte*>(std::aligned_alloc(Arena::kSmallPage, want)));
+      if (!e->heap) return Result::kExhausted;
+      e->desc = SlotDesc{nullptr, e->heap.get(), nullptr, this, want};
+    }
+    budget_->mapped += want;
+    best = e.get();
+    entries_.push_back(std::move(e));
+  }
+  best->held = true;
+  best->used_at = ++clock_;
+  if (++held_ > high_water_) high_water_ = held_;
+  budget_->held_bytes += best->desc.size;
+  if (budget_->held_bytes > budget_->high_water_bytes) budget_->high_water_bytes = budget_->held_bytes;
+  *out = Slot(&best->desc);
+  return Result::kOk;
+}
+
+void LargeClass::put_back(SlotDesc* d) {
+  // A few arenas at most (the budget over 2 MiB), each landing megabytes: a scan is cheap.
+  auto it = std::find_if(entries_.begin(), entries_.end(), [d](const auto& e) { return &e->desc == d; });
+  if (it == entries_.end()) return;
+  (*it)->held = false;
+  --held_;
+  ++budget_->returns;
+  budget_->held_bytes -= d->size;
+  if ((*it)->heap) {
+    budget_->mapped -= d->size;
+    entries_.erase(it);
+  }
+}
+
+std::size_t LargeClass::trim(std::size_t bytes) {
+  drain_remote();
+  std::size_t freed = 0;
+  while (freed < bytes) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (!(*it)->held && (oldest == entries_.end() || (*it)->used_at < (*oldest)->used_at)) oldest = it;
+    }
+    if (oldest == entries_.end()) break;
+    freed += (*oldest)->desc.size;
+    entries_.erase(oldest);
+  }
+  budget_->mapped -= freed;
+  return freed;
+}
+
+PoolClassStats LargeClass::stats() const {
+  std::size_t kept = entries_.size() - held_;
+  return {name_, budget_->direction, 0, entries_.size(), kept, 0, 0, high_water_, maps_, 0, cross_thread_};
+}
+
 absl::StatusOr<std::unique_ptr<Pool>> Pool::create(Direction dir, const Config& config,
                                                    std::size_t eager_slot, ArenaSource source) {
   Budget b{dir, dir == Direction::kSend ? config.send_pool_max : config.recv_pool_max,
@@ -248,6 +380,12 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::create(Direction dir, const Config& 
     p->classes_.push_back(std::make_unique<PoolClass>(
         absl::StrFormat("%s.%s", d, format_size(cls)), cls, &p->budget_, &p->source_, false));
   }
+  if (dir == Direction::kRecv) {
+    // Only receive memory is ever unmapped while the engine lives: a send slot given back
+    // after a force close may still be read by the transport (engine_core.cpp).
+    p->budget_.pool = p.get();
+    p->large_ = std::make_unique<LargeClass>(absl::StrFormat("%s.large", d), &p->budget_, &p->source_);
+  }
   if (dir == Direction::kSend) SLUICE_RETURN_IF_ERROR(p->eager().prime());
   return p;
 }
@@ -258,13 +396,44 @@ PoolClass* Pool::class_for(std::size_t bytes) {
   return nullptr;
 }
 
+Result Pool::try_take_landing(std::size_t bytes, Slot* out) {
+  auto c = classes_.begin() + 1;  // the eager class holds reservations, never landings
+  while (c != classes_.end() && (*c)->slot_size() < bytes) ++c;
+  if (c != classes_.end()) {
+    if ((*c)->try_take(out) == Result::kOk) return Result::kOk;
+    for (auto larger = c + 1; larger != classes_.end(); ++larger) {
+      if ((*larger)->try_take_free(out) == Result::kOk) return Result::kOk;
+    }
+  }
+  return large_ ? large_->try_take(bytes, out) : Result::kExhausted;
+}
+
+bool Pool::can_ever_land(std::size_t bytes) const {
+  // What is left once everything but the eager class (never unmapped) is: Budget::room.
+  std::size_t eager = classes_.front()->stats().slots_total * classes_.front()->slot_size();
+  std::size_t fixed = budget_.reserved_bytes + eager;
+  std::size_t limit = budget_.max > fixed ? budget_.max - fixed : 0;
+  for (auto c = classes_.begin() + 1; c != classes_.end(); ++c) {
+    if ((*c)->slot_size() >= bytes) return (*c)->slot_size() <= limit;
+  }
+  return (bytes + LargeClass::kGranule - 1) / LargeClass::kGranule * LargeClass::kGranule <= limit;
+}
+
+std::size_t Pool::reclaim(std::size_t bytes) {
+  std::size_t freed = large_ ? large_->trim(bytes) : 0;
+  for (auto c = classes_.begin() + 1; c != classes_.end() && freed < bytes; ++c) freed += (*c)->trim();
+  return freed;
+}
+
 void Pool::set_owner(std::thread::id id) {
   for (auto& c : classes_) c->set_owner(id);
+  if (large_) large_->set_owner(id);
 }
 
 PoolStats Pool::stats() const {
   PoolStats s{budget_.direction, budget_.max, budget_.mapped, budget_.high_water_bytes, {}};
   for (const auto& c : classes_) s.classes.push_back(c->stats());
+  if (large_) s.classes.push_back(large_->stats());
   return s;
 }
 

@@ -18,7 +18,7 @@
 
 namespace sluice::detail {
 
-class PoolClass;
+class Pool;
 
 // The byte budget of one direction; shared by that direction's classes, never the other's.
 struct Budget {
@@ -29,6 +29,33 @@ struct Budget {
   std::size_t reserved_bytes = 0;  // receive reservations (eager class)
   std::size_t held_bytes = 0;      // in slots handed out now
   std::size_t high_water_bytes = 0;
+  std::uint64_t returns = 0;       // slots given back on the owner's thread, ever
+  Pool* pool = nullptr;            // reclaims unheld memory for a class that cannot grow (receive)
+
+  // Bytes a class may still map. Reservations not backed yet are owed to the eager receive
+  // class (conservatively: all of them), so only the class holding them may map into them.
+  std::size_t room(bool holds_reservations) const {
+    std::size_t limit = holds_reservations ? max : (max > reserved_bytes ? max - reserved_bytes : 0);
+    return limit > mapped ? limit - mapped : 0;
+  }
+};
+
+// What a slot goes back to. release() on any thread; off the owner's thread the slot waits on
+// a lock-free stack until the owner drains it.
+class SlotOwner {
+ public:
+  virtual ~SlotOwner() = default;
+  void release(SlotDesc* d);
+  void set_owner(std::thread::id id) { owner_ = id; }
+
+ protected:
+  virtual void put_back(SlotDesc* d) = 0;
+  void drain_remote();
+  std::thread::id owner_ = std::this_thread::get_id();
+  std::uint64_t cross_thread_ = 0;
+
+ private:
+  std::atomic<SlotDesc*> remote_{nullptr};
 };
 
 // Where and how arenas are made.
@@ -41,11 +68,11 @@ struct ArenaSource {
   FaultTrigger* fault = nullptr;  // SLUICE_FAULT_AT=pool-grow (fault tests)
 };
 
-class PoolClass {
+class PoolClass final : public SlotOwner {
  public:
   PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source,
             bool reserved_only);
-  ~PoolClass();
+  ~PoolClass() override;
 
   // Takes a slot. kExhausted when the class is empty and the budget (or, with reserved_only,
   // the reservation) forbids growth. Engine thread only.
@@ -53,6 +80,8 @@ class PoolClass {
   // try_get for callers that handle an empty class as routine backpressure (re-posting
   // receives): no exhaustion event, no warning.
   Result try_take(Slot* out);
+  // A slot only if one is free now: no growth (a larger class lending a slot to a landing).
+  Result try_take_free(Slot* out);
   // try_get, calling `progress` between attempts until `deadline`; kDeadlineExceeded then.
   Result get(Slot* out, std::chrono::steady_clock::time_point deadline,
              const std::function<void()>& progress);
@@ -69,9 +98,8 @@ class PoolClass {
 
   // Maps the first chunk now (pools start with one chunk).
   absl::Status prime();
-
-  void release(SlotDesc* d);  // any thread
-  void set_owner(std::thread::id id) { owner_ = id; }
+  // Unmaps the chunks none of whose slots is held; the bytes freed.
+  std::size_t trim();
 
   std::size_t slot_size() const { return slot_size_; }
   const std::string& name() const { return name_; }
@@ -81,27 +109,66 @@ class PoolClass {
  private:
   absl::Status grow();
   std::size_t max_slots() const;
-  void drain_remote();
   void note_exhausted();
   Result take(Slot* out, bool from_reserve);
-  void put_back(SlotDesc* d);
+  void put_back(SlotDesc* d) override;
 
   std::string name_;
   std::size_t slot_size_;
   Budget* budget_;
   const ArenaSource* source_;
   bool reserved_only_;
-  std::thread::id owner_;
   SlotDesc* free_ = nullptr;
   std::size_t free_count_ = 0;
   std::size_t total_ = 0;
   std::size_t reserved_ = 0;
   std::size_t reserved_in_use_ = 0;  // held-back slots handed out (not reserved_only)
-  std::atomic<SlotDesc*> remote_{nullptr};
+  // Per chunk (null once trimmed): its arena, descriptors, slot count and free slots.
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::vector<std::unique_ptr<SlotDesc[]>> descs_;
-  std::uint64_t high_water_ = 0, growth_ = 0, exhausted_ = 0, cross_thread_ = 0;
+  std::vector<std::uint32_t> chunk_slots_, chunk_free_;
+  std::uint64_t high_water_ = 0, growth_ = 0, exhausted_ = 0;
   bool map_failed_ = false;  // the last growth within the budget could not map its chunk
+};
+
+// Landing memory beyond the largest class (receive pool): one arena per slot, the payload's size
+// rounded up to 2 MiB, kept when given back for the next payload it fits, unmapped when the
+// budget needs the room. It counts against the budget like any class. When no arena can be
+// mapped (the kernel refused), a landing takes page-aligned heap memory instead, counted the
+// same way and freed when given back.
+class LargeClass final : public SlotOwner {
+ public:
+  static constexpr std::size_t kGranule = std::size_t{2} << 20;
+  LargeClass(std::string name, Budget* budget, const ArenaSource* source);
+  ~LargeClass() override;
+  // A slot of at least `bytes`: the smallest kept arena that fits, else a new one when the
+  // budget has room (after reclaiming unheld memory). kExhausted otherwise, nothing logged: the
+  // caller waits and says so.
+  Result try_take(std::size_t bytes, Slot* out);
+  // Unmaps kept arenas, least recently used first, until `bytes` are freed or none is left;
+  // the bytes freed.
+  std::size_t trim(std::size_t bytes);
+  PoolClassStats stats() const;
+
+ private:
+  struct FreeDeleter {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  struct Entry {
+    std::unique_ptr<Arena> arena;
+    std::unique_ptr<std::byte, FreeDeleter> heap;  // when no arena could be mapped: not kept
+    SlotDesc desc{};
+    std::uint64_t used_at = 0;
+    bool held = false;
+  };
+  void put_back(SlotDesc* d) override;
+
+  std::string name_;
+  Budget* budget_;
+  const ArenaSource* source_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::uint64_t clock_ = 0, high_water_ = 0, maps_ = 0;
+  std::size_t held_ = 0;
 };
 
 // One direction's pool: an eager class and the large classes, sharing one budget.
@@ -113,15 +180,27 @@ class Pool {
   PoolClass& eager() { return *classes_.front(); }
   // The smallest class whose slots hold `bytes`, nullptr when none does.
   PoolClass* class_for(std::size_t bytes);
+  // Memory for a rendezvous landing of `bytes` (receive pool): a slot of the smallest large
+  // class that holds it, else a free slot of a larger class, else a landing arena. kExhausted
+  // when the budget has no room now (what is held must be released first); nothing logged.
+  Result try_take_landing(std::size_t bytes, Slot* out);
+  // Whether a landing of `bytes` fits the budget at all, whatever is released.
+  bool can_ever_land(std::size_t bytes) const;
+  // Unmaps memory nobody holds (kept landing arenas, then whole free chunks of the large
+  // classes) until `bytes` are freed or nothing more can be; the bytes freed.
+  std::size_t reclaim(std::size_t bytes);
   void set_owner(std::thread::id id);
   PoolStats stats() const;
   const Budget& budget() const { return budget_; }
+  // Changes whenever a slot comes back on the owner's thread (a waiting landing may fit now).
+  std::uint64_t returns() const { return budget_.returns; }
 
  private:
   explicit Pool(Budget b) : budget_(b) {}
   Budget budget_;
   ArenaSource source_;
   std::vector<std::unique_ptr<PoolClass>> classes_;
+  std::unique_ptr<LargeClass> large_;  // receive pool only
 };
 
 // The eager slot size for an eager limit: limit plus wire header, rounded to 64 bytes.

@@ -45,6 +45,46 @@ class Messaging : public ::testing::TestWithParam<Transport> {
   }
 };
 
+// Resident set size of this process, from /proc, read through one descriptor into a stack
+// buffer: the test below samples it thousands of times, and a FILE per sample (4.5 KB freed
+// each time) grew the process itself under ASan, whose quarantine keeps freed memory.
+std::size_t rss_bytes() {
+  static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  char buf[128];
+  ssize_t n = fd < 0 ? -1 : ::pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char* rest = nullptr;
+  (void)std::strtol(buf, &rest, 10);  // total pages; resident pages follow
+  long resident = std::strtol(rest, nullptr, 10);
+  return static_cast<std::size_t>(resident) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Sends `payloads` to rank 1, each with a ledger header (its index, size and CRC), retrying
+// after progress on kWouldBlock (counted in `would_block`), and waits for every completion.
+void send_with_ledgers(Engine& e, const std::vector<std::vector<std::byte>>& payloads, bool copy,
+                       int* would_block = nullptr) {
+  std::size_t completed = 0;
+  std::vector<Ledger> ledgers(payloads.size());
+  for (std::size_t i = 0; i < payloads.size();) {
+    ledgers[i] = {0, static_cast<std::uint32_t>(i), payloads[i].size(), crc32c(payloads[i])};
+    auto cb = [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      ++completed;
+    };
+    Result r = copy ? e.peer(1)->send_copy(kData, bytes_of(ledgers[i]), payloads[i], cb)
+                    : e.peer(1)->send(kData, bytes_of(ledgers[i]), payloads[i], cb);
+    if (r == Result::kWouldBlock) {
+      if (would_block != nullptr) ++*would_block;
+      e.progress();
+      continue;
+    }
+    ASSERT_EQ(r, Result::kOk);
+    ++i;
+  }
+  ASSERT_TRUE(e.run_until([&] { return completed == payloads.size(); }, Clock::now() + kLong));
+}
+
 // Sends `payloads` from rank 0 to rank 1 with a ledger header; rank 1 checks every byte and
 // the order, after not consuming for `receiver_pause`. Returns what rank 1 saw and, in
 // `would_block`, how often a send answered kWouldBlock.
@@ -59,27 +99,7 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
     if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
     order->push_back(l.seq);
   }, std::move(options)).ok());
-  std::size_t completed = 0;
-  pair.run([&](Engine& e) {
-    std::vector<Ledger> ledgers(payloads.size());
-    for (std::size_t i = 0; i < payloads.size();) {
-      ledgers[i] = {0, static_cast<std::uint32_t>(i), payloads[i].size(), crc32c(payloads[i])};
-      auto cb = [&](absl::Status s) {
-        EXPECT_TRUE(s.ok()) << s;
-        ++completed;
-      };
-      Result r = copy ? e.peer(1)->send_copy(kData, bytes_of(ledgers[i]), payloads[i], cb)
-                      : e.peer(1)->send(kData, bytes_of(ledgers[i]), payloads[i], cb);
-      if (r == Result::kWouldBlock) {
-        if (would_block != nullptr) ++*would_block;
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == payloads.size(); }, Clock::now() + kLong));
-  }, [&](Engine& e) {
+  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, copy, would_block); }, [&](Engine& e) {
     std::this_thread::sleep_for(receiver_pause);
     ASSERT_TRUE(e.run_until([&] { return order->size() == payloads.size(); }, Clock::now() + kLong));
   });
@@ -417,6 +437,63 @@ TEST_P(Messaging, ClosingEngineDeliversWhatItSentAndThePeerClosesWithoutFailure)
   EXPECT_EQ(pair.engine(1).stats().value("peers.failed"), 0u) << "a goodbye is not a failure";
 }
 
+TEST_P(Messaging, KeptLargeMessagesStayWithinTheReceiveBudgetAndTheRestWait) {
+  // docs/memory.md, landings. The receiver keeps every message it gets: 24 payloads of 1 MiB
+  // (receive-pool class slots) and 6 MiB (beyond the largest class: landing arenas), 64 MiB in
+  // all, meet a 16 MiB receive budget. What does not fit waits, visibly, at the sender; the
+  // receiver's memory stays within the budget; once it lets its messages go, the rest land,
+  // intact and in order.
+  Config c = config();
+  c.recv_pool_max = 16 << 20;
+  c.send_pool_max = 16 << 20;  // the sender lives in this process too (bounce mode copies)
+  RankPair pair(c);
+  ASSERT_FALSE(HasFatalFailure());
+  constexpr std::size_t kCount = 24;
+  std::vector<std::vector<std::byte>> payloads;
+  for (std::size_t i = 0; i < kCount; ++i)
+    payloads.push_back(pattern(i % 3 == 2 ? 6 << 20 : 1 << 20, static_cast<std::uint32_t>(i)));
+  std::vector<std::uint32_t> order;
+  std::vector<Message> kept;
+  std::size_t bad = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
+    Ledger l;
+    std::memcpy(&l, m.header().data(), sizeof(l));
+    if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
+    order.push_back(l.seq);
+    kept.push_back(std::move(m));
+  }).ok());
+  std::size_t rss_before = rss_bytes(), rss_peak = rss_before;
+  int stalls = 0;
+  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, false); }, [&](Engine& e) {
+    auto deadline = Clock::now() + kLong;
+    while (order.size() < kCount && Clock::now() < deadline) {
+      // Until nothing more lands for 300 ms.
+      std::size_t before;
+      do {
+        before = order.size();
+        e.run_until([&] { return order.size() == kCount; }, Clock::now() + std::chrono::milliseconds(300));
+      } while (order.size() != before && order.size() < kCount);
+      if (order.size() == kCount) break;
+      ++stalls;
+      rss_peak = std::max(rss_peak, rss_bytes());
+      EXPECT_GT(e.stats().value("am.landings_waiting"), 0u) << "stuck with " << order.size() << " delivered";
+      EXPECT_LE(e.pool_stats(Direction::kRecv).mapped_bytes, c.recv_pool_max);
+      kept.clear();  // the waiting payloads land now
+    }
+    EXPECT_GT(e.stats().value("am.landing_waits"), 0u);
+    EXPECT_LE(e.pool_stats(Direction::kRecv).high_water_bytes, c.recv_pool_max);
+  });
+  EXPECT_GT(stalls, 0) << "64 MiB kept against a 16 MiB budget must wait";
+  ASSERT_EQ(order.size(), kCount);
+  for (std::size_t i = 0; i < kCount; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_EQ(bad, 0u);
+  // Kept all at once, the 64 MiB would have grown the process by as much; the bound is both
+  // budgets (the receiver's, and the sender's in bounce mode) and 8 MiB.
+  EXPECT_LT(rss_peak - rss_before, c.recv_pool_max + c.send_pool_max + (std::size_t{8} << 20))
+      << "rss grew from " << rss_before << " to " << rss_peak;
+  kept.clear();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Messaging,
                          ::testing::Values(Transport{"shm", "", true}, Transport{"tcp", "tcp", true},
                                            Transport{"shm_bounce", "", false}, Transport{"tcp_bounce", "tcp", false}),
@@ -586,20 +663,6 @@ TEST(Messaging, AReleasedMessageMayStillBeMoved) {
   EXPECT_EQ(moved_valid, 0);
 }
 
-// Resident set size of this process, from /proc, read through one descriptor into a stack
-// buffer: the test below samples it thousands of times, and a FILE per sample (4.5 KB freed
-// each time) grew the process itself under ASan, whose quarantine keeps freed memory.
-std::size_t rss_bytes() {
-  static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  char buf[128];
-  ssize_t n = fd < 0 ? -1 : ::pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  char* rest = nullptr;
-  (void)std::strtol(buf, &rest, 10);  // total pages; resident pages follow
-  long resident = std::strtol(rest, nullptr, 10);
-  return static_cast<std::size_t>(resident) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-}
 
 TEST(Messaging, AMessageReleasedOnAnotherThreadStillReturnsItsCredit) {
   // Two credits, 20 messages: every handler hands its Message to a thread of its own, which
@@ -719,8 +782,9 @@ TEST(Messaging, PoolsThatCannotGrowFailCleanlyAndLoseNothing) {
   // receive class. Rank 0 sends 600 eager messages of 4 KiB (a send slot each) and 12
   // rendezvous payloads of 256 KiB while rank 1 does not consume for a second: rank 0's sends
   // meet a send pool that cannot grow (kWouldBlock, retried after progressing), rank 1's
-  // payloads find no large receive slot (they land in the heap instead). Every message
-  // arrives, intact and in order, and both pools are whole again.
+  // payloads find no large receive slot and no landing arena (they land in heap memory,
+  // counted against the receive budget, instead). Every message arrives, intact and in order,
+  // and both pools are whole again.
   Config c0;
   c0.pool_chunk = 1 << 20;  // 127 eager slots a chunk: enough for the credits
   c0.fault_at = "pool-grow:3";

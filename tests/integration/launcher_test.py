@@ -77,10 +77,11 @@ class Launcher(unittest.TestCase):
     def test_exhausted_pools_under_mixed_all_to_all_load_never_stall(self):
         # docs/reliability.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
         # fan-in to rank 0, 64-byte and 2 MiB messages, send and receive pools shrunk to a few
-        # slots, credits to 4. The program checks the ledger and that no sender's small
-        # messages went quiet for 2 s; here, that the pools and credits really ran dry.
+        # slots (the receive budget holds two 2 MiB landings: the third waits), credits to 4.
+        # The program checks the ledger and that no sender's small messages went quiet for 2 s;
+        # here, that the pools and credits really ran dry.
         shrunk = dict(self.env, SLUICE_CREDITS="4", SLUICE_RX_POSTED="2", SLUICE_SEND_QUEUE_MAX="64",
-                      SLUICE_POOL_CHUNK="256K", SLUICE_SEND_POOL_MAX="512K", SLUICE_RECV_POOL_MAX="1M",
+                      SLUICE_POOL_CHUNK="256K", SLUICE_SEND_POOL_MAX="512K", SLUICE_RECV_POOL_MAX="6M",
                       SLUICE_POOL_CLASSES="64K", ALLTOALL_STALL_MS="2000")
         for tls, seconds in (("", 30), ("tcp", 10)):
             r = run([RUN, "-n", "4", ALLTOALL, "--mixed", str(seconds)], env=dict(shrunk, SLUICE_TLS=tls),

@@ -330,5 +330,78 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
   for (int i = 0; i < 100; ++i) (*w1)->progress();
 }
 
+TEST(Pool, LandingArenasAreKeptForReuseAndCountAgainstTheBudget) {
+  Config c = small(1 << 20, 16 << 20);
+  c.pool_chunk = 2 << 20;
+  Fixture f(c);
+  auto recv = f.make(Direction::kRecv);
+  ASSERT_TRUE(recv->eager().prime().ok());  // as an engine does; that chunk is never unmapped
+  auto large = [&] { return recv->stats().classes.back(); };
+  ASSERT_EQ(large().name, "recv.large");
+  Slot a, b, d;
+  ASSERT_EQ(recv->try_take_landing(6 << 20, &a), Result::kOk);  // beyond the 4M class
+  EXPECT_EQ(a.size(), std::size_t{6} << 20);
+  ASSERT_NE(a.memh(), nullptr) << "registered";
+  std::byte* first = a.data();
+  a.release();
+  ASSERT_EQ(recv->try_take_landing(5 << 20, &a), Result::kOk);
+  EXPECT_EQ(a.data(), first) << "the kept arena serves the next payload it fits";
+  EXPECT_EQ(large().growth_events, 1u);
+  ASSERT_EQ(recv->try_take_landing(6 << 20, &b), Result::kOk);
+  EXPECT_EQ(large().growth_events, 2u);
+  // 12 MiB held (and the eager class's first chunk mapped): no room for 6 more under 16 MiB.
+  EXPECT_EQ(recv->try_take_landing(6 << 20, &d), Result::kExhausted);
+  EXPECT_LE(recv->budget().mapped, recv->budget().max);
+  b.release();
+  EXPECT_EQ(recv->try_take_landing(6 << 20, &d), Result::kOk) << "room once one is given back";
+  EXPECT_TRUE(recv->can_ever_land(12 << 20));
+  EXPECT_FALSE(recv->can_ever_land(16 << 20)) << "beyond the budget, whatever is released";
+}
+
+TEST(Pool, MemoryNobodyHoldsIsUnmappedWhenALandingNeedsTheRoom) {
+  Config c = small(1 << 20, 16 << 20);
+  c.pool_chunk = 2 << 20;
+  Fixture f(c);
+  auto recv = f.make(Direction::kRecv);
+  // The 1M class takes the whole budget, then gives every slot back (still mapped).
+  std::vector<Slot> held;
+  Slot s;
+  while (recv->try_take_landing(1 << 20, &s) == Result::kOk) held.push_back(std::move(s));
+  EXPECT_GE(held.size(), 12u);
+  held.clear();
+  std::size_t mapped = recv->budget().mapped;
+  EXPECT_GT(mapped, std::size_t{12} << 20);
+  // A 10 MiB landing fits only if those free chunks go; they do, and the budget holds.
+  Slot big;
+  ASSERT_EQ(recv->try_take_landing(10 << 20, &big), Result::kOk);
+  EXPECT_LE(recv->budget().mapped, recv->budget().max);
+  // And the other way round: the 1M class grows again into the room a kept arena gives up.
+  big.release();
+  while (recv->try_take_landing(1 << 20, &s) == Result::kOk) held.push_back(std::move(s));
+  EXPECT_GE(held.size(), 12u) << "the kept 10 MiB arena was unmapped for them";
+  EXPECT_LE(recv->budget().mapped, recv->budget().max);
+}
+
+TEST(Pool, ASmallLandingBorrowsAFreeSlotOfALargerClass) {
+  Config c = small(1 << 20, 16 << 20);
+  c.pool_chunk = 8 << 20;
+  c.pool_classes = {64 << 10, 4 << 20};
+  Fixture f(c);
+  auto recv = f.make(Direction::kRecv);
+  // One 8 MiB chunk of two 4M slots, one of them held: the chunk cannot be unmapped.
+  Slot four, other;
+  ASSERT_EQ(recv->try_take_landing(4 << 20, &four), Result::kOk);
+  ASSERT_EQ(recv->try_take_landing(4 << 20, &other), Result::kOk);
+  other.release();
+  // 64K slots fill the rest of the budget; one more 64K landing takes the free 4M slot rather
+  // than waiting.
+  std::vector<Slot> held;
+  Slot s;
+  while (recv->class_for(64 << 10)->try_take(&s) == Result::kOk) held.push_back(std::move(s));
+  EXPECT_EQ(held.size(), 128u);
+  ASSERT_EQ(recv->try_take_landing(64 << 10, &s), Result::kOk);
+  EXPECT_EQ(s.size(), std::size_t{4} << 20);
+}
+
 }  // namespace
 }  // namespace sluice::detail
