@@ -1,7 +1,10 @@
 #include "raw_ucx.h"
 
+#include "buffer.h"
+
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -40,7 +43,7 @@ struct RawUcx::Impl {
   ucp_context_h ctx = nullptr;
   ucp_worker_h worker = nullptr;
   std::vector<ucp_ep_h> eps;
-  std::vector<std::byte> sbuf, rbuf;
+  PageBuffer sbuf, rbuf;
 
   ~Impl() {
     for (ucp_ep_h ep : eps) {
@@ -59,8 +62,9 @@ struct RawUcx::Impl {
   }
 
   void reserve(std::size_t n) {
-    if (sbuf.size() < n) sbuf.resize(n);
-    if (rbuf.size() < n) rbuf.resize(n);
+    n = std::max<std::size_t>(n, 1);
+    if (sbuf.size() < n) sbuf = PageBuffer(n);
+    if (rbuf.size() < n) rbuf = PageBuffer(n);
   }
 
   // Posts a send/recv; `r` is marked done when it completes (immediately or later).
@@ -184,9 +188,10 @@ std::vector<double> RawUcx::pingpong(int peer, std::size_t size, int iters, bool
       im.wait(s);
       rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     } else {
+      // Echoes the bytes that just arrived, as Sluice's echo handler does.
       im.recv(im.rbuf.data(), size, kData, &r);
       im.wait(r);
-      im.send(peer, im.sbuf.data(), size, kData, &s);
+      im.send(peer, im.rbuf.data(), size, kData, &s);
       im.wait(s);
     }
   }
@@ -250,13 +255,20 @@ double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window
   im.reserve(size);
   auto w = static_cast<std::size_t>(std::min(window, iters));
   std::vector<Req> rr(w), ss(w);
-  std::vector<std::vector<std::byte>> bufs(w, std::vector<std::byte>(std::max<std::size_t>(size, 1)));
+  // Two buffers per slot: the responder replies from the one a request just filled while the
+  // next request of that slot lands in the other (Sluice's replies, likewise, go out of the
+  // request's own landing, and the next request lands elsewhere).
+  std::vector<PageBuffer> bufs;
+  for (std::size_t i = 0; i < 2 * w; ++i) bufs.emplace_back(std::max<std::size_t>(size, 1));
+  std::vector<std::size_t> cur(w);
+  for (std::size_t i = 0; i < w; ++i) cur[i] = i;
+  auto other = [w](std::size_t b) { return b < w ? b + w : b - w; };
   ucp_tag_t in_tag = initiator ? kData + 1 : kData, out_tag = initiator ? kData : kData + 1;
   auto t0 = Clock::now();
   int posted = 0, completed = 0, sent = 0;
   std::vector<bool> active(w, false);
   for (std::size_t i = 0; i < w; ++i, ++posted) {
-    im.recv(bufs[i].data(), size, in_tag, &rr[i]);
+    im.recv(bufs[cur[i]].data(), size, in_tag, &rr[i]);
     active[i] = true;
     if (initiator) {
       im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
@@ -271,13 +283,14 @@ double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window
       active[i] = false;
       im.wait(ss[i]);
       if (!initiator) {
-        im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
+        im.send(peer, bufs[cur[i]].data(), size, out_tag, &ss[i]);  // the request's own bytes back
+        cur[i] = other(cur[i]);
       } else if (sent < iters) {
         im.send(peer, im.sbuf.data(), size, out_tag, &ss[i]);
         ++sent;
       }
       if (posted < iters) {
-        im.recv(bufs[i].data(), size, in_tag, &rr[i]);
+        im.recv(bufs[cur[i]].data(), size, in_tag, &rr[i]);
         active[i] = true;
         ++posted;
       }

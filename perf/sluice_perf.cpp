@@ -19,6 +19,7 @@
 
 #include <sluice/sluice.h>
 
+#include "buffer.h"
 #include "options.h"
 #include "raw_ucx.h"
 #include "report.h"
@@ -52,7 +53,7 @@ class Bench {
     std::size_t largest = std::size_t{2} << 20;  // mixed streams
     for (std::size_t s : o_.sizes) largest = std::max(largest, s);
     if (o_.sizes.empty()) largest = std::max(largest, std::size_t{16} << 20);
-    landing_.resize(largest);
+    landing_ = PageBuffer(largest);
     for (Engine* e : {&main_, bounce_}) {
       if (e == nullptr) continue;
       SLUICE_RETURN_IF_ERROR(install(*e));
@@ -138,13 +139,13 @@ class Bench {
   // ---- the tests, sluice side -------------------------------------------------------------
 
   Figures am_lat(Engine& e, const Cmd& c) {
-    std::vector<std::byte> buf(c.size);
+    PageBuffer buf(c.size);
     std::vector<double> rtts;
     if (me_ == 0) {
       for (int i = 0; i < c.warmup + c.iters; ++i) {
         auto t0 = Clock::now();
         int want = replies_ + 1;
-        send_spin(e, 1, kLat, buf);
+        send_spin(e, 1, kLat, buf.span());
         while (replies_ < want) e.progress();
         if (i >= c.warmup) rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
@@ -155,7 +156,7 @@ class Bench {
   }
 
   Figures stream(Engine& e, const Cmd& c, sluice::HandlerId h) {
-    std::vector<std::byte> buf(c.size);
+    PageBuffer buf(c.size);
     Figures f;
     int total = c.warmup + c.iters;
     if (me_ == 0) {
@@ -171,7 +172,7 @@ class Bench {
           t0 = Clock::now();
         }
         while (sent - completions_ >= c.window) progress_all();
-        send_spin(e, 1, h, buf, {}, cb);
+        send_spin(e, 1, h, buf.span(), {}, cb);
         ++sent;
       }
       wait_for([&] { return acks_ == 1; }, "the receiver's ack");
@@ -186,7 +187,7 @@ class Bench {
   }
 
   Figures rpc(Engine& e, const Cmd& c, int window) {
-    std::vector<std::byte> buf(c.size);
+    PageBuffer buf(c.size);
     Figures f;
     if (me_ != 0) return f;
     int total = c.warmup + c.iters;
@@ -195,8 +196,8 @@ class Bench {
     // the reply message itself, where a reply buffer would only add the receive posted for it.
     // (Not on the bounce-mode engine, whose large requests cannot announce a reply buffer.)
     bool zero = o_.rpc == "zero" && c.size > ctx_.config().eager_limit() && &e != bounce_;
-    std::vector<std::vector<std::byte>> replies(zero ? static_cast<std::size_t>(window) : 0,
-                                                std::vector<std::byte>(c.size));
+    std::vector<PageBuffer> replies;
+    for (int k = 0; zero && k < window; ++k) replies.emplace_back(c.size);
     std::vector<int> free_replies;
     for (int k = window - 1; k >= 0 && zero; --k) free_replies.push_back(k);
     // What the reply callbacks update, behind one pointer: a callback capturing it, the call's
@@ -232,9 +233,9 @@ class Bench {
         if (zero) {
           slot = free_replies.back();
           free_replies.pop_back();
-          options.reply_buffer = replies[static_cast<std::size_t>(slot)];
+          options.reply_buffer = replies[static_cast<std::size_t>(slot)].span();
         }
-        while ((r = e.peer(1)->call(kEcho, {}, buf, options, [run = &run, i, slot](absl::Status s, Message&) {
+        while ((r = e.peer(1)->call(kEcho, {}, buf.span(), options, [run = &run, i, slot](absl::Status s, Message&) {
                  if (!s.ok()) run->bench->fail("call: " + s.ToString());
                  if (run->timed(i))
                    run->rtts.push_back(std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
@@ -267,7 +268,7 @@ class Bench {
   // stop the senders then; the raw baseline has none (RawUcx::fanin).
   Figures fanin(Engine& e, const Cmd& c) {
     Figures f;
-    std::vector<std::byte> buf(c.size);
+    PageBuffer buf(c.size);
     int total = c.warmup + c.iters;
     if (me_ == 0) {
       // holding_ was set by drive(), before the senders were told to start.
@@ -282,7 +283,7 @@ class Bench {
       f.recv_budget = static_cast<double>(ps.budget_bytes);
       for (int r = 1; r < n_; ++r) send_spin(e, r, kAck, {});
     } else {
-      for (int i = 0; i < total; ++i) send_spin(e, 0, kFlood, buf);
+      for (int i = 0; i < total; ++i) send_spin(e, 0, kFlood, buf.span());
       wait_for([&] { return acks_ >= 1; }, "rank 0's ack");
     }
     return f;
@@ -405,7 +406,7 @@ class Bench {
   sluice::perf::RawUcx* raw_;
   const Options& o_;
   int me_, n_;
-  std::vector<std::byte> landing_;
+  PageBuffer landing_;
   Cmd pending_cmd_{};
   bool have_cmd_ = false;
   int ready_count_ = 0;
