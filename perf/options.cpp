@@ -8,7 +8,7 @@
 namespace sluice::perf {
 namespace {
 
-const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "rpc_lat", "rpc_rate", "bulk_bw", "mixed", "fanin"};
+const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -29,7 +29,7 @@ void usage(FILE* out) {
                "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
                "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
                "                   [--format table|csv|json] [--stats]\n"
-               "tests: am_lat am_bw rpc_lat rpc_rate bulk_bw mixed fanin\n"
+               "tests: am_lat am_bw rpc_lat rpc_rate read write bulk_bw mixed fanin\n"
                "run under a launcher: sluice-run -n 2 --bind core sluice-perf ...\n");
 }
 

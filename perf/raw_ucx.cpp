@@ -173,25 +173,26 @@ absl::StatusOr<std::unique_ptr<RawUcx>> RawUcx::create(Bootstrap& boot) {
 
 RawUcx::~RawUcx() = default;
 
-std::vector<double> RawUcx::pingpong(int peer, std::size_t size, int iters, bool initiator) {
+std::vector<double> RawUcx::exchange(int peer, std::size_t there, std::size_t back, int iters, bool initiator,
+                                     bool echo) {
   Impl& im = *impl_;
-  im.reserve(size);
+  im.reserve(std::max(there, back));
   std::vector<double> rtts;
   rtts.reserve(static_cast<std::size_t>(iters));
   Req s, r;
   for (int i = 0; i < iters; ++i) {
     if (initiator) {
       auto t0 = Clock::now();
-      im.recv(im.rbuf.data(), size, kData, &r);
-      im.send(peer, im.sbuf.data(), size, kData, &s);
+      im.recv(im.rbuf.data(), back, kData, &r);
+      im.send(peer, im.sbuf.data(), there, kData, &s);
       im.wait(r);
       im.wait(s);
       rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     } else {
-      // Echoes the bytes that just arrived, as Sluice's echo handler does.
-      im.recv(im.rbuf.data(), size, kData, &r);
+      // An echo sends back the bytes that just arrived, as Sluice's echo handler does.
+      im.recv(im.rbuf.data(), there, kData, &r);
       im.wait(r);
-      im.send(peer, im.rbuf.data(), size, kData, &s);
+      im.send(peer, echo ? im.rbuf.data() : im.sbuf.data(), back, kData, &s);
       im.wait(s);
     }
   }

@@ -19,8 +19,10 @@ class RawUcx {
   static absl::StatusOr<std::unique_ptr<RawUcx>> create(Bootstrap& boot);
   ~RawUcx();
 
-  // Ping-pong between rank 0 and `peer`: rank 0 returns each round trip in seconds.
-  std::vector<double> pingpong(int peer, std::size_t size, int iters, bool initiator);
+  // Round trips between rank 0 and `peer`: rank 0 sends `there` bytes, `peer` answers with
+  // `back` bytes (with `echo`, from the buffer the request just filled; else from a buffer of
+  // its own, as a server sends a block). Rank 0 returns each round trip in seconds.
+  std::vector<double> exchange(int peer, std::size_t there, std::size_t back, int iters, bool initiator, bool echo);
   // Streams `iters` messages of `size` from rank 0 to `peer` with at most `window` in flight;
   // the receiver answers once at the end. Returns the seconds the sender measured.
   double stream(int peer, std::size_t size, int iters, int window, bool sender);

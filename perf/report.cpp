@@ -67,6 +67,7 @@ Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t 
 std::vector<std::size_t> default_sizes(const std::string& test) {
   if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
   if (test == "rpc_lat") return {0, 8};  // an empty request and reply, and 8-byte bodies
+  if (test == "read" || test == "write") return {std::size_t{64} << 10, std::size_t{1} << 20};
   if (test == "mixed") return {8};
   if (test == "fanin") return {1024};
   return {8};
@@ -89,7 +90,8 @@ double headline_ratio(const Row& r) {
   if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
   if (r.test == "fanin") return a.recv_hwm / a.recv_budget;
   if (r.baseline == "none") return NAN;
-  if (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat") return a.lat_p50_us / b.lat_p50_us;
+  bool latency = r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
+  if (latency) return a.lat_p50_us / b.lat_p50_us;
   if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
   return a.bw_MBps / b.bw_MBps;
 }

@@ -32,7 +32,8 @@ using sluice::Result;
 using namespace sluice::perf;
 
 constexpr sluice::HandlerId kCmd = 900, kDone = 901, kReady = 902, kLat = 910, kBw = 911, kAck = 912,
-                            kEcho = 913, kBulk = 914, kStream = 915, kFlood = 916;
+                            kEcho = 913, kBulk = 914, kStream = 915, kFlood = 916, kRead = 917,
+                            kWrite = 918;
 // How long fanin's receiver leaves what arrives unfinished before it catches up.
 constexpr std::chrono::milliseconds kFaninHold{200};
 // rpc_rate times one call in this many (Bench::rpc).
@@ -54,6 +55,7 @@ class Bench {
     for (std::size_t s : o_.sizes) largest = std::max(largest, s);
     if (o_.sizes.empty()) largest = std::max(largest, std::size_t{16} << 20);
     landing_ = PageBuffer(largest);
+    block_ = PageBuffer(largest);
     for (Engine* e : {&main_, bounce_}) {
       if (e == nullptr) continue;
       SLUICE_RETURN_IF_ERROR(install(*e));
@@ -92,6 +94,22 @@ class Bench {
       Result r = o_.rpc == "zero" ? m.reply_with_payload({}) : m.reply_copy({}, m.payload());
       if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
     }));
+    // A storage server's read: the request names a length, the reply carries that much of a
+    // block (zero copy from the block, or copied with --rpc copy).
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kRead, [this](Message& m) {
+      std::uint64_t n = 0;
+      if (m.header().size() == sizeof(n)) std::memcpy(&n, m.header().data(), sizeof(n));
+      auto bytes = block_.first(std::min<std::size_t>(n, block_.size()));
+      Result r = o_.rpc == "zero" ? m.reply({}, bytes, [](absl::Status) {}) : m.reply_copy({}, bytes);
+      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
+    }));
+    // And its write: the payload lands in the sink (the server's block buffer), an 8-byte
+    // acknowledgement goes back.
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kWrite, [this](Message& m) {
+      std::uint64_t ack = m.payload().size();
+      Result r = m.reply_copy({}, std::as_bytes(std::span(&ack, 1)));
+      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
+    }, {.sink = sinkfn}));
     return absl::OkStatus();
   }
 
@@ -186,16 +204,21 @@ class Bench {
     return f;
   }
 
-  Figures rpc(Engine& e, const Cmd& c, int window) {
+  // Calls with `window` in flight: kEcho (the payload there and back), kRead (a length there,
+  // the payload back) or kWrite (the payload there, 8 bytes back).
+  Figures rpc(Engine& e, const Cmd& c, int window, sluice::HandlerId h = kEcho) {
     PageBuffer buf(c.size);
     Figures f;
     if (me_ != 0) return f;
+    std::uint64_t wanted = c.size;
+    std::span<const std::byte> request_header, request = buf.span();
+    if (h == kRead) request_header = std::as_bytes(std::span(&wanted, 1)), request = {};
     int total = c.warmup + c.iters;
     // --rpc zero: a payload above the eager limit comes back into a reply buffer, one per call
     // in flight (a free list of them), as a storage client reads blocks. Smaller ones travel in
     // the reply message itself, where a reply buffer would only add the receive posted for it.
     // (Not on the bounce-mode engine, whose large requests cannot announce a reply buffer.)
-    bool zero = o_.rpc == "zero" && c.size > ctx_.config().eager_limit() && &e != bounce_;
+    bool zero = o_.rpc == "zero" && c.size > ctx_.config().eager_limit() && &e != bounce_ && h != kWrite;
     std::vector<PageBuffer> replies;
     for (int k = 0; zero && k < window; ++k) replies.emplace_back(c.size);
     std::vector<int> free_replies;
@@ -235,7 +258,7 @@ class Bench {
           free_replies.pop_back();
           options.reply_buffer = replies[static_cast<std::size_t>(slot)].span();
         }
-        while ((r = e.peer(1)->call(kEcho, {}, buf.span(), options, [run = &run, i, slot](absl::Status s, Message&) {
+        while ((r = e.peer(1)->call(h, request_header, request, options, [run = &run, i, slot](absl::Status s, Message&) {
                  if (!s.ok()) run->bench->fail("call: " + s.ToString());
                  if (run->timed(i))
                    run->rtts.push_back(std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
@@ -296,9 +319,13 @@ class Bench {
     Figures f;
     bool init = me_ == 0;
     if (me_ > 1 && t != "fanin") return f;
-    if (t == "am_lat" || t == "rpc_lat") {
-      raw_->pingpong(1 - me_, c.size, c.warmup, init);
-      auto rtts = raw_->pingpong(1 - me_, c.size, c.iters, init);
+    if (t == "am_lat" || t == "rpc_lat" || t == "read" || t == "write") {
+      // read: 8 bytes there, `size` back from the responder's block; write: the other way
+      // round; the others echo the bytes that arrived.
+      std::size_t there = t == "read" ? 8 : c.size, back = t == "write" ? 8 : c.size;
+      bool echo = t == "am_lat" || t == "rpc_lat";
+      raw_->exchange(1 - me_, there, back, c.warmup, init, echo);
+      auto rtts = raw_->exchange(1 - me_, there, back, c.iters, init, echo);
       return from_rtts(rtts, t == "am_lat" ? 0.5 : 1.0, c.size);
     }
     if (t == "fanin") {
@@ -328,6 +355,8 @@ class Bench {
     if (t == "bulk_bw") return stream(e, c, kBulk);
     if (t == "rpc_lat") return rpc(e, c, 1);
     if (t == "rpc_rate") return rpc(e, c, c.window);
+    if (t == "read") return rpc(e, c, 1, kRead);
+    if (t == "write") return rpc(e, c, 1, kWrite);
     if (t == "mixed") return mixed(e, c);
     if (t == "fanin") return fanin(e, c);
     return {};
@@ -407,6 +436,7 @@ class Bench {
   const Options& o_;
   int me_, n_;
   PageBuffer landing_;
+  PageBuffer block_;  // what read replies carry
   Cmd pending_cmd_{};
   bool have_cmd_ = false;
   int ready_count_ = 0;
@@ -473,7 +503,7 @@ int main(int argc, char** argv) {
   for (const auto& test : o.tests) {
     for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
       Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline, NAN, ""};
-      if (test == "am_lat" || test == "rpc_lat") row.window = 1;
+      if (test == "am_lat" || test == "rpc_lat" || test == "read" || test == "write") row.window = 1;
       if (test == "bulk_bw" && !o.window) row.window = 16;
       if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
       if (test == "mixed" && bench.size() < 3) {

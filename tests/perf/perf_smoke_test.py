@@ -34,7 +34,7 @@ class PerfSmoke(unittest.TestCase):
         return rows
 
     def test_point_to_point_tests_with_each_baseline(self):
-        tests = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "bulk_bw"]
+        tests = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw"]
         for baseline in ("ucx", "bounce", "none"):
             r = perf(2, "-t", ",".join(tests), "-s", "8,64K", "-n", "200", "-w", "10", "-r", "1", "--baseline", baseline,
                      "--format", "csv")
@@ -45,8 +45,18 @@ class PerfSmoke(unittest.TestCase):
                 if baseline != "none":
                     self.assertNotEqual(row["ratio"], "", row)
                     float(row["ratio"])
-                if row["test"].endswith("_lat"):
+                if row["test"].endswith("_lat") or row["test"] in ("read", "write"):
                     self.assertGreater(float(row["lat_p50_us"]), 0)
+
+    def test_storage_patterns_with_copying_replies(self):
+        # read and write, and rpc_lat, through reply_copy instead of the zero-copy replies.
+        tests = ["rpc_lat", "read", "write"]
+        r = perf(2, "-t", ",".join(tests), "-s", "8,64K,1M", "-n", "50", "-w", "5", "-r", "1", "--baseline", "ucx",
+                 "--rpc", "copy", "--format", "csv")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for row in self.check_csv(r.stdout, tests):
+            self.assertGreater(float(row["lat_p50_us"]), 0, row)
+            self.assertGreater(float(row["baseline_lat_p50_us"]), 0, row)
 
     def test_mixed_and_fanin_with_three_ranks(self):
         r = perf(3, "-t", "mixed,fanin", "-n", "300", "-r", "1", "--format", "csv", "--stats")
