@@ -1,6 +1,6 @@
 // Handler invocation (internal), in a header: inlined into the receive path and the request
 // path (48 fewer instructions per received message with accept()'s body; the time that saved was
-// within the measurement's noise, docs/performance.md, seventh session).
+// within the measurement's noise).
 #pragma once
 
 #include <exception>
