@@ -167,6 +167,7 @@ struct PeerData {
   bool bye_sent = false;
   std::uint64_t sent_seq = 0;        // the last sequence handed to the transport (in order)
   std::uint32_t landing = 0;         // exact receives posted for this peer's payloads
+  std::uint32_t parked = 0;          // its payloads waiting for receive memory (parked_)
   bool bye_received = false;         // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
@@ -368,7 +369,7 @@ class EngineCore : private Door::Owner {
   };
   void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
   void retry_landings();
-  void drop_parked(const PeerData& p);
+  void drop_parked(PeerData& p);
   std::deque<ParkedLanding> parked_;
   std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
   // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the

@@ -247,7 +247,7 @@ void EngineCore::send_bye(PeerData& p) {
 
 void EngineCore::close_after_bye(PeerData& p) {
   if (!p.bye_received || p.state != PeerState::kReady) return;
-  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.blocked) return;
+  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.parked != 0 || p.blocked) return;
   fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 

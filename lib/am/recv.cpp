@@ -424,6 +424,7 @@ void EngineCore::park_landing(PeerData& p, Message&& m, const wire::Header& h, b
                           "held by messages not yet released; it lands when some are (am.landing_waits)",
                           p.name, h.payload_len, format_size(b.held_bytes), format_size(b.max));
   if (ordered) p.blocked = true;
+  ++p.parked;
   parked_.push_back({p.id, std::move(m), h, ordered});
   parked_at_returns_ = recv_pool_->returns();
 }
@@ -437,6 +438,7 @@ void EngineCore::retry_landings() {
     if (dest.empty()) return;  // oldest first: the rest wait behind it
     ParkedLanding go = std::move(w);
     parked_.pop_front();
+    --p.parked;
     if (go.header.flags & wire::kFlagFrag) {
       start_fragments(p, std::move(go.message), dest);
       p.blocked = false;
@@ -447,8 +449,9 @@ void EngineCore::retry_landings() {
   }
 }
 
-void EngineCore::drop_parked(const PeerData& p) {
+void EngineCore::drop_parked(PeerData& p) {
   std::erase_if(parked_, [&](const ParkedLanding& w) { return w.peer == p.id; });
+  p.parked = 0;
 }
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
