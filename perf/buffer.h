@@ -17,21 +17,24 @@ namespace sluice::perf {
 class PageBuffer {
  public:
   PageBuffer() = default;
-  explicit PageBuffer(std::size_t n) : size_(n) {
+  // `offset` bytes into its first page (0: page-aligned).
+  explicit PageBuffer(std::size_t n, std::size_t offset = 0) : size_(n), offset_(offset) {
     if (n == 0) return;
-    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = ::mmap(nullptr, n + offset, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
-    data_ = static_cast<std::byte*>(p);
+    data_ = static_cast<std::byte*>(p) + offset;
     std::memset(data_, 0, n);  // touched: no page fault inside a timed loop
   }
-  PageBuffer(PageBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  PageBuffer(PageBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), offset_(std::exchange(o.offset_, 0)) {}
   PageBuffer& operator=(PageBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
+    std::swap(offset_, o.offset_);
     return *this;
   }
   ~PageBuffer() {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    if (data_ != nullptr) ::munmap(data_ - offset_, size_ + offset_);
   }
 
   std::byte* data() const { return data_; }
@@ -42,6 +45,7 @@ class PageBuffer {
  private:
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t offset_ = 0;
 };
 
 }  // namespace sluice::perf

@@ -28,7 +28,7 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
                "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
-               "                   [--format table|csv|json] [--stats]\n"
+               "                   [--offset BYTES] [--format table|csv|json] [--stats]\n"
                "tests: am_lat am_bw rpc_lat rpc_rate read write bulk_bw mixed fanin\n"
                "run under a launcher: sluice-run -n 2 --bind core sluice-perf ...\n");
 }
@@ -105,6 +105,12 @@ std::optional<Options> parse(int argc, char** argv) {
       if (!choice("zero", "copy", "zero", &o.rpc)) return std::nullopt;
     } else if (a == "--format") {
       if (!choice("table", "csv", "json", &o.format)) return std::nullopt;
+    } else if (a == "--offset") {
+      if (!number(0, &o.offset)) return std::nullopt;
+      if (o.offset > 4095) {
+        std::fprintf(stderr, "sluice-perf: --offset %d: need 0 to 4095\n", o.offset);
+        return std::nullopt;
+      }
     } else if (a == "--stats") {
       o.stats = true;
     } else if (a == "-h" || a == "--help") {

@@ -21,6 +21,9 @@ struct Options {
   // eager limit into the caller's reply buffer) or copy (reply_copy, no reply buffer).
   std::string rpc = "zero";
   std::string format = "table";
+  // Where the sending side's payload buffers start within their page (placement sensitivity:
+  // a copy's speed can depend on it); both Sluice and the raw baseline.
+  int offset = 0;
   bool stats = false;
 };
 

@@ -44,6 +44,7 @@ struct RawUcx::Impl {
   ucp_worker_h worker = nullptr;
   std::vector<ucp_ep_h> eps;
   PageBuffer sbuf, rbuf;
+  std::size_t send_offset = 0;
 
   ~Impl() {
     for (ucp_ep_h ep : eps) {
@@ -63,7 +64,7 @@ struct RawUcx::Impl {
 
   void reserve(std::size_t n) {
     n = std::max<std::size_t>(n, 1);
-    if (sbuf.size() < n) sbuf = PageBuffer(n);
+    if (sbuf.size() < n) sbuf = PageBuffer(n, send_offset);
     if (rbuf.size() < n) rbuf = PageBuffer(n);
   }
 
@@ -140,10 +141,11 @@ struct RawUcx::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<RawUcx>> RawUcx::create(Bootstrap& boot) {
+absl::StatusOr<std::unique_ptr<RawUcx>> RawUcx::create(Bootstrap& boot, std::size_t send_offset) {
   std::unique_ptr<RawUcx> out(new RawUcx());
   out->impl_ = std::make_unique<Impl>();
   Impl& im = *out->impl_;
+  im.send_offset = send_offset;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG;

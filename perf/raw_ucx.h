@@ -15,8 +15,9 @@ namespace sluice::perf {
 
 class RawUcx {
  public:
-  // Collective: every rank creates one, exchanging worker addresses through `boot`.
-  static absl::StatusOr<std::unique_ptr<RawUcx>> create(Bootstrap& boot);
+  // Collective: every rank creates one, exchanging worker addresses through `boot`. Buffers
+  // it sends from start `send_offset` bytes into their page.
+  static absl::StatusOr<std::unique_ptr<RawUcx>> create(Bootstrap& boot, std::size_t send_offset = 0);
   ~RawUcx();
 
   // Round trips between rank 0 and `peer`: rank 0 sends `there` bytes, `peer` answers with

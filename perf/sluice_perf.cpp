@@ -157,7 +157,7 @@ class Bench {
   // ---- the tests, sluice side -------------------------------------------------------------
 
   Figures am_lat(Engine& e, const Cmd& c) {
-    PageBuffer buf(c.size);
+    PageBuffer buf(c.size, static_cast<std::size_t>(o_.offset));
     std::vector<double> rtts;
     if (me_ == 0) {
       for (int i = 0; i < c.warmup + c.iters; ++i) {
@@ -174,7 +174,7 @@ class Bench {
   }
 
   Figures stream(Engine& e, const Cmd& c, sluice::HandlerId h) {
-    PageBuffer buf(c.size);
+    PageBuffer buf(c.size, static_cast<std::size_t>(o_.offset));
     Figures f;
     int total = c.warmup + c.iters;
     if (me_ == 0) {
@@ -207,7 +207,7 @@ class Bench {
   // Calls with `window` in flight: kEcho (the payload there and back), kRead (a length there,
   // the payload back) or kWrite (the payload there, 8 bytes back).
   Figures rpc(Engine& e, const Cmd& c, int window, sluice::HandlerId h = kEcho) {
-    PageBuffer buf(c.size);
+    PageBuffer buf(c.size, static_cast<std::size_t>(o_.offset));
     Figures f;
     if (me_ != 0) return f;
     std::uint64_t wanted = c.size;
@@ -291,7 +291,7 @@ class Bench {
   // stop the senders then; the raw baseline has none (RawUcx::fanin).
   Figures fanin(Engine& e, const Cmd& c) {
     Figures f;
-    PageBuffer buf(c.size);
+    PageBuffer buf(c.size, static_cast<std::size_t>(o_.offset));
     int total = c.warmup + c.iters;
     if (me_ == 0) {
       // holding_ was set by drive(), before the senders were told to start.
@@ -481,7 +481,7 @@ int main(int argc, char** argv) {
     }
     bounce = std::move(*b);
   } else if (o.baseline == "ucx") {
-    auto r = sluice::perf::RawUcx::create((*ctx)->bootstrap());
+    auto r = sluice::perf::RawUcx::create((*ctx)->bootstrap(), static_cast<std::size_t>(o.offset));
     if (!r.ok()) {
       std::fprintf(stderr, "sluice-perf: %s\n", r.status().ToString().c_str());
       return 1;
