@@ -7,6 +7,7 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "core/copy.h"
 #include "am/invoke.h"
 #include "core/log.h"
 
@@ -503,13 +504,13 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
     return;
   }
-  std::memcpy(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+  copy_payload(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
   add_fragment(p, piece);
 }
 
 void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest) {
   std::size_t piece = m.payload_.size();
-  std::memcpy(dest.data(), m.payload_.data(), piece);
+  copy_payload(dest.data(), m.payload_.data(), piece);
   m.payload_ = dest;
   p.frag = std::move(m);
   p.frag_received = 0;
@@ -557,7 +558,7 @@ void EngineCore::own_bytes(Message& m) {
     d = m.heap_.get();
   }
   if (hl != 0) std::memcpy(d, m.header_.data(), hl);
-  if (pl != 0) std::memcpy(d + hl, m.payload_.data(), pl);
+  if (pl != 0) copy_payload(d + hl, m.payload_.data(), pl);
   m.header_ = std::span<const std::byte>(d, hl);
   m.payload_ = std::span<std::byte>(d + hl, pl);
 }

@@ -5,6 +5,7 @@
 
 #include "am/engine_core.h"
 #include "am/send_now.h"
+#include "core/copy.h"
 #include "core/log.h"
 
 namespace sluice::detail {
@@ -35,7 +36,7 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
   wire::encode(wh, d);
   if (!header.empty()) std::memcpy(d + wire::kHeaderSize, header.data(), header.size());
   if (!inline_payload.empty())
-    std::memcpy(d + wire::kHeaderSize + header.size(), inline_payload.data(), inline_payload.size());
+    copy_payload(d + wire::kHeaderSize + header.size(), inline_payload.data(), inline_payload.size());
   Op* op = new_op(OpKind::kSend, p.id);
   op->slot = std::move(slot);
   op->message_len = total;
@@ -100,7 +101,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
     Slot slot;
     if (cls->try_get(&slot) == Result::kOk) {
       c_.copied_bytes->add(payload.size());
-      std::memcpy(slot.data(), payload.data(), payload.size());
+      copy_payload(slot.data(), payload.data(), payload.size());
       op->payload = slot.data();
       op->payload_memh = slot.memh();
       op->slot = std::move(slot);
@@ -115,7 +116,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
   // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
   c_.copied_bytes->add(payload.size());
   op->heap.reset(new std::byte[payload.size()]);
-  std::memcpy(op->heap.get(), payload.data(), payload.size());
+  copy_payload(op->heap.get(), payload.data(), payload.size());
   op->payload = op->heap.get();
   return Result::kOk;
 }
@@ -229,7 +230,7 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     // that carries several already goes as it is: joining would copy them all again.)
     if (Op* head = *open) {
       if (std::byte* at = grow_batch(head, h->message_len)) {
-        std::memcpy(at, h->slot.data(), h->message_len);
+        copy_payload(at, h->slot.data(), h->message_len);
         h->slot.release();
         chain(head, h);
         c_.coalesced->add();
@@ -297,7 +298,7 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
   wh.seq = p.next_seq++;
   wire::encode(wh, at);
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
-  if (!payload.empty()) std::memcpy(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
+  if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
   ++head->batch_count;
   c_.queue_hwm->update(++p.queued);
   if (cb) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "am/engine_core.h"
+#include "core/copy.h"
 
 namespace sluice::detail {
 
@@ -23,7 +24,7 @@ inline void copy_ends(std::byte* to, const std::byte* from, std::size_t n) {
 // Copies n bytes; up to 16 without a call into libc: the user header and payload of a small
 // message are a few bytes, and the call costs more than the copy.
 inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
-  if (n > 16) std::memcpy(to, from, n);
+  if (n > 16) copy_payload(to, from, n);
   else if (n >= 8) copy_ends<std::uint64_t>(to, from, n);
   else if (n >= 4) copy_ends<std::uint32_t>(to, from, n);
   else for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
