@@ -201,6 +201,13 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
 
 Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
   if (!m.request_ || m.replied_) return Result::kInvalidArgument;
+  if (!m.reply_buf_ && header.size() + m.payload_.size() <= eager_limit_) [[likely]] {
+    // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
+    // that borrows a coalesced receive would copy its bytes first.
+    Result r = reply(m, header, m.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
+    if (r != Result::kInvalidArgument) m = Message();
+    return r;
+  }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty
   Op* last = nullptr;
   Result r = reply(held, header, held.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);
