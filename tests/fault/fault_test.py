@@ -38,14 +38,17 @@ class PeerFailure(FaultHarness):
 
     def check_fault_point(self, point, tls, extra, bound):
         # The victim ends itself at the named protocol step (SLUICE_FAULT_AT, lib/core/fault.h);
-        # its exit status 86 proves it got there.
-        self.start("kill", tls, extra, victim={"SLUICE_FAULT_AT": point})
+        # its exit status 86 proves it got there. Rank 0's sends may all be complete when it dies
+        # (on shared memory an eager send is complete once in the victim's FIFO), so rank 0 also
+        # keeps a call open to it, which must fail with Unavailable.
+        self.start("kill", tls, extra, victim={"SLUICE_FAULT_AT": point},
+                   rank_env=lambda rank: {"PEER_FAULT_HOLD_CALL": "1"} if rank == 0 else {})
         _, err1 = self.procs[1].communicate(timeout=60)
         self.assertEqual(self.procs[1].returncode, 86, "rank 1 did not die at fault point %s: %s" % (point, err1))
         m = re.search(r"fault point %s reached \(SLUICE_FAULT_AT\) at ([0-9.]+)" % re.escape(point), err1)
         self.assertIsNotNone(m, err1)
         rc, r, err = self.finish()
-        self.check_failure_handled(rc, r, err, float(m.group(1)), bound)
+        self.check_failure_handled(rc, r, err, float(m.group(1)), bound, held_call=True)
 
     def test_victim_dies_at_each_protocol_step_tcp(self):
         # docs/reliability.md, failure at each protocol step on either side: rank 1 dies in the

@@ -122,6 +122,10 @@ int main(int argc, char** argv) {
     return r;
   };
   (void)e.register_handler(2, [&](Message&) { ++finish; });
+  // Requests to handler 3 are kept, never answered: with PEER_FAULT_HOLD_CALL=1 rank 0 keeps one
+  // call to rank 1 open, an operation that is in flight whenever rank 1 dies.
+  std::vector<Message> unanswered;
+  (void)e.register_handler(3, [&](Message& m) { unanswered.push_back(std::move(m)); });
   std::printf("rank %d pid %d ready\n", me, getpid());
   std::fflush(stdout);
 
@@ -193,6 +197,13 @@ int main(int argc, char** argv) {
     else done_count.pop_back();
     return r;
   };
+  std::string held_call = "none";
+  if (const char* hold = std::getenv("PEER_FAULT_HOLD_CALL"); hold != nullptr && std::string(hold) == "1") {
+    Result r = e.peer(1)->call(3, {}, {}, CallOptions{}, [&](absl::Status s, Message&) {
+      held_call = absl::StatusCodeToString(s.code());
+    });
+    held_call = r == Result::kOk ? "pending" : sluice::to_string(r);
+  }
   bool dead = false;
   long to2_after_failure_start = -1;
   int rank1_msgs_at_death = -1;
@@ -245,14 +256,14 @@ int main(int argc, char** argv) {
               "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
               "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
               "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
-              "sink_stray=%ld\n",
+              "sink_stray=%ld held_call=%s\n",
               dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
               dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
               e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
               static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
               first_failure_wall, last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")),
               misordered, gap1, dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(),
-              sink_stray);
+              sink_stray, held_call.c_str());
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
