@@ -110,7 +110,15 @@ int main(int argc, char** argv) {
                  std::string(cfg.status().message()).c_str());
     return 1;
   }
-  if (versions) std::printf("# Sluice %s, UCX %s\n", sluice::version(), sluice::ucx_version().c_str());
+  if (versions) {
+    std::printf("# Sluice %s (headers %s), UCX %s\n", sluice::version(), SLUICE_VERSION_STRING,
+                sluice::ucx_version().c_str());
+    if (std::string_view(sluice::version()) != SLUICE_VERSION_STRING) {
+      std::fprintf(stderr, "sluice-info: the Sluice library loaded is %s, these tools were built against %s\n",
+                   sluice::version(), SLUICE_VERSION_STRING);
+      return 1;
+    }
+  }
   if (config) print_config(*cfg, full, markdown);
   if (topo) {
     auto r = sluice::topology_report();

@@ -6,10 +6,12 @@
 
 #include <sluice/config.h>
 #include <sluice/status.h>
+#include <sluice/version.h>
 
 namespace sluice {
 
-// Sluice's version, "major.minor.patch".
+// The library's version, "major.minor.patch" (the headers' is SLUICE_VERSION_STRING,
+// <sluice/version.h>).
 const char* version();
 // The UCX library version in use, "1.13.1".
 std::string ucx_version();

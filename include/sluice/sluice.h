@@ -9,3 +9,4 @@
 #include <sluice/pool.h>
 #include <sluice/stats.h>
 #include <sluice/status.h>
+#include <sluice/version.h>
