@@ -1,10 +1,11 @@
 // Payload copies (internal). glibc's memcpy moves 2 KiB to about 1 MiB with `rep movsb`
 // (glibc.cpu.x86_rep_movsb_threshold: 2112 bytes on this project's machine). On the AMD EPYC it
 // is developed on, `rep movsb` then runs at ~3 GB/s instead of 50-100 when the destination lies
-// 1-15 bytes after the source modulo 4 KiB, and at a third of its speed for 16-31: the two
-// buffers alias in the store-to-load forwarding check. Such pairs are ordinary (two heap
-// buffers allocated one after the other sit 16 bytes apart modulo 4 KiB; eager packing puts a
-// payload 16 or 48 bytes into its slot), so Sluice copies those with a vector loop instead.
+// a few bytes after the source modulo 4 KiB (measured at 1, 4 and 8), and at a third of its
+// speed for 16-31 (measured at 16, 24 and 31); from 32 on at full speed. Such pairs are
+// ordinary (two heap buffers allocated one after the other sit 16 bytes apart modulo 4 KiB;
+// eager packing puts a payload 16 or 48 bytes into its slot), so Sluice copies those with a
+// vector loop instead.
 #pragma once
 
 #include <cstddef>
