@@ -98,49 +98,41 @@ double headline_ratio(const Row& r) {
 
 std::string fanin_note(const Row& r) {
   auto size = [](double bytes) { return sluice::format_size(static_cast<std::size_t>(bytes)); };
-  auto waiting = [&](const Figures& f) {
-    return std::to_string(static_cast<long>(f.waiting)) + " msgs (" + size(f.waiting_bytes) + ") waiting";
+  auto msgs = [&](const Figures& f) {
+    return std::to_string(static_cast<long>(f.waiting)) + " messages (" + size(f.waiting_bytes) + ")";
   };
-  std::string note = "recv hwm " + size(r.sluice.recv_hwm) + " of budget " + size(r.sluice.recv_budget) + ", " +
-                     waiting(r.sluice);
-  if (!std::isnan(r.base.waiting)) note += "; raw UCX, no credits: " + waiting(r.base);
+  std::string note = "receive memory peaked at " + size(r.sluice.recv_hwm) + " of its " + size(r.sluice.recv_budget) +
+                     " budget; " + msgs(r.sluice) + " were waiting when rank 0 caught up";
+  if (!std::isnan(r.base.waiting)) note += " (raw UCX, no flow control: " + msgs(r.base) + ")";
   return note;
 }
 
-void print(const std::vector<Row>& rows, const Options& o) {
+std::string mixed_note(const Row& r) {
+  return "small-RPC p99 " + fmt(r.sluice.lat_p99_us) + " us while 2 MiB streams run, " + fmt(r.base.lat_p99_us) +
+         " us without";
+}
+
+void print_header(const Options& o) {
   if (o.format == "csv") {
     std::printf("test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
                 "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
-    for (const auto& r : rows) {
-      std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
-                  fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
-                  fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
-                  fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
-                  fmt_ratio(r.ratio).c_str());
-    }
-    return;
+  } else if (o.format == "table") {
+    std::printf("# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
+                "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n");
+    std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
+                "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
   }
-  if (o.format == "json") {
-    std::printf("[\n");
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt(v); };
-      std::printf("  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
-                  "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
-                  "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
-                  "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
-                  r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
-                  num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
-                  num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
-                  num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
-                  i + 1 < rows.size() ? "," : "");
-    }
-    std::printf("]\n");
-    return;
-  }
-  std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
-              "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
-  for (const auto& r : rows) {
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r, const Options& o) {
+  if (o.format == "csv") {
+    std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
+                fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
+                fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
+                fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
+                fmt_ratio(r.ratio).c_str());
+  } else if (o.format == "table") {
     std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s%s\n", r.test.c_str(),
                 sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
                 fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_MBps, 1).c_str(),
@@ -148,6 +140,26 @@ void print(const std::vector<Row>& rows, const Options& o) {
                 fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
                 r.note.empty() ? "" : ("  " + r.note).c_str());
   }
+  std::fflush(stdout);
+}
+
+void print_json(const std::vector<Row>& rows, const Options& o) {
+  if (o.format != "json") return;
+  std::printf("[\n");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt(v); };
+    std::printf("  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
+                "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
+                "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
+                "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
+                r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
+                num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
+                num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
+                num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
+                i + 1 < rows.size() ? "," : "");
+  }
+  std::printf("]\n");
 }
 
 }  // namespace sluice::perf

@@ -40,6 +40,11 @@ double headline_ratio(const Row& r);
 // fanin's figures in words: the receive pool's high-water mark against its budget, and the
 // messages left waiting by the held-up receiver, beside the raw baseline's when there is one.
 std::string fanin_note(const Row& r);
-void print(const std::vector<Row>& rows, const Options& o);
+// mixed's figures in words: the small calls' p99 with the streams running and without.
+std::string mixed_note(const Row& r);
+// Table and CSV: the header, then each row as it is measured. JSON: the document at the end.
+void print_header(const Options& o);
+void print_row(const Row& r, const Options& o);
+void print_json(const std::vector<Row>& rows, const Options& o);
 
 }  // namespace sluice::perf

@@ -500,6 +500,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   bool tty = isatty(2);
   auto started = Clock::now();
+  auto last_progress = started;
+  print_header(o);
   for (const auto& test : o.tests) {
     for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
       Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline, NAN, ""};
@@ -509,6 +511,7 @@ int main(int argc, char** argv) {
       if (test == "mixed" && bench.size() < 3) {
         row.note = "skipped: needs 3 ranks or more";
         rows.push_back(row);
+        print_row(row, o);
         continue;
       }
       Cmd c{};
@@ -530,20 +533,27 @@ int main(int argc, char** argv) {
           c.mode = o.baseline == "ucx" ? 1 : 2;
           b.push_back(bench.drive(c));
         }
-        if (tty && Clock::now() - started > std::chrono::seconds(3)) {
+        // Progress on stderr: rewritten in place on a terminal, a line every 10 s otherwise.
+        auto now = Clock::now();
+        if (tty && now - started > std::chrono::seconds(3)) {
           std::fprintf(stderr, "\rsluice-perf: %s %s rep %d/%d   ", test.c_str(), sluice::format_size(size).c_str(), rep + 1, o.repeats);
+        } else if (!tty && now - last_progress > std::chrono::seconds(10)) {
+          last_progress = now;
+          std::fprintf(stderr, "sluice-perf: %s %s rep %d/%d\n", test.c_str(), sluice::format_size(size).c_str(), rep + 1, o.repeats);
         }
       }
       row.sluice = median_of(a);
       row.base = median_of(b);
       row.ratio = headline_ratio(row);
       if (test == "fanin") row.note = fanin_note(row);
+      if (test == "mixed") row.note = mixed_note(row);
       rows.push_back(row);
+      if (tty && Clock::now() - started > std::chrono::seconds(3)) std::fprintf(stderr, "\r%60s\r", "");
+      print_row(row, o);
     }
   }
-  if (tty && Clock::now() - started > std::chrono::seconds(3)) std::fprintf(stderr, "\r%60s\r", "");
   bench.quit();
-  print(rows, o);
+  print_json(rows, o);
   if (o.stats) {
     std::printf("\n# sluice stats, rank 0, main engine\n%s", (*main_engine)->stats().to_text().c_str());
   }
