@@ -54,7 +54,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxCont
 absl::Status EngineCore::init(int numa_node_option) {
   SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
   if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
-    SLUICE_LOG(kWarn, "config", "SLUICE_FAULT_AT=%s ignored: this build has no fault points (-Dfault_points=false)",
+    SLUICE_LOG(kWarn, "config", "SLUICE_FAULT_AT=%s ignored: this library has no fault points (only the tests' libsluice-testing has)",
                config_.fault_at);
   }
   fault_.arm(fault);

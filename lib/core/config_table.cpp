@@ -364,8 +364,8 @@ std::vector<Field> testing_vars() {
        "Fault tests only: the process exits at once (no goodbye, as a crash) the N-th time "
        "(default 1) it reaches the named protocol step: hello, rndv-announce, rndv-payload, "
        "rndv-land, credit-return; or, with pool-grow, every pool growth from the N-th on "
-       "fails as a failed mmap would. Ignored, with a warning, by a build made with "
-       "-Dfault_points=false.",
+       "fails as a failed mmap would. Only the tests' library (libsluice-testing) has "
+       "these points; the installed libsluice ignores the variable, with a warning.",
        [](std::string_view s, Config& c) -> absl::Status {
          std::string v(sluice::detail::trim(s));
          SLUICE_RETURN_IF_ERROR(parse_fault_at(v).status());

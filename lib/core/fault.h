@@ -3,8 +3,8 @@
 // as a crash there would. The fault tests run one peer armed and check that the others see
 // every operation complete once. One point fails an operation instead: pool-grow makes every
 // pool growth from the N-th on fail as a failed mmap would (memory that ran out stays out).
-// Compiled in with meson -Dfault_points=true (the default, for the tests); a build without
-// them accepts the variable and ignores it, with a warning.
+// Compiled into the tests' library only (libsluice-testing, SLUICE_FAULT_POINTS=1); the
+// installed libsluice accepts the variable and ignores it, with a warning.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 #include <absl/status/statusor.h>
 
-// Set by meson from -Dfault_points (1 unless given false).
+// Set by meson per library: 1 for libsluice-testing, 0 for libsluice.
 #ifndef SLUICE_FAULT_POINTS
 #define SLUICE_FAULT_POINTS 0
 #endif

@@ -2,7 +2,8 @@
 """Installed like a library: `meson install` into a scratch prefix, then what a user does with
 it. The installed tools run without LD_LIBRARY_PATH; an out-of-tree program (the installed
 ping example) builds with pkg-config and with CMake's find_package(Sluice) and runs under the
-installed sluice-run; a different abseil is refused at configure time, by name."""
+installed sluice-run, where SLUICE_FAULT_AT is ignored (no fault points); a different abseil is
+refused at configure time, by name."""
 import json
 import os
 import shutil
@@ -35,10 +36,11 @@ class Installed(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def check_ping(self, program):
-        r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", program, "200"])
+    def check_ping(self, program, env=None):
+        r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", program, "200"], env=env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("round trips", r.stdout)
+        return r
 
     def test_what_is_installed_and_the_tools_find_their_library(self):
         for path in ("include/sluice/sluice.h", "include/sluice/version.h", "share/doc/sluice/README.md",
@@ -61,6 +63,10 @@ class Installed(unittest.TestCase):
         r = run(["c++", "-std=c++20", "-O1", self.example, "-o", out, "-Wl,-rpath," + self.libdir] + pc.stdout.split())
         self.assertEqual(r.returncode, 0, r.stderr)
         self.check_ping(out)
+        # The installed library has no fault points: the variable cannot end the process.
+        r = self.check_ping(out, env=dict(ENV, SLUICE_FAULT_AT="hello"))
+        self.assertIn("SLUICE_FAULT_AT=hello ignored", r.stderr)
+        self.assertNotIn("libsluice-testing", " ".join(os.listdir(self.libdir)))
 
     def test_a_program_built_with_cmake(self):
         src = os.path.join(self.tmp, "cmake-src")
