@@ -131,6 +131,12 @@ EngineCore::~EngineCore() {
   while ((tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted()) &&
          Clock::now() < deadline)
     progress();
+  // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
+  // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
+  // queue (UCX warns about each such message when the worker goes).
+  worker_->progress();
+  purge_stragglers(Clock::time_point::min());
+  while ((contact_inflight_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
   for (auto& op : op_storage_) {
     op.slot.release();

@@ -79,6 +79,16 @@ class PerfSmoke(unittest.TestCase):
         self.assertTrue(out.startswith("am_lat,16777216,"), out)
         self.assertTrue(still_running, "the first row came only when the run ended")
 
+    def test_nothing_is_left_in_ucx_when_the_engines_close(self):
+        # The raw baseline's run keeps both engines unprogressed; their heartbeats (every 100 ms
+        # here) then cross with the goodbyes, and the rank that closes first must still receive
+        # and drop what its peer sent before it knew: UCX warns about each message left unmatched
+        # when a worker goes ("unexpected tag-receive descriptor ... was not matched").
+        r = perf(2, "-t", "bulk_bw", "-s", "16M", "-n", "100", "-r", "1", "--baseline", "ucx",
+                 env={"SLUICE_HEARTBEAT": "100ms"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("was not matched", r.stdout + r.stderr)
+
     def test_mixed_and_fanin_with_three_ranks(self):
         r = perf(3, "-t", "mixed,fanin", "-n", "300", "-r", "1", "--format", "csv", "--stats")
         self.assertEqual(r.returncode, 0, r.stderr)
