@@ -4,7 +4,8 @@
 // is a plain integer, so counting costs one add on the hot path. Read it on the engine thread
 // (Engine::stats(), or from a function given to Engine::post()).
 //
-// Names are dotted paths: "am.eager.msgs_sent", "mem.recv.eager.hwm", "flow.credit_stalls".
+// Names are dotted paths: "am.msgs_sent", "mem.recv.eager.hwm", "flow.credit_stalls"; every
+// counter an engine keeps, and what it counts, is listed in docs/stats.md.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 file bootstrap, sluice-info. Every process this starts runs under a watchdog (timeout), and
 every job is tagged so that leftover processes can be found in /proc."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -291,6 +292,25 @@ class SluiceInfo(unittest.TestCase):
             self.assertNotIn("FIFO_SIZE", r.stdout, name + " set by the user")
         r = run([INFO, "-d"], env={"SLUICE_TLS": "tcp"})
         self.assertIn("# set by Sluice: nothing", r.stdout)
+
+    def test_every_counter_is_documented(self):
+        # Every counter an engine prints (SLUICE_STATS=1) in rank mode (ping) and client/server
+        # mode (blockstore demo) has a row in docs/stats.md (DIR and CLASS stand for the pool
+        # direction and class there), and every row names a counter that exists.
+        with open(os.path.join(SRC, "docs/stats.md")) as f:
+            documented = set(re.findall(r"`((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.[A-Za-z_.]+)`", f.read()))
+        patterns = [re.compile("^" + re.escape(d).replace("DIR", "(send|recv)").replace("CLASS", "[^.]+") + "$")
+                    for d in documented]
+        seen = set()
+        for cmd in ([RUN, "-n", "2", PING, "100"], [BLOCKSTORE, "demo"]):
+            r = run(cmd, env=dict(os.environ, SLUICE_STATS="1"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            seen |= set(re.findall(r"^((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+\d+$", r.stderr, re.M))
+        self.assertGreater(len(seen), 50)
+        undocumented = sorted(n for n in seen if not any(p.match(n) for p in patterns))
+        self.assertEqual(undocumented, [], "counters missing from docs/stats.md")
+        stale = sorted(d for d, p in zip(documented, patterns) if not any(p.match(n) for n in seen))
+        self.assertEqual(stale, [], "docs/stats.md names counters no engine keeps")
 
     def test_docs_configuration_matches_markdown_output(self):
         r = run([INFO, "-c", "--markdown"], env={k: "" for k in []})
