@@ -358,6 +358,8 @@ class EngineCore : private Door::Owner {
   // memory. Empty when the receive budget has no room now, or never will (the peer failed).
   std::span<std::byte> sink_landing(Message& m, std::size_t size);
   std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
+  // The sink's buffer, else pool memory unless landings already wait (they go first).
+  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size);
   // A payload whose landing does not fit the receive budget now waits, its bytes at the
   // sender, until messages are released (retry_landings, from progress()); in order, oldest
   // first. An ordered one holds back the rest of its peer's messages meanwhile.

@@ -376,15 +376,21 @@ std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
 }
 
 std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
-  if (!recv_pool_->can_ever_land(size)) [[unlikely]] {
+  if (recv_pool_->try_take_landing(size, &m.landing_) == Result::kOk) [[likely]] return std::span(m.landing_.data(), size);
+  if (!recv_pool_->can_ever_land(size)) {
     fail_peer(p, absl::StatusCode::kResourceExhausted,
               absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
                               "beside its reservations, and no sink took it",
                               size, format_size(recv_pool_->budget().max)));
-    return {};
   }
-  if (recv_pool_->try_take_landing(size, &m.landing_) != Result::kOk) return {};
-  return std::span(m.landing_.data(), size);
+  return {};
+}
+
+std::span<std::byte> EngineCore::landing_for(PeerData& p, Message& m, std::size_t size) {
+  std::span<std::byte> dest = sink_landing(m, size);
+  // Pool memory goes to waiting landings first, oldest first.
+  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size);
+  return dest;
 }
 
 void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
@@ -395,8 +401,7 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, boo
                               format_size(config_.max_message)));
     return;
   }
-  std::span<std::byte> dest = sink_landing(m, size);
-  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size);
+  std::span<std::byte> dest = landing_for(p, m, size);
   if (!dest.empty()) post_landing(p, std::move(m), dest, ordered);
   else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, ordered);
 }
@@ -488,8 +493,7 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
       c_.parse_errors->add();
       p.frag = Message();
     }
-    std::span<std::byte> dest = sink_landing(m, h.payload_len);
-    if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, h.payload_len);
+    std::span<std::byte> dest = landing_for(p, m, h.payload_len);
     if (!dest.empty()) start_fragments(p, std::move(m), dest);
     else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, /*ordered=*/true);
     return;

@@ -73,7 +73,7 @@ PoolClass::~PoolClass() {
 
 std::size_t PoolClass::max_slots() const {
   // What the budget allows this class if every other byte stayed as it is.
-  std::size_t others = budget_->mapped - total_ * slot_size_;
+  std::size_t others = budget_->mapped - mapped_bytes();
   return budget_->max > others ? (budget_->max - others) / slot_size_ : 0;
 }
 
@@ -255,7 +255,7 @@ void PoolClass::put_back(SlotDesc* d) {
 }
 
 absl::Status PoolClass::reserve(std::size_t n) {
-  std::size_t others = budget_->mapped - total_ * slot_size_;
+  std::size_t others = budget_->mapped - mapped_bytes();
   std::size_t want = (reserved_ + n) * slot_size_;
   if (others + want > budget_->max) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -410,8 +410,7 @@ Result Pool::try_take_landing(std::size_t bytes, Slot* out) {
 
 bool Pool::can_ever_land(std::size_t bytes) const {
   // What is left once everything but the eager class (never unmapped) is: Budget::room.
-  std::size_t eager = classes_.front()->stats().slots_total * classes_.front()->slot_size();
-  std::size_t fixed = budget_.reserved_bytes + eager;
+  std::size_t fixed = budget_.reserved_bytes + classes_.front()->mapped_bytes();
   std::size_t limit = budget_.max > fixed ? budget_.max - fixed : 0;
   for (auto c = classes_.begin() + 1; c != classes_.end(); ++c) {
     if ((*c)->slot_size() >= bytes) return (*c)->slot_size() <= limit;

@@ -104,6 +104,7 @@ class PoolClass final : public SlotOwner {
   std::size_t slot_size() const { return slot_size_; }
   const std::string& name() const { return name_; }
   std::size_t in_use() const { return total_ - free_count_; }
+  std::size_t mapped_bytes() const { return total_ * slot_size_; }
   PoolClassStats stats() const;
 
  private:
