@@ -91,7 +91,7 @@ class Bench {
     SLUICE_RETURN_IF_ERROR(e.register_handler(kAck, [this](Message&) { ++acks_; }));
     SLUICE_RETURN_IF_ERROR(e.register_handler(kEcho, [this](Message& m) {
       // --rpc zero: the request's own payload goes back, no copy; copy: reply_copy.
-      Result r = o_.rpc == "zero" ? m.reply_with_payload({}) : m.reply_copy({}, m.payload());
+      Result r = zero_copy_ ? m.reply_with_payload({}) : m.reply_copy({}, m.payload());
       if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
     }));
     // A storage server's read: the request names a length, the reply carries that much of a
@@ -100,7 +100,7 @@ class Bench {
       std::uint64_t n = 0;
       if (m.header().size() == sizeof(n)) std::memcpy(&n, m.header().data(), sizeof(n));
       auto bytes = block_.first(std::min<std::size_t>(n, block_.size()));
-      Result r = o_.rpc == "zero" ? m.reply({}, bytes, [](absl::Status) {}) : m.reply_copy({}, bytes);
+      Result r = zero_copy_ ? m.reply({}, bytes, [](absl::Status) {}) : m.reply_copy({}, bytes);
       if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
     }));
     // And its write: the payload lands in the sink (the server's block buffer), an 8-byte
@@ -218,7 +218,7 @@ class Bench {
     // in flight (a free list of them), as a storage client reads blocks. Smaller ones travel in
     // the reply message itself, where a reply buffer would only add the receive posted for it.
     // (Not on the bounce-mode engine, whose large requests cannot announce a reply buffer.)
-    bool zero = o_.rpc == "zero" && c.size > ctx_.config().eager_limit() && &e != bounce_ && h != kWrite;
+    bool zero = zero_copy_ && c.size > ctx_.config().eager_limit() && &e != bounce_ && h != kWrite;
     std::vector<PageBuffer> replies;
     for (int k = 0; zero && k < window; ++k) replies.emplace_back(c.size);
     std::vector<int> free_replies;
@@ -434,6 +434,7 @@ class Bench {
   Engine* bounce_;
   sluice::perf::RawUcx* raw_;
   const Options& o_;
+  const bool zero_copy_ = o_.rpc == "zero";  // compared once: handlers run once per call
   int me_, n_;
   PageBuffer landing_;
   PageBuffer block_;  // what read replies carry

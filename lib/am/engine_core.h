@@ -353,6 +353,9 @@ class EngineCore : private Door::Owner {
   void process(PeerData& p, Message& m, const wire::Header& h);
   void start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
   void post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered);
+  // Gives back an announcement's receive slot and its credit once its payload has a landing;
+  // the user header moves to the heap.
+  void free_announcement(PeerData& p, Message& m);
   void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
   // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
   // memory. Empty when the receive budget has no room now, or never will (the peer failed).

@@ -414,12 +414,33 @@ void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> des
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.seq_);
   void* memh = m.landing_ ? m.landing_.memh() : nullptr;
   op->pending = std::move(m);
+  free_announcement(p, op->pending);
   if (ordered) p.blocked = true;
   ++p.landing;
   ++exact_posted_;
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
   fault_.pass(FaultPoint::kRndvLand);
+}
+
+void EngineCore::free_announcement(PeerData& p, Message& m) {
+  // The payload has memory to land in (the receive budget's or a sink's), so the announcement
+  // needs no receive slot: its credit goes back now, and the sender's next message does not wait
+  // for this payload, its handler and a reply. A parked announcement keeps its credit, which
+  // bounds how many can wait.
+  std::size_t hl = m.header_.size();
+  std::unique_ptr<std::byte[]> copy;
+  if (hl != 0) {
+    copy.reset(new std::byte[hl]);
+    std::memcpy(copy.get(), m.header_.data(), hl);
+  }
+  m.slot_.release();
+  m.heap_ = std::move(copy);
+  m.header_ = std::span<const std::byte>(m.heap_.get(), hl);
+  if (m.credit_) {
+    m.credit_ = false;
+    return_credit(p, m.incarnation_);
+  }
 }
 
 void EngineCore::park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {

@@ -204,8 +204,19 @@ Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, Send
   if (!m.reply_buf_ && header.size() + m.payload_.size() <= eager_limit_) [[likely]] {
     // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
     // that borrows a coalesced receive would copy its bytes first.
+    if (header.size() > kMaxUserHeader) return Result::kInvalidArgument;
+    // The request's receive slot is released right after the reply is packed, so the reply
+    // itself carries its credit: a caller with as many calls in flight as credits gets its
+    // next call's credit with this reply, not one reply later.
+    PeerData& p = *peers_[m.peer_];
+    if (m.credit_ && p.epoch == m.incarnation_ && p.state == PeerState::kReady) [[likely]] {
+      m.credit_ = false;
+      --p.unreleased;
+      p.owed.released();
+    }
     Result r = reply(m, header, m.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
-    if (r != Result::kInvalidArgument) m = Message();
+    m.release();
+    if (p.state == PeerState::kReady) maybe_return_credits(p);  // a queued reply carries it later
     return r;
   }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty

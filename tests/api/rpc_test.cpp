@@ -546,6 +546,58 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   EXPECT_EQ(failed, 0);
 }
 
+// A caller keeping as many calls in flight as it has credits (and the server slots) never waits
+// for a credit: a small request's reply carries the request's own credit, and a large request's
+// credit goes back once its payload has landed, not after its reply has been sent. (A small
+// request answered into a reply buffer is not among them: its reply's payload is sent from the
+// request's receive slot, whose credit goes back when that send completes, one reply later.)
+TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
+  Config config;
+  config.credits = 16;
+  config.rpc_slots = 16;
+  RankPair pair(config);
+  Server server;
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
+    EXPECT_EQ(m.reply_with_payload({}), Result::kOk);
+  }).ok());
+  pair.run([&](Engine& e) {
+    for (std::size_t n : {std::size_t{8}, std::size_t{64} << 10}) {
+      for (bool into_buffer : {false, true}) {
+        if (n == 8 && into_buffer) continue;
+        auto data = pattern(n, 7);
+        std::vector<std::vector<std::byte>> buffers(config.credits, std::vector<std::byte>(n));
+        std::vector<int> free_buffers;
+        for (int k = 0; k < static_cast<int>(config.credits); ++k) free_buffers.push_back(k);
+        int issued = 0, finished = 0, bad = 0;
+        const int total = 1000;
+        // The first full window also completes the handshake; stalls are counted after it.
+        std::uint64_t stalls_before = 0;
+        while (finished < total) {
+          while (issued < total && issued - finished < static_cast<int>(config.credits)) {
+            if (issued == static_cast<int>(config.credits)) stalls_before = e.stats().value("flow.credit_stalls");
+            CallOptions o;
+            int k = free_buffers.back();
+            free_buffers.pop_back();
+            if (into_buffer) o.reply_buffer = buffers[k];
+            ASSERT_EQ(e.peer(1)->call(kEcho, {}, data, o, [&, k](absl::Status st, Message& r) {
+              bad += !st.ok() || r.payload().size() != n;
+              free_buffers.push_back(k);
+              ++finished;
+            }), Result::kOk);
+            ++issued;
+          }
+          int seen = finished;
+          ASSERT_TRUE(e.run_until([&] { return finished > seen; }, Clock::now() + kLong));
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(e.stats().value("flow.credit_stalls") - stalls_before, 0u)
+            << n << " bytes, reply buffer " << into_buffer;
+      }
+    }
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+}
+
 // Bounce mode cannot announce a reply buffer with a request cut into pieces: refused at once,
 // not answered OUT_OF_RANGE later.
 TEST(Rpc, BounceModeRefusesALargeRequestWithAReplyBuffer) {
