@@ -43,10 +43,20 @@ struct NumaPolicy {
 using Duration = std::chrono::nanoseconds;
 inline constexpr Duration kInfinite = Duration::max();
 
+// When an engine writes its counters as a JSON line (SLUICE_STATS_TRIGGER; docs/stats.md).
+struct StatsTrigger {
+  bool at_exit = false;  // exit: when the engine is destroyed
+  int signal = 0;        // signal:USR1 or signal:USR2: whenever the process gets it (0: none)
+  Duration every{0};     // timer:DURATION: every DURATION (0: never)
+  bool any() const { return at_exit || signal != 0 || every.count() != 0; }
+};
+
 struct Config {
   // core
   LogLevel log_level = LogLevel::kWarn;
   bool stats = false;
+  StatsTrigger stats_trigger;         // none by default
+  std::string stats_dest = "stderr";  // stderr | file:PATH (%p: pid, %h: host name)
   // am: eager / rendezvous
   std::optional<std::size_t> eager_max;  // nullopt: auto, chosen from the transports
   bool rndv = true;

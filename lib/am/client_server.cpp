@@ -105,6 +105,7 @@ absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
   if (door_ && door_->listening()) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
   SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.first, hp.second));
+  listen_port_ = port;
   SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d (authentication %s)", engine_id_, hp.first, port,
              key_ ? "on" : "off");
   return port;

@@ -58,6 +58,7 @@ absl::Status EngineCore::init(int numa_node_option) {
                config_.fault_at);
   }
   fault_.arm(fault);
+  if (config_.stats_trigger.any()) live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
   if (config_.auth_mode() != AuthMode::kOff) {
     SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
   }
@@ -149,6 +150,7 @@ EngineCore::~EngineCore() {
     p->frag = Message();
     p->ep = UcxEndpoint();
   }
+  if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
   if (config_.stats) {
     std::string text = stats().to_text();
     std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
@@ -329,6 +331,10 @@ void EngineCore::timers(Clock::time_point now) {
   for (auto& pp : peers_)
     watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
+  if (live_) [[unlikely]] {
+    if (const char* why = live_->due(now)) live_->write(stats_line(why));
+    next_timer_ = std::min(next_timer_, live_->next_due());
+  }
   // By index: a completion callback run from fail_peer may progress the engine, and a client
   // admitted meanwhile grows peers_.
   for (std::size_t i = 0; i < peers_.size(); ++i) {
@@ -548,6 +554,36 @@ Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
   if (cls == nullptr) return Result::kInvalidArgument;
   return cls->try_get(out);
+}
+
+std::string EngineCore::stats_line(const char* trigger) {
+  std::string counters = stats().to_json();
+  std::string line = absl::StrFormat("{\"time\": \"%s\", \"host\": \"%s\", \"pid\": %d, ", utc_timestamp(),
+                                     json_escape(host_name()), static_cast<int>(::getpid()));
+  if (boot_ != nullptr && boot_->size() > 1) absl::StrAppendFormat(&line, "\"rank\": %d, ", rank());
+  if (listen_port_ >= 0) absl::StrAppendFormat(&line, "\"listen_port\": %d, ", listen_port_);
+  absl::StrAppendFormat(&line, "\"engine\": %d, \"trigger\": \"%s\", \"counters\": %s, \"peers\": [", engine_id_,
+                        trigger, counters);
+  // The busiest peers by bytes both ways; a server with thousands of clients writes eight.
+  std::vector<const PeerData*> busy;
+  for (const auto& p : peers_)
+    if (p && (p->traffic.msgs_sent != 0 || p->traffic.msgs_received != 0)) busy.push_back(p.get());
+  auto bytes = [](const PeerData* p) { return p->traffic.bytes_sent + p->traffic.bytes_received; };
+  std::size_t n = std::min<std::size_t>(busy.size(), kStatsPeers);
+  std::partial_sort(busy.begin(), busy.begin() + static_cast<std::ptrdiff_t>(n), busy.end(),
+                    [&](const PeerData* a, const PeerData* b) { return bytes(a) > bytes(b); });
+  for (std::size_t i = 0; i < n; ++i) {
+    const PeerData& p = *busy[i];
+    const PeerTraffic& t = p.traffic;
+    absl::StrAppendFormat(&line,
+                          "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
+                          "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, \"rtt_us\": ",
+                          i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent, t.bytes_sent,
+                          t.msgs_received, t.bytes_received, t.credit_stalls);
+    if (t.rtt.count() == 0) line += "null}";
+    else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt).count());
+  }
+  return line + "]}";
 }
 
 const Stats& EngineCore::stats() {

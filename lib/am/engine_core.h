@@ -16,6 +16,7 @@
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
+#include "am/live_stats.h"
 #include "core/fault.h"
 #include "door/door.h"
 #include "flow/flow.h"
@@ -100,6 +101,12 @@ struct Incoming {
 };
 
 enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
+constexpr const char* to_string(PeerState s) {
+  constexpr const char* kNames[] = {"new", "connecting", "ready", "dead"};
+  return kNames[static_cast<int>(s)];
+}
+// How many peers a live stats line describes (the busiest by bytes).
+inline constexpr std::size_t kStatsPeers = 8;
 
 // What only a call with a reply buffer needs: its reply header and its payload land in either
 // order, and a call cancelled meanwhile completes once its receive is cancelled. Allocated for
@@ -118,9 +125,19 @@ struct Call {
   std::uint32_t peer;
   ReplyCallback on_reply;
   Clock::time_point deadline;
+  Clock::time_point started{};  // sampled calls only (PeerTraffic::rtt)
   Op* reply_rx = nullptr;       // posted exact receive for the reply payload
   bool finishing = false;       // cancelled or expired, waiting for reply_rx to be cancelled
   std::unique_ptr<ReplyLanding> landing;  // calls with a reply buffer only
+};
+
+// One peer's share of the engine's traffic counters, for live stats' busiest peers.
+struct PeerTraffic {
+  std::uint64_t msgs_sent = 0, bytes_sent = 0, msgs_received = 0, bytes_received = 0;
+  std::uint64_t credit_stalls = 0;
+  Duration rtt{0};            // smoothed round trip (heartbeats, one call in 64); 0: none yet
+  std::uint32_t sampler = 0;  // counts calls, to time one in 64
+  void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
 };
 
 struct PeerData {
@@ -161,6 +178,7 @@ struct PeerData {
   Clock::time_point hello_deadline{};
   bool ping_outstanding = false;
   Clock::time_point ping_sent{};
+  PeerTraffic traffic;
   std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
   std::array<bool, 7> ctrl_busy{};
   bool credit_again = false;
@@ -226,6 +244,9 @@ class EngineCore : private Door::Owner {
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
+  // One JSON line: time, host, pid, rank or listening port, engine, trigger, every counter,
+  // the busiest peers' traffic (docs/stats.md#live-stats).
+  std::string stats_line(const char* trigger);
   PoolStats pool_stats(Direction d) const;
   std::size_t outstanding_sends() const { return tx_inflight_; }
   std::size_t posted_exact_receives() const { return exact_posted_; }
@@ -464,6 +485,8 @@ class EngineCore : private Door::Owner {
   int ranks_ = 0;                                  // boot_->size(), read on every lookup
   std::unique_ptr<door::Key> key_;                 // SLUICE_AUTH_KEY_FILE's, when authenticating
   std::unique_ptr<Door> door_;
+  int listen_port_ = -1;
+  std::unique_ptr<LiveStats> live_;  // SLUICE_STATS_TRIGGER set
   Clock::time_point door_due_{};                   // progress() polls the door from then on
   // How often a busy engine looks at its front door (a poll of one epoll fd), and how long a
   // peer whose link closed may still say BYE.

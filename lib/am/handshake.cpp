@@ -166,7 +166,10 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   switch (h.handler) {
     case wire::kCredit: break;
     case wire::kPing: send_ctrl(p, wire::kPong, {}); break;
-    case wire::kPong: p.ping_outstanding = false; break;
+    case wire::kPong:
+      if (p.ping_outstanding) p.traffic.sample_rtt(Clock::now() - p.ping_sent);
+      p.ping_outstanding = false;
+      break;
     case wire::kBye:
       // Answer, so the peer's orderly close need not wait for a goodbye of ours; close once
       // the messages it sent before its BYE (aux: the last sequence) are all in.

@@ -252,6 +252,8 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   }
   c_.msgs_received->add();
   c_.bytes_received->add(length);
+  ++p->traffic.msgs_received;
+  p->traffic.bytes_received += length;
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]] seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
@@ -494,8 +496,10 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed",
                             p.name, m.payload_.size(), absl::StatusCodeToString(code), length);
-    m.credit_ = false;
-    --p.unreleased;
+    if (m.credit_) {  // returned already when the landing was posted (free_announcement)
+      m.credit_ = false;
+      --p.unreleased;
+    }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
@@ -503,6 +507,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
     return;
   }
   c_.rndv_received->add();
+  c_.bytes_received->add(length);
+  p.traffic.bytes_received += length;
   finish_incoming(p, m);
   m = Message();
   deliver(p);

@@ -64,6 +64,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   c.peer = p.id;
   c.on_reply = std::move(cb);
   c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
+  if ((++p.traffic.sampler & 63) == 0) [[unlikely]] c.started = Clock::now();
   if (!options.reply_buffer.empty()) {
     // The exact receive for the reply payload is posted before the request leaves.
     c.landing = std::make_unique<ReplyLanding>();
@@ -237,6 +238,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     return;
   }
   Call& c = *found;
+  if (c.started != Clock::time_point{}) [[unlikely]] p.traffic.sample_rtt(Clock::now() - c.started);
   absl::StatusCode code = code_from_wire(m.status_);
   if (code != absl::StatusCode::kOk) {
     std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
@@ -298,6 +300,8 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   }
   l.payload_landed = true;
   l.payload_len = length;
+  c_.bytes_received->add(length);
+  if (peers_[c.peer]) peers_[c.peer]->traffic.bytes_received += length;
   if (l.header_arrived) {
     l.reply.payload_ = l.buffer.first(length);
     finish_call(id, absl::OkStatus());

@@ -70,6 +70,8 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   ++p.sent_seq;
   c_.msgs_sent->add();
   c_.bytes_sent->add(total);
+  ++p.traffic.msgs_sent;
+  p.traffic.bytes_sent += total;
 }
 
 [[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,

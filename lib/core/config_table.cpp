@@ -2,6 +2,8 @@
 #include "core/config_table.h"
 #include "core/fault.h"
 
+#include <csignal>
+
 #include <algorithm>
 #include <charconv>
 #include <limits>
@@ -15,6 +17,41 @@ namespace sluice::detail {
 namespace {
 
 using Field = ConfigVarSpec;
+
+absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text) {
+  StatsTrigger t;
+  std::string all = sluice::detail::lower(sluice::detail::trim(text));
+  if (all.empty() || all == "none") return t;
+  for (std::size_t at = 0; at <= all.size();) {
+    std::size_t comma = std::min(all.find(',', at), all.size());
+    std::string_view item = sluice::detail::trim(std::string_view(all).substr(at, comma - at));
+    at = comma + 1;
+    if (item == "exit") {
+      t.at_exit = true;
+    } else if (item == "signal:usr1" || item == "signal:sigusr1") {
+      t.signal = SIGUSR1;
+    } else if (item == "signal:usr2" || item == "signal:sigusr2") {
+      t.signal = SIGUSR2;
+    } else if (item.rfind("timer:", 0) == 0) {
+      auto d = parse_duration(item.substr(6));
+      if (!d.ok()) return absl::InvalidArgumentError(absl::StrFormat("%s: %s", item, d.status().message()));
+      if (*d < std::chrono::milliseconds(10)) return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
+      t.every = *d;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
+    }
+  }
+  return t;
+}
+
+std::string format_stats_trigger(const StatsTrigger& t) {
+  std::vector<std::string> items;
+  if (t.signal == SIGUSR1) items.emplace_back("signal:USR1");
+  if (t.signal == SIGUSR2) items.emplace_back("signal:USR2");
+  if (t.every.count() != 0) items.push_back("timer:" + format_duration(t.every));
+  if (t.at_exit) items.emplace_back("exit");
+  return items.empty() ? "none" : absl::StrJoin(items, ",");
+}
 
 template <typename T>
 absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
@@ -131,6 +168,29 @@ std::vector<Field> core_vars() {
       bool_var("SLUICE_STATS", "core", "n",
                "Print every engine's counters to stderr when it is destroyed.",
                &Config::stats),
+      {"SLUICE_STATS_TRIGGER", "core", "list: exit | signal:USR1 | signal:USR2 | timer:DURATION | none", "none",
+       "When each engine writes its counters and its busiest peers' as one JSON line to "
+       "SLUICE_STATS_DEST: when it is destroyed, when the process gets the signal, every DURATION "
+       "(at least 10ms); comma-separated, e.g. signal:USR1,exit. Noticed in progress(), within a "
+       "timer tick.",
+       [](std::string_view s, Config& c) -> absl::Status {
+         auto t = parse_stats_trigger(s);
+         if (!t.ok()) return t.status();
+         c.stats_trigger = *t;
+         return absl::OkStatus();
+       },
+       [](const Config& c) { return format_stats_trigger(c.stats_trigger); }},
+      {"SLUICE_STATS_DEST", "core", "stderr | file:PATH", "stderr",
+       "Where SLUICE_STATS_TRIGGER's lines go: stderr, or appended to the file PATH, in which %p "
+       "is the process id and %h the host name.",
+       [](std::string_view s, Config& c) -> absl::Status {
+         std::string v(sluice::detail::trim(s));
+         if (v != "stderr" && (v.rfind("file:", 0) != 0 || v.size() == 5))
+           return absl::InvalidArgumentError("not stderr or file:PATH");
+         c.stats_dest = v;
+         return absl::OkStatus();
+       },
+       [](const Config& c) { return c.stats_dest; }},
   };
 }
 

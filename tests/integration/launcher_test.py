@@ -2,9 +2,11 @@
 """Integration tests with real processes: sluice-run, Open MPI's mpirun (PMIx), the static
 file bootstrap, sluice-info. Every process this starts runs under a watchdog (timeout), and
 every job is tagged so that leftover processes can be found in /proc."""
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -194,6 +196,86 @@ class Blockstore(unittest.TestCase):
             finally:
                 server.kill()
                 server.wait()
+
+
+class LiveStats(unittest.TestCase):
+    """SLUICE_STATS_TRIGGER / SLUICE_STATS_DEST on a running server and its client."""
+
+    @staticmethod
+    def lines(path):
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def test_signal_timer_and_exit_lines_from_a_server_and_its_client(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, SLUICE_STATS_TRIGGER="signal:USR1,timer:300ms",
+                       SLUICE_STATS_DEST="file:" + os.path.join(d, "server-%h-%p.jsonl"))
+            server = subprocess.Popen([BLOCKSTORE, "serve", "127.0.0.1:0"], env=env, stdout=subprocess.PIPE, text=True)
+            try:
+                port = int(server.stdout.readline().split()[-1])
+                path = os.path.join(d, "server-%s-%d.jsonl" % (socket.gethostname(), server.pid))
+                # 40 blocks: 80 calls, so the client times at least one (one call in 64).
+                r = run([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "40"],
+                        env={"SLUICE_STATS_TRIGGER": "exit", "SLUICE_STATS_DEST": "file:" + os.path.join(d, "client.jsonl")})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                server.send_signal(signal.SIGUSR1)
+                deadline = time.monotonic() + 10
+                def seen(kind):
+                    return sum(l["trigger"] == kind for l in self.lines(path))
+                while (seen("signal") < 1 or seen("timer") < 3) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                lines = self.lines(path)
+            finally:
+                server.kill()
+                server.wait()
+                server.stdout.close()
+            signalled = [l for l in lines if l["trigger"] == "signal"]
+            self.assertEqual(len(signalled), 1, lines[-3:])
+            timed = [l for l in lines if l["trigger"] == "timer"]
+            self.assertGreaterEqual(len(timed), 3)
+            self.assertEqual([l["time"] for l in timed], sorted(l["time"] for l in timed))
+            s = signalled[0]
+            self.assertEqual((s["pid"], s["listen_port"], s["host"]), (server.pid, port, socket.gethostname()))
+            self.assertNotIn("rank", s)
+            # 40 writes and 40 reads answered; the client is the busiest (only) peer.
+            self.assertGreaterEqual(s["counters"]["rpc.replies"], 80)
+            self.assertEqual(len(s["peers"]), 1, s["peers"])
+            peer = s["peers"][0]
+            self.assertRegex(peer["peer"], r"^client 127\.0\.0\.1:\d+$")
+            self.assertGreaterEqual(peer["msgs_received"], 80)
+            self.assertGreaterEqual(peer["bytes_received"], 40 * 4096)
+            client = self.lines(os.path.join(d, "client.jsonl"))
+            self.assertEqual([l["trigger"] for l in client], ["exit"])
+            cp = client[0]["peers"][0]
+            self.assertGreaterEqual(cp["msgs_sent"], 80)
+            self.assertGreater(cp["rtt_us"], 0)
+
+    def test_rank_mode_lines_name_the_rank_and_every_counter(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run([RUN, "-n", "2", PING, "100"],
+                    env=dict(os.environ, SLUICE_STATS_TRIGGER="exit", SLUICE_STATS="1",
+                             SLUICE_STATS_DEST="file:" + os.path.join(d, "s.jsonl")))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = self.lines(os.path.join(d, "s.jsonl"))
+            self.assertEqual(sorted(l["rank"] for l in lines), [0, 1])
+            # The same counters as SLUICE_STATS prints, with the same values (one engine per rank).
+            printed = re.findall(r"^((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+(\d+)$", r.stderr, re.M)
+            self.assertEqual(len(printed), sum(len(l["counters"]) for l in lines))
+            for l in lines:
+                self.assertEqual(l["peers"][0]["peer"], "rank %d" % (1 - l["rank"]))
+                self.assertGreaterEqual(l["peers"][0]["msgs_sent"], 100)
+
+    def test_bad_values_are_refused_and_an_unwritable_file_falls_back_to_stderr(self):
+        r = run([BLOCKSTORE, "demo"], env={"SLUICE_STATS_TRIGGER": "timer:1ms"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("SLUICE_STATS_TRIGGER=timer:1ms", r.stderr)
+        self.assertIn("below 10ms", r.stderr)
+        r = run([BLOCKSTORE, "demo"], env={"SLUICE_STATS_TRIGGER": "exit", "SLUICE_STATS_DEST": "file:/nonexistent/dir/s"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cannot open /nonexistent/dir/s", r.stderr)
+        self.assertEqual(len([l for l in r.stderr.splitlines() if l.startswith('{"time"')]), 2, r.stderr)
 
 
 class Mpirun(unittest.TestCase):

@@ -1,5 +1,7 @@
 // Configuration: parsers for every type, errors that name the variable, unknown-variable
 // warnings with a suggestion, scoped overrides, cross-field checks.
+#include <csignal>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sluice/config.h>
@@ -85,7 +87,12 @@ TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
                         Case{"SLUICE_RECV_POOL_MAX", "0", "size"}, Case{"SLUICE_BOOT", "magic", "auto"},
                         Case{"SLUICE_POOL_CLASSES", "64K,x", "list of sizes"},
                         Case{"SLUICE_FAULT_AT", "rndv", "rndv-announce"}, Case{"SLUICE_FAULT_AT", "hello:0", "NAME[:N]"},
-                        Case{"SLUICE_FAULT_AT", "hello:x", "NAME[:N]"}}) {
+                        Case{"SLUICE_FAULT_AT", "hello:x", "NAME[:N]"},
+                        Case{"SLUICE_STATS_TRIGGER", "sometimes", "timer:DURATION"},
+                        Case{"SLUICE_STATS_TRIGGER", "timer:5ms", "below 10ms"},
+                        Case{"SLUICE_STATS_TRIGGER", "signal:HUP", "signal:USR1"},
+                        Case{"SLUICE_STATS_DEST", "file:", "file:PATH"},
+                        Case{"SLUICE_STATS_DEST", "syslog", "stderr | file:PATH"}}) {
     ScopedConfigOverride o(k.name, k.value);
     auto c = Config::from_env();
     ASSERT_FALSE(c.ok()) << k.name << "=" << k.value;
@@ -94,6 +101,25 @@ TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
     EXPECT_THAT(msg, HasSubstr(std::string(k.name) + "=" + k.value)) << msg;
     EXPECT_THAT(msg, HasSubstr(k.allowed)) << msg;
   }
+}
+
+TEST(Config, StatsTriggersCombineAndPrintBack) {
+  ScopedConfigOverride trigger("SLUICE_STATS_TRIGGER", " Signal:USR2, timer:1500ms ,exit");
+  ScopedConfigOverride dest("SLUICE_STATS_DEST", "file:/tmp/stats-%h-%p.jsonl");
+  auto c = Config::from_env();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->stats_trigger.at_exit);
+  EXPECT_EQ(c->stats_trigger.signal, SIGUSR2);
+  EXPECT_EQ(c->stats_trigger.every, std::chrono::milliseconds(1500));
+  EXPECT_EQ(c->stats_dest, "file:/tmp/stats-%h-%p.jsonl");
+  std::string shown;
+  for (const auto& v : describe(*c))
+    if (v.name == "SLUICE_STATS_TRIGGER") shown = v.value;
+  EXPECT_EQ(shown, "signal:USR2,timer:1500ms,exit");
+  ScopedConfigOverride none("SLUICE_STATS_TRIGGER", "none");
+  auto off = Config::from_env();
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->stats_trigger.any());
 }
 
 TEST(Config, FaultPointNamesAndCounts) {
