@@ -18,15 +18,31 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: sluice-info [-c [-f] [--markdown]] [-t] [-d] [-v] [-h]\n"
-               "  -c          print every SLUICE_* variable with its current value\n"
-               "  -f          with -c: also its type, default and documentation\n"
-               "  --markdown  with -c: print the variables as a markdown table\n"
-               "  -t          print the topology (NUMA nodes, CPUs, RDMA devices)\n"
-               "  -d          print the UCX transports and devices, and the UCX settings Sluice makes\n"
-               "  -v          print the Sluice and UCX versions\n"
+               "usage: sluice-info [-c [-f] [--markdown]] [-t] [-d] [-v] [--new-key FILE] [-h]\n"
+               "Prints what Sluice is configured to do and what this machine offers it, like\n"
+               "ucx_info. Every SLUICE_* variable is read and checked as an engine would: a bad\n"
+               "value is reported, naming the variable and what it allows.\n"
+               "\n"
+               "options:\n"
+               "  -c              print every SLUICE_* variable with its current value\n"
+               "  -f              with -c: also its type, default and documentation\n"
+               "  --markdown      with -c: print the variables as a markdown table\n"
+               "  -t              print the topology (NUMA nodes, CPUs, RDMA devices)\n"
+               "  -d              print the UCX transports and devices, and the UCX settings Sluice makes\n"
+               "  -v              print the Sluice and UCX versions (and check that the library and\n"
+               "                  the headers it was built with agree)\n"
                "  --new-key FILE  write a new random key for SLUICE_AUTH_KEY_FILE (mode 600;\n"
-               "              an existing file is left alone)\n");
+               "                  an existing file is left alone)\n"
+               "  -h, --help      print this help\n"
+               "\n"
+               "exit status:\n"
+               "  0               success\n"
+               "  1               a configuration error (a bad SLUICE_* value), or -v found a mismatch\n"
+               "  2               bad arguments\n"
+               "\n"
+               "examples:\n"
+               "  SLUICE_CREDITS=64 sluice-info -c\n"
+               "  sluice-info -c -f | less\n");
 }
 
 std::string md_escape(std::string s) {

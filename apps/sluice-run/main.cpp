@@ -49,12 +49,34 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: sluice-run -n N [--bind core|numa|none] [--tag-output] [--timeout SECONDS]\n"
                "                  [-x VAR[=VALUE]]... PROGRAM [ARGS...]\n"
+               "Starts N ranks of a Sluice job on this machine, like mpirun. Each rank gets\n"
+               "SLUICE_RANK, SLUICE_SIZE, SLUICE_LOCAL_RANK, SLUICE_BOOT=sluice-run and the address\n"
+               "and token of the launcher's bootstrap service, through which the ranks exchange\n"
+               "their UCX addresses. To span machines, start the job with mpirun or srun instead\n"
+               "(Sluice bootstraps through PMIx there).\n"
+               "\n"
+               "options:\n"
                "  -n N            number of ranks to start on this machine\n"
                "  --bind MODE     core: rank i on core i (round robin); numa: on a NUMA node's cpus;\n"
                "                  none (default): no binding\n"
                "  --tag-output    prefix every output line with [rank]\n"
                "  --timeout S     stop the job and exit 124 when it runs longer than S seconds\n"
-               "  -x VAR[=VALUE]  set VAR in every rank (SLUICE_* and UCX_* pass by default)\n");
+               "  -x VAR[=VALUE]  set VAR in every rank (SLUICE_* and UCX_* pass by default)\n"
+               "  -h, --help      print this help\n"
+               "\n"
+               "exit status:\n"
+               "  0               every rank exited 0\n"
+               "  N               the status of the first rank that failed (128+signal when killed);\n"
+               "                  the others are stopped (SIGTERM, then SIGKILL after a grace period)\n"
+               "  2               bad arguments\n"
+               "  124             --timeout passed\n"
+               "\n"
+               "signals:\n"
+               "  SIGINT, SIGTERM are forwarded to every rank; ranks die with the launcher.\n"
+               "\n"
+               "examples:\n"
+               "  sluice-run -n 2 --bind core sluice-perf -t am_lat --baseline ucx\n"
+               "  sluice-run -n 4 --tag-output -x SLUICE_TLS=tcp ./alltoall\n");
 }
 
 std::optional<Options> parse(int argc, char** argv) {

@@ -6,6 +6,7 @@ installed sluice-run, where SLUICE_FAULT_AT is ignored (no fault points); a diff
 refused at configure time, by name."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -54,6 +55,20 @@ class Installed(unittest.TestCase):
         for tool in ("sluice-run", "sluice-perf"):
             r = run([os.path.join(self.bin, tool), "--help"])
             self.assertEqual(r.returncode, 0, tool + ": " + r.stderr)
+
+    def test_man_pages_say_what_help_says(self):
+        for tool in ("sluice-run", "sluice-info", "sluice-perf"):
+            page = os.path.join(self.prefix, "share/man/man1", tool + ".1")
+            self.assertTrue(os.path.exists(page), page)
+            with open(page) as f:
+                roff = f.read().replace("\\-", "-").replace("\\e", "\\")
+            self.assertIn(".SH SYNOPSIS", roff)
+            self.assertIn(".SH OPTIONS", roff)
+            help_text = run([os.path.join(self.bin, tool), "--help"]).stdout
+            flags = set(re.findall(r"^  (-[\w-]+)", help_text, re.M))
+            self.assertGreater(len(flags), 3, tool)
+            for flag in flags:
+                self.assertIn(".B " + flag, roff, tool)
 
     def test_a_program_built_with_pkg_config(self):
         pc = run(["pkg-config", "--cflags", "--libs", "sluice"],

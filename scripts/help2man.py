@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Writes a tool's man page from its --help, so the two never disagree.
+
+  help2man.py TOOL NAME VERSION SUMMARY OUTPUT
+
+The --help layout it reads: "usage:" lines, a description paragraph, then sections, each a
+line at column 0 ending in ":" ("options:", "tests (...):"), whose entries are two-space
+indented "TERM  text" lines (deeper-indented lines continue the text). An "examples:"
+section is printed as it is.
+"""
+import re
+import subprocess
+import sys
+
+
+def roff(text):
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\\&" + text if text[:1] in (".", "'") else text
+
+
+def parse(help_text):
+    lines = help_text.rstrip("\n").split("\n")
+    usage, desc, sections = [], [], []
+    i = 0
+    while i < len(lines) and (lines[i].startswith("usage:") or (usage and lines[i].startswith("      "))):
+        usage.append(lines[i][len("usage:"):].strip() if lines[i].startswith("usage:") else lines[i].strip())
+        i += 1
+    for line in lines[i:]:
+        header = re.match(r"^(\w[\w ]*?)(?: \((.*)\))?:$", line)
+        if header:
+            sections.append({"title": header.group(1), "note": header.group(2), "lines": []})
+        elif sections:
+            sections[-1]["lines"].append(line)
+        else:
+            desc.append(line)
+    return usage, desc, sections
+
+
+def paragraphs(lines):
+    out, para = [], []
+    for l in lines + [""]:
+        if l.strip():
+            para.append(roff(l.strip()))
+        elif para:
+            out += [".PP"] + para
+            para = []
+    return out
+
+
+def section(s):
+    out = [".SH " + s["title"].upper()]
+    if s["note"]:
+        out += [".PP", roff(s["note"][0].upper() + s["note"][1:]) + "."]
+    body = [l for l in s["lines"]]
+    while body and not body[-1].strip():
+        body.pop()
+    if s["title"] == "examples":
+        return out + [".PP", ".nf"] + [roff(l.strip()) for l in body if l.strip()] + [".fi"]
+    items, text = [], []
+    for l in body:
+        m = re.match(r"^  (\S.*?)(?:\s{2,}(\S.*))?$", l)
+        if m and not l.startswith("   "):
+            if m.group(2) is None and not items:
+                text.append(l)
+                continue
+            items.append([m.group(1), [m.group(2) or ""]])
+        elif items and l.startswith("   ") and l.strip():
+            items[-1][1].append(l.strip())
+        else:
+            text.append(l)
+    for term, lines in items:
+        out += [".TP", ".B " + roff(term), roff(" ".join(x for x in lines if x))]
+    return out + paragraphs(text)
+
+
+def main():
+    tool, name, version, summary, output = sys.argv[1:6]
+    help_text = subprocess.run([tool, "--help"], capture_output=True, text=True, check=True).stdout
+    usage, desc, sections = parse(help_text)
+    out = ['.TH %s 1 "" "Sluice %s" "Sluice manual"' % (name.upper(), version), ".SH NAME",
+           roff("%s \\- %s" % (name, summary)).replace("\\e\\-", "\\-"), ".SH SYNOPSIS", ".nf"]
+    out += [roff(u) for u in usage] + [".fi", ".SH DESCRIPTION"] + paragraphs(desc)
+    for s in sections:
+        out += section(s)
+    out += [".SH SEE ALSO", ", ".join("\\fB%s\\fR(1)" % t for t in ("sluice-run", "sluice-info", "sluice-perf") if t != name)
+            + "; the documentation under share/doc/sluice."]
+    with open(output, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
