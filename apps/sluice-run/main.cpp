@@ -30,6 +30,8 @@
 #include <sluice/bootstrap_service.h>
 #include <sluice/info.h>
 
+#include "hosts.h"
+
 extern char** environ;
 
 namespace {
@@ -38,6 +40,9 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   int n = 0;
+  std::vector<sluice::run::Host> hosts;  // -H or --hostfile; empty: every rank here
+  std::string agent = "ssh";             // starts a rank on another host: AGENT HOST COMMAND
+  std::string boot_host;                 // the address remote ranks reach the service at
   std::string bind = "none";
   bool tag_output = false;
   double timeout_s = 0;
@@ -47,18 +52,31 @@ struct Options {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: sluice-run -n N [--bind core|numa|none] [--tag-output] [--timeout SECONDS]\n"
-               "                  [-x VAR[=VALUE]]... PROGRAM [ARGS...]\n"
-               "Starts N ranks of a Sluice job on this machine, like mpirun. Each rank gets\n"
-               "SLUICE_RANK, SLUICE_SIZE, SLUICE_LOCAL_RANK, SLUICE_BOOT=sluice-run and the address\n"
-               "and token of the launcher's bootstrap service, through which the ranks exchange\n"
-               "their UCX addresses. To span machines, start the job with mpirun or srun instead\n"
-               "(Sluice bootstraps through PMIx there).\n"
+               "usage: sluice-run [-n N] [-H HOST[:SLOTS],... | --hostfile FILE] [--launch-agent CMD]\n"
+               "                  [--boot-host ADDR] [--bind core|numa|none] [--tag-output]\n"
+               "                  [--timeout SECONDS] [-x VAR[=VALUE]]... PROGRAM [ARGS...]\n"
+               "Starts N ranks of a Sluice job, like mpirun: on this machine, or on the hosts given,\n"
+               "filling each host's slots in turn. Each rank gets SLUICE_RANK, SLUICE_SIZE,\n"
+               "SLUICE_LOCAL_RANK, SLUICE_BOOT=sluice-run and the address and token of the\n"
+               "launcher's bootstrap service, through which the ranks exchange their UCX\n"
+               "addresses. A rank on another host is started by the launch agent (AGENT HOST\n"
+               "COMMAND, as ssh takes them) with the SLUICE_* and UCX_* variables of the launcher's\n"
+               "environment and those of -x; its token comes on its standard input, never on a\n"
+               "command line. Under a batch system, use mpirun or srun instead (PMIx).\n"
                "\n"
                "options:\n"
-               "  -n N            number of ranks to start on this machine\n"
+               "  -n N            number of ranks [the hosts' slots; required without hosts]\n"
+               "  -H LIST         hosts, comma-separated, each HOST or HOST:SLOTS (1 slot by default);\n"
+               "                  localhost, this host's name or one of its addresses is this machine\n"
+               "  --hostfile FILE one host per line: HOST, HOST:SLOTS or HOST slots=SLOTS; # comments\n"
+               "  --launch-agent CMD\n"
+               "                  what starts a rank on another host, given HOST and a shell command\n"
+               "                  line [ssh]\n"
+               "  --boot-host ADDR\n"
+               "                  the address ranks on other hosts reach the bootstrap service at\n"
+               "                  [this machine's address on the route to the first other host]\n"
                "  --bind MODE     core: rank i on core i (round robin); numa: on a NUMA node's cpus;\n"
-               "                  none (default): no binding\n"
+               "                  none (default): no binding; ranks on this machine only\n"
                "  --tag-output    prefix every output line with [rank]\n"
                "  --timeout S     stop the job and exit 124 when it runs longer than S seconds\n"
                "  -x VAR[=VALUE]  set VAR in every rank (SLUICE_* and UCX_* pass by default)\n"
@@ -120,6 +138,26 @@ std::optional<Options> parse(int argc, char** argv) {
         std::fprintf(stderr, "sluice-run: --timeout %s: need a positive number of seconds\n", v);
         return std::nullopt;
       }
+    } else if (a == "-H" || a == "--host") {
+      const char* v = need("-H");
+      if (!v) return std::nullopt;
+      auto h = sluice::run::parse_host_list(v);
+      if (!h) return std::nullopt;
+      o.hosts = *h;
+    } else if (a == "--hostfile") {
+      const char* v = need("--hostfile");
+      if (!v) return std::nullopt;
+      auto h = sluice::run::read_hostfile(v);
+      if (!h) return std::nullopt;
+      o.hosts = *h;
+    } else if (a == "--launch-agent") {
+      const char* v = need("--launch-agent");
+      if (!v) return std::nullopt;
+      o.agent = v;
+    } else if (a == "--boot-host") {
+      const char* v = need("--boot-host");
+      if (!v) return std::nullopt;
+      o.boot_host = v;
     } else if (a == "-x") {
       const char* v = need("-x");
       if (!v) return std::nullopt;
@@ -135,8 +173,15 @@ std::optional<Options> parse(int argc, char** argv) {
     }
   }
   for (; i < argc; ++i) o.argv.emplace_back(argv[i]);
+  int slots = 0;
+  for (const auto& h : o.hosts) slots += h.slots;
+  if (o.n == 0) o.n = slots;
   if (o.n == 0 || o.argv.empty()) {
-    std::fprintf(stderr, "sluice-run: need -n N and a program\n");
+    std::fprintf(stderr, "sluice-run: need -n N (or hosts) and a program\n");
+    return std::nullopt;
+  }
+  if (!o.hosts.empty() && o.n > slots) {
+    std::fprintf(stderr, "sluice-run: -n %d is more than the hosts' %d slots\n", o.n, slots);
     return std::nullopt;
   }
   return o;
@@ -183,6 +228,35 @@ std::vector<int> cpus_for(const Options& o, int rank, const sluice::CpuLayout& l
   return {};
 }
 
+// The shell command line a launch agent runs for rank `r` on another host: the rank's
+// variables, the launcher's SLUICE_* and UCX_* and -x ones, the token read from standard
+// input, then the program, in the launcher's working directory when the host has it.
+std::string remote_command(const Options& o, int r, int local, const std::string& boot_addr) {
+  using sluice::run::shell_quote;
+  std::vector<std::string> vars = {"SLUICE_RANK=" + std::to_string(r), "SLUICE_SIZE=" + std::to_string(o.n),
+                                   "SLUICE_LOCAL_RANK=" + std::to_string(local), "SLUICE_BOOT=sluice-run",
+                                   "SLUICE_BOOT_ADDR=" + boot_addr};
+  auto ours = [](std::string_view v) {
+    return v.rfind("SLUICE_BOOT", 0) == 0 || v.rfind("SLUICE_RANK=", 0) == 0 || v.rfind("SLUICE_SIZE=", 0) == 0 ||
+           v.rfind("SLUICE_LOCAL_RANK=", 0) == 0;
+  };
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view v = *e;
+    if ((v.rfind("SLUICE_", 0) == 0 || v.rfind("UCX_", 0) == 0) && !ours(v)) vars.emplace_back(v);
+  }
+  for (const auto& x : o.exports) {
+    if (x.find('=') != std::string::npos) vars.push_back(x);
+    else if (const char* v = std::getenv(x.c_str())) vars.push_back(x + "=" + v);
+  }
+  char cwd[4096] = {};
+  std::string cmd;
+  if (::getcwd(cwd, sizeof cwd) != nullptr) cmd = "cd " + shell_quote(cwd) + " 2>/dev/null; ";
+  cmd += "read -r SLUICE_BOOT_TOKEN && export SLUICE_BOOT_TOKEN && exec env";
+  for (const auto& v : vars) cmd += " " + shell_quote(v);
+  for (const auto& a : o.argv) cmd += " " + shell_quote(a);
+  return cmd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +280,38 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-run: cannot start the bootstrap service: %s\n", std::string(service.status().message()).c_str());
     return 1;
   }
+  // Where each rank runs (filling each host's slots in turn), and its rank on that host.
+  std::vector<const sluice::run::Host*> host_of(static_cast<std::size_t>(o.n), nullptr);
+  std::vector<int> local_rank(static_cast<std::size_t>(o.n));
+  std::string boot_tcp;  // SLUICE_BOOT_ADDR for ranks elsewhere
+  {
+    std::size_t h = 0;
+    int used = 0;
+    for (int r = 0; r < o.n; ++r) {
+      if (!o.hosts.empty()) {
+        if (used == o.hosts[h].slots) ++h, used = 0;
+        host_of[static_cast<std::size_t>(r)] = &o.hosts[h];
+      }
+      local_rank[static_cast<std::size_t>(r)] = used++;
+    }
+    const sluice::run::Host* remote = nullptr;
+    for (const auto* hp : host_of)
+      if (hp != nullptr && !hp->local && remote == nullptr) remote = hp;
+    if (remote != nullptr) {
+      std::string ip = o.boot_host.empty() ? sluice::run::address_towards(remote->name) : o.boot_host;
+      if (ip.empty()) {
+        std::fprintf(stderr, "sluice-run: no route to %s to offer its ranks the bootstrap service; give --boot-host\n",
+                     remote->name.c_str());
+        return 1;
+      }
+      auto port = (*service)->listen_tcp("0.0.0.0", 0);
+      if (!port.ok()) {
+        std::fprintf(stderr, "sluice-run: %s\n", std::string(port.status().message()).c_str());
+        return 1;
+      }
+      boot_tcp = "tcp:" + ip + ":" + std::to_string(*port);
+    }
+  }
   sigset_t mask;
   sigemptyset(&mask);
   for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&mask, s);
@@ -221,7 +327,14 @@ int main(int argc, char** argv) {
       std::perror("sluice-run: pipe");
       return 1;
     }
-    std::vector<int> cpus = cpus_for(o, r, layout);
+    const sluice::run::Host* host = host_of[static_cast<std::size_t>(r)];
+    bool remote = host != nullptr && !host->local;
+    std::vector<int> cpus = remote ? std::vector<int>{} : cpus_for(o, r, layout);
+    int token_pipe[2] = {-1, -1};  // a remote rank reads its token from its standard input
+    if (remote && pipe2(token_pipe, O_CLOEXEC) != 0) {
+      std::perror("sluice-run: pipe");
+      return 1;
+    }
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("sluice-run: fork");
@@ -247,9 +360,19 @@ int main(int argc, char** argv) {
         for (int c : cpus) CPU_SET(c, &set);
         sched_setaffinity(0, sizeof(set), &set);
       }
+      if (remote) {
+        dup2(token_pipe[0], 0);
+        std::vector<std::string> argv = sluice::run::agent_argv(o.agent, host->name, remote_command(o, r, local_rank[static_cast<std::size_t>(r)], boot_tcp));
+        std::vector<char*> args;
+        for (auto& a : argv) args.push_back(a.data());
+        args.push_back(nullptr);
+        execvp(args[0], args.data());
+        std::fprintf(stderr, "sluice-run: cannot run the launch agent %s: %s\n", args[0], std::strerror(errno));
+        _exit(127);
+      }
       setenv("SLUICE_RANK", std::to_string(r).c_str(), 1);
       setenv("SLUICE_SIZE", std::to_string(o.n).c_str(), 1);
-      setenv("SLUICE_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("SLUICE_LOCAL_RANK", std::to_string(local_rank[static_cast<std::size_t>(r)]).c_str(), 1);
       setenv("SLUICE_BOOT", "sluice-run", 1);
       setenv("SLUICE_BOOT_ADDR", (*service)->address().c_str(), 1);
       setenv("SLUICE_BOOT_TOKEN", (*service)->token().c_str(), 1);
@@ -265,6 +388,11 @@ int main(int argc, char** argv) {
       _exit(127);
     }
     ranks[static_cast<std::size_t>(r)].pid = pid;
+    if (remote) {
+      ::close(token_pipe[0]);
+      write_all(token_pipe[1], (*service)->token() + "\n");
+      ::close(token_pipe[1]);
+    }
     if (o.tag_output) {
       ::close(out[1]);
       ::close(err[1]);

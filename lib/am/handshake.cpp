@@ -258,8 +258,8 @@ void EngineCore::maybe_ready(PeerData& p) {
   if (p.state != PeerState::kConnecting || !p.hello_sent || !p.hello_received) return;
   p.state = PeerState::kReady;
   p.last_heard = Clock::now();
-  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u", p.name,
-             p.granted, p.credits.granted(), p.rpc_slots);
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
+             p.granted, p.credits.granted(), p.rpc_slots, p.ep.transports());
   flush(p);
 }
 

@@ -2,6 +2,9 @@
 // PMIx is in pmix.cpp.
 #include <sluice/bootstrap.h>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +13,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -169,22 +173,68 @@ class LauncherBootstrap final : public ExchangeBase {
   int size() const override { return size_; }
   std::string name() const override { return "sluice-run"; }
 
-  absl::Status fence() override {
-    ++epoch_;
+  // A Unix socket's path, or tcp:HOST:PORT for a rank on another host than sluice-run's.
+  absl::StatusOr<int> connect_service() const {
+    auto unreachable = [&](const std::string& why) {
+      return absl::UnavailableError(absl::StrFormat(
+          "cannot reach sluice-run's bootstrap service at SLUICE_BOOT_ADDR=%s: %s", addr_, why));
+    };
+    if (addr_.rfind("tcp:", 0) == 0) {
+      std::string hp = addr_.substr(4);
+      std::size_t colon = hp.rfind(':');
+      if (colon == std::string::npos) return absl::InvalidArgumentError("SLUICE_BOOT_ADDR=" + addr_ + ": need tcp:HOST:PORT");
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      int rc = ::getaddrinfo(hp.substr(0, colon).c_str(), hp.substr(colon + 1).c_str(), &hints, &res);
+      if (rc != 0) return unreachable(::gai_strerror(rc));
+      std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> hold(res, &::freeaddrinfo);
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) return unreachable(std::strerror(errno));
+      // Connected within SLUICE_CONNECT_TIMEOUT, asleep meanwhile.
+      if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        ::close(fd);
+        return unreachable(std::strerror(e));
+      }
+      pollfd p{fd, POLLOUT, 0};
+      int ms = timeout_ == kInfinite ? -1
+                                     : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (::poll(&p, 1, ms) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+        ::close(fd);
+        return unreachable(err != 0 ? std::strerror(err)
+                                    : "no connection within SLUICE_CONNECT_TIMEOUT=" + format_duration(timeout_));
+      }
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return fd;
+    }
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return absl::UnavailableError(absl::StrFormat("socket: %s", std::strerror(errno)));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (addr_.size() >= sizeof(sa.sun_path)) {
+      ::close(fd);
+      return absl::InvalidArgumentError("SLUICE_BOOT_ADDR is too long");
+    }
+    std::memcpy(sa.sun_path, addr_.data(), addr_.size());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      int e = errno;
+      ::close(fd);
+      return unreachable(std::strerror(e));
+    }
+    return fd;
+  }
+
+  absl::Status fence() override {
+    ++epoch_;
+    SLUICE_ASSIGN_OR_RETURN(int fd, connect_service());
     struct Closer {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (addr_.size() >= sizeof(sa.sun_path)) return absl::InvalidArgumentError("SLUICE_BOOT_ADDR is too long");
-    std::memcpy(sa.sun_path, addr_.data(), addr_.size());
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-      return absl::UnavailableError(absl::StrFormat(
-          "cannot reach sluice-run's bootstrap service at SLUICE_BOOT_ADDR=%s: %s", addr_, std::strerror(errno)));
-    }
     std::string req = absl::StrFormat("%s FENCE %d %d\n", token_, rank_, epoch_) + encode_kv(mine_);
     SLUICE_RETURN_IF_ERROR(write_frame(fd, req));
     int ms = timeout_ == kInfinite ? 1 << 30

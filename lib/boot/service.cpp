@@ -1,13 +1,18 @@
-// sluice-run's bootstrap service: fences over a private Unix socket, token-protected.
+// sluice-run's bootstrap service: fences over a private Unix socket and TCP, token-protected.
 #include <sluice/bootstrap_service.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -45,17 +50,25 @@ bool same_token(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// What a connection may send before its token is checked: the frame length and the request
+// line ("<token> FENCE <rank> <epoch>\n", 128 hex digits of token at most).
+constexpr std::size_t kMaxRequestLine = 256;
+constexpr auto kIdle = std::chrono::seconds(10);
+constexpr int kReplyTimeoutMs = 10000;
+
 class Service final : public BootstrapService {
  public:
   ~Service() override {
     for (auto& c : conns_) ::close(c.fd);
     if (listen_fd_ >= 0) ::close(listen_fd_);
+    if (tcp_fd_ >= 0) ::close(tcp_fd_);
     ::unlink(address_.c_str());
     ::rmdir(dir_.c_str());
   }
 
   absl::Status init(int size) {
     size_ = size;
+    max_conns_ = 2 * static_cast<std::size_t>(size) + 16;
     token_ = random_hex(16);
     char templ[] = "/tmp/sluice-run.XXXXXX";
     if (::mkdtemp(templ) == nullptr) return absl::UnavailableError(absl::StrFormat("mkdtemp: %s", std::strerror(errno)));
@@ -72,26 +85,65 @@ class Service final : public BootstrapService {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<int> listen_tcp(const std::string& ip, int port) override {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
+      return absl::InvalidArgumentError(absl::StrFormat("bootstrap address %s is not an IPv4 address", ip));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return absl::UnavailableError(absl::StrFormat("socket: %s", std::strerror(errno)));
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 128) != 0) {
+      int e = errno;
+      ::close(fd);
+      return absl::UnavailableError(absl::StrFormat("bootstrap service on %s:%d: %s", ip, port, std::strerror(e)));
+    }
+    socklen_t len = sizeof(sa);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    tcp_fd_ = fd;
+    return static_cast<int>(ntohs(sa.sin_port));
+  }
+
   const std::string& address() const override { return address_; }
   const std::string& token() const override { return token_; }
   int rejected() const override { return rejected_; }
+  int closed_unserved() const override { return closed_unserved_; }
 
   std::vector<int> fds() const override {
     std::vector<int> out{listen_fd_};
+    if (tcp_fd_ >= 0) out.push_back(tcp_fd_);
     for (const auto& c : conns_)
       if (!c.waiting) out.push_back(c.fd);
     return out;
   }
 
   void handle() override {
-    while (true) {
-      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      conns_.push_back(Conn{fd, {}, false, -1});
+    auto now = std::chrono::steady_clock::now();
+    for (int lfd : {listen_fd_, tcp_fd_}) {
+      while (lfd >= 0) {
+        int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        if (conns_.size() >= max_conns_) {
+          // Beyond what a job of this size opens: closed before a byte is read.
+          ::close(fd);
+          unserved("too many connections (at most " + std::to_string(max_conns_) + ")");
+          continue;
+        }
+        timeval tv{kReplyTimeoutMs / 1000, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        conns_.push_back(Conn{fd, {}, false, false, -1, -1, now});
+      }
     }
     for (std::size_t i = 0; i < conns_.size();) {
       Conn& c = conns_[i];
-      if (!c.waiting && !read_some(c)) {
+      bool keep = c.waiting || read_some(c, now);
+      if (keep && !c.waiting && now - c.last_input > kIdle) {
+        unserved("a connection sent nothing for 10 s");
+        keep = false;
+      }
+      if (!keep) {
         ::close(c.fd);
         conns_.erase(conns_.begin() + static_cast<long>(i));
         continue;
@@ -104,41 +156,46 @@ class Service final : public BootstrapService {
   struct Conn {
     int fd;
     std::string in;
-    bool waiting = false;  // a complete fence request is waiting for the other ranks
-    int rank = -1;
+    bool authenticated = false;  // its request line carried the token
+    bool waiting = false;        // a complete fence request is waiting for the other ranks
+    int rank = -1, epoch = -1;
+    std::chrono::steady_clock::time_point last_input;
   };
 
   // Reads what is there; returns false when the connection should be closed.
-  bool read_some(Conn& c) {
+  bool read_some(Conn& c, std::chrono::steady_clock::time_point now) {
     char buf[65536];
     while (true) {
-      ssize_t n = ::read(c.fd, buf, sizeof(buf));
+      // Before the token is checked, no more than the request line is read.
+      std::size_t room = c.authenticated ? sizeof(buf) : 4 + kMaxRequestLine - c.in.size();
+      if (room == 0) break;
+      ssize_t n = ::read(c.fd, buf, std::min(room, sizeof(buf)));
       if (n > 0) {
+        c.last_input = now;
         c.in.append(buf, static_cast<std::size_t>(n));
         if (c.in.size() > detail::kMaxBootMessage + 4) return reject(c, "request too large");
+        if (!c.authenticated && !c.in.empty()) {
+          int r = check_request_line(c);
+          if (r < 0) return false;
+        }
         continue;
       }
       if (n == 0) return false;
       if (errno == EINTR) continue;
       break;  // EAGAIN
     }
-    if (c.in.size() < 4) return true;
+    if (!c.authenticated) {
+      if (c.in.size() >= 4 + kMaxRequestLine) return reject(c, "no request line in the first 256 bytes");
+      return true;
+    }
     std::string_view v = c.in;
     std::uint32_t len = 0;
     detail::get_u32(&v, &len);
-    if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit");
     if (v.size() < len) return true;
     std::string_view body = v.substr(0, len);
-    std::size_t nl = body.find('\n');
-    if (nl == std::string_view::npos) return reject(c, "malformed request");
-    std::string line(body.substr(0, nl));
-    std::string_view blob = body.substr(nl + 1);
-    char tok[129] = {0}, op[16] = {0};
-    int rank = -1, epoch = -1;
-    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request");
-    if (!same_token(tok, token_)) return reject(c, "wrong token");
-    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request");
+    std::string_view blob = body.substr(body.find('\n') + 1);
     if (!detail::decode_kv(blob).ok()) return reject(c, "malformed key-value blob");
+    int rank = c.rank, epoch = c.epoch;
     int expected = next_epoch_[rank] + 1;
     if (epoch != expected) return reject(c, absl::StrFormat("rank %d sent fence %d, expected %d", rank, epoch, expected));
     auto& slots = pending_[epoch];
@@ -147,10 +204,36 @@ class Service final : public BootstrapService {
     slots[static_cast<std::size_t>(rank)] = std::string(blob);
     next_epoch_[rank] = epoch;
     c.waiting = true;
-    c.rank = rank;
     c.in.clear();
     complete_if_ready(epoch);
     return true;
+  }
+
+  // Checks the frame length and, once it is complete, the request line and its token: 1 when
+  // they pass, 0 when more bytes are needed, -1 when the connection was rejected.
+  int check_request_line(Conn& c) {
+    if (c.in.size() < 4) return 0;
+    std::string_view v = c.in;
+    std::uint32_t len = 0;
+    detail::get_u32(&v, &len);
+    if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit") ? 0 : -1;
+    std::size_t nl = v.find('\n');
+    if (nl == std::string_view::npos) {
+      if (v.size() >= std::min<std::size_t>(len, kMaxRequestLine))
+        return reject(c, "no request line in the first 256 bytes") ? 0 : -1;
+      return 0;
+    }
+    if (nl >= len) return reject(c, "malformed request") ? 0 : -1;
+    std::string line(v.substr(0, nl));
+    char tok[129] = {0}, op[16] = {0};
+    int rank = -1, epoch = -1;
+    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request") ? 0 : -1;
+    if (!same_token(tok, token_)) return reject(c, "wrong token") ? 0 : -1;
+    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request") ? 0 : -1;
+    c.authenticated = true;
+    c.rank = rank;
+    c.epoch = epoch;
+    return 1;
   }
 
   void complete_if_ready(int epoch) {
@@ -165,11 +248,14 @@ class Service final : public BootstrapService {
     }
     for (auto& c : conns_) {
       if (c.waiting && next_epoch_[c.rank] == epoch) {
-        // Blocking write of the reply: ranks read it at once.
+        // Blocking write of the reply (ranks read it at once), bounded by SO_SNDTIMEO.
         int flags = ::fcntl(c.fd, F_GETFL);
         ::fcntl(c.fd, F_SETFL, flags & ~O_NONBLOCK);
         (void)detail::write_frame(c.fd, reply);
+        ::fcntl(c.fd, F_SETFL, flags);
         c.waiting = false;
+        c.authenticated = false;  // a next request on it is checked again
+        c.last_input = std::chrono::steady_clock::now();
       }
     }
     pending_.erase(epoch);
@@ -184,13 +270,24 @@ class Service final : public BootstrapService {
     return false;
   }
 
+  // A connection closed without being served; said at most once a second.
+  void unserved(const std::string& why) {
+    ++closed_unserved_;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_said_ < std::chrono::seconds(1)) return;
+    last_said_ = now;
+    std::fprintf(stderr, "sluice-run: closed a bootstrap connection: %s (%d so far)\n", why.c_str(), closed_unserved_);
+  }
+
   int size_ = 0;
+  std::size_t max_conns_ = 0;
   std::string token_, dir_, address_;
-  int listen_fd_ = -1;
+  int listen_fd_ = -1, tcp_fd_ = -1;
   std::vector<Conn> conns_;
   std::map<int, int> next_epoch_;  // rank -> last fence epoch
   std::map<int, std::vector<std::optional<std::string>>> pending_;
-  int rejected_ = 0;
+  int rejected_ = 0, closed_unserved_ = 0;
+  std::chrono::steady_clock::time_point last_said_{};
 };
 
 }  // namespace

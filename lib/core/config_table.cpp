@@ -409,8 +409,9 @@ std::vector<Field> boot_vars() {
       int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1",
                    "Rank among the processes on this host (set by sluice-run).",
                    &Config::local_rank, -1, (1 << 24) - 2),
-      string_var("SLUICE_BOOT_ADDR", "launcher", "path", "",
-                 "Unix socket of sluice-run's bootstrap service (set by sluice-run).",
+      string_var("SLUICE_BOOT_ADDR", "launcher", "path | tcp:HOST:PORT", "",
+                 "Where sluice-run's bootstrap service is: its Unix socket on sluice-run's host, "
+                 "tcp:HOST:PORT on the others (set by sluice-run).",
                  &Config::boot_addr),
       string_var("SLUICE_BOOT_TOKEN", "launcher", "hex string", "",
                  "Per-job secret every bootstrap request carries (set by sluice-run).",

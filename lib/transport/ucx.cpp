@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -342,6 +343,36 @@ PostResult UcxEndpoint::send_now(const void* buf, std::size_t len, Tag tag) cons
   ucp_request_free(r);
   if (st == UCS_OK) return {Post::kDone};
   return {Post::kError, ucx_status_code(st)};
+}
+
+std::string UcxEndpoint::transports() const {
+  if (ep_ == nullptr) return {};
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* f = ::open_memstream(&text, &size);
+  if (f == nullptr) return {};
+  ucp_ep_print_info(ep_of(ep_), f);
+  std::fclose(f);
+  // Lane lines read "#   0: ... lane[0]:  3:sysv/memory.0 md[2] ..."; keep each "tl/dev" once.
+  std::string out;
+  std::istringstream in(std::string(text, size));
+  std::free(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::size_t lane = line.find("lane[");
+    if (lane == std::string::npos) continue;
+    std::istringstream words(line.substr(lane));
+    std::string w;
+    while (words >> w) {
+      std::size_t colon = w.find(':'), slash = w.find('/');
+      if (colon == std::string::npos || slash == std::string::npos || slash < colon) continue;
+      std::string tl = w.substr(colon + 1);
+      if (tl.size() > 2 && tl.compare(tl.size() - 2, 2, ".0") == 0) tl.resize(tl.size() - 2);
+      if ((" " + out + " ").find(" " + tl + " ") == std::string::npos) out += (out.empty() ? "" : " ") + tl;
+      break;
+    }
+  }
+  return out;
 }
 
 void* UcxEndpoint::start_close(bool force) {

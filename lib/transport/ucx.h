@@ -111,6 +111,9 @@ class UcxEndpoint {
   // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
   // Returns a request to wait for with UcxWorker::wait_request, or nullptr when done.
   void* start_close(bool force);
+  // The transports and devices of the endpoint's lanes ("sysv/memory tcp/veth0"), from
+  // ucp_ep_print_info: for the debug log.
+  std::string transports() const;
 
  private:
   friend class UcxWorker;

@@ -533,6 +533,38 @@ INSTANTIATE_TEST_SUITE_P(Transports, Volume,
                          ::testing::Values(Transport{"shm", "", true}, Transport{"tcp", "tcp", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Both sides stop progressing for longer than the peer timeout (as ranks do in a blocking
+// fence that waits for a late rank): when they come back, nobody is declared dead, and what is
+// sent next arrives.
+TEST(Messaging, APauseOfBothSidesLongerThanThePeerTimeoutIsNoDeath) {
+  Config config;
+  config.peer_timeout = std::chrono::seconds(1);
+  config.heartbeat = std::chrono::milliseconds(100);
+  RankPair pair(config);
+  constexpr HandlerId kCount = 30;
+  std::atomic<int> got{0};
+  for (int r : {0, 1})
+    ASSERT_TRUE(pair.engine(r).register_handler(kCount, [&](Message&) { ++got; }).ok());
+  auto side = [&](Engine& e) {
+    int other = 1 - e.rank();
+    ASSERT_EQ(e.peer(other)->send(kCount, {}, bytes_of(1)), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return got >= 2; }, Clock::now() + kLong));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    for (int i = 0; i < 50; ++i) {
+      Result r;
+      while ((r = e.peer(other)->send(kCount, {}, bytes_of(i))) == Result::kWouldBlock) e.progress();
+      ASSERT_EQ(r, Result::kOk);
+    }
+    ASSERT_TRUE(e.run_until([&] { return got >= 102; }, Clock::now() + kLong));
+    // Past one more peer timeout, both still alive: heartbeats flow again.
+    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(1500));
+    EXPECT_TRUE(e.peer(other)->alive());
+    EXPECT_EQ(e.stats().value("peers.failed"), 0u);
+  };
+  pair.run(side, side);
+  EXPECT_EQ(got, 102);
+}
+
 TEST(Messaging, ManyHandlersEachGetTheirOwn) {
   RankPair pair;
   constexpr int kHandlers = 200;
