@@ -333,8 +333,7 @@ void EngineCore::timers(Clock::time_point now) {
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
   // Nobody progressed this engine for a while (a blocking fence, a busy application): what
   // its peers sent meanwhile was not heard, so that time does not count as their silence.
-  bool away = last_timers_ != Clock::time_point{} &&
-              now - last_timers_ > std::max<Duration>(2 * config_.heartbeat, std::chrono::seconds(2));
+  bool away = now - last_timers_ > std::max<Duration>(2 * config_.heartbeat, std::chrono::seconds(2));
   last_timers_ = now;
   if (live_) [[unlikely]] {
     if (const char* why = live_->due(now)) live_->write(stats_line(why));
@@ -357,10 +356,7 @@ void EngineCore::timers(Clock::time_point now) {
       fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
       continue;
     }
-    if (p.heard || away) {
-      p.heard = false;
-      p.last_heard = now;
-    }
+    if (away) p.last_heard = now;
     Duration silent = now - p.last_heard;
     if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
       // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.

@@ -175,7 +175,6 @@ struct PeerData {
   Message frag;                    // bounce mode: payload being reassembled
   std::size_t frag_received = 0;
   Clock::time_point last_heard{};
-  bool heard = false;  // a message came since timers() last looked
   Clock::time_point hello_deadline{};
   bool ping_outstanding = false;
   Clock::time_point ping_sent{};
@@ -533,7 +532,7 @@ class EngineCore : private Door::Owner {
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
   Clock::time_point now_ = Clock::now();  // coarse: updated when timers are checked
-  Clock::time_point last_timers_{};        // when timers() last ran
+  Clock::time_point last_timers_ = Clock::now();  // when timers() last ran (or the engine began)
   static constexpr unsigned kTimerEvery = 64;
   // How long messages a failed peer sent before it failed are purged from UCX (they arrive
   // within microseconds on shared memory; TCP may hold some back longer).

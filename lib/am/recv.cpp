@@ -236,7 +236,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
 [[gnu::always_inline]] inline void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
                                                       const wire::Header& h) {
   std::size_t length = bytes.size();
-  p->heard = true;  // timers() dates it: now_ may be stale after a long pause between progress calls
+  p->last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
     handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;

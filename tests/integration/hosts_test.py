@@ -18,6 +18,8 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fault"))
+from harness import FaultHarness  # noqa: E402
 from launcher_test import ALLTOALL, RUN, tagged_pids, wait_gone  # noqa: E402
 
 AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns_agent.sh")
@@ -34,7 +36,9 @@ def rss_kb(pid):
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-class Hosts(unittest.TestCase):
+class ThreeHosts(unittest.TestCase):
+    """The namespaces, the bridge and each host's boot id; no tests of its own."""
+
     def setUp(self):
         tag = str(os.getpid() % 100000)
         self.ns = ["sluice-h%d-%s" % (i, tag) for i in range(3)]
@@ -58,11 +62,14 @@ class Hosts(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
         hosts = []
+        self.boot_id = [None]
         for i in (1, 2):  # the first namespace keeps the machine's own boot id
             boot_id = os.path.join(self.tmp.name, "boot_id-%d" % i)
             with open(boot_id, "w") as f:
                 f.write(str(uuid.uuid4()) + "\n")
             hosts.append("%s=%s:%s" % (ADDRS[i], self.ns[i], boot_id))
+            self.boot_id.append(boot_id)
+        self.veth = ["sh%d%s" % (i, tag) for i in range(3)]
         self.mark = uuid.uuid4().hex
         self.env = dict(os.environ, TEST_NETNS_HOSTS=" ".join(hosts), TEST_JOB_MARK=self.mark,
                         SLUICE_LOG_LEVEL="debug", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -76,6 +83,15 @@ class Hosts(unittest.TestCase):
                 pass
         wait_gone(self.mark, 5)
 
+    def enter(self, i):
+        """A command prefix that runs on host i: its namespace and, beyond the first, its boot id."""
+        prefix = ["ip", "netns", "exec", self.ns[i]]
+        if self.boot_id[i] is None:
+            return prefix
+        return prefix + ["sh", "-c", 'mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"', self.boot_id[i]]
+
+
+class Hosts(ThreeHosts):
     @staticmethod
     def comm(pid):
         try:
@@ -191,6 +207,23 @@ class Hosts(unittest.TestCase):
         self.assertEqual(stdout.count(" ok "), 4, stdout)
         self.assertIn("rejected a bootstrap request: no request line in the first 256 bytes", stderr)
         self.assertIn("closed a bootstrap connection: too many connections", stderr)
+
+
+class HostCut(ThreeHosts, FaultHarness):
+    def test_a_host_whose_link_is_cut_is_declared_dead_within_the_peer_timeout(self):
+        # peer_fault's ranks 0, 1, 2 on hosts 0, 1, 2 (the file bootstrap: no launcher ends the
+        # job when one is lost); host 1's link drops everything: ranks 0 and 2 declare rank 1
+        # dead within the timeout, everything towards it completes once, and their own flow
+        # goes on to the end.
+        timeout = 3.0
+        self.start("stop", "", {"SLUICE_PEER_TIMEOUT": "3s", "SLUICE_HEARTBEAT": "200ms"},
+                   wrap=lambda rank: self.enter(rank))
+        t_cut = time.time()
+        for chain, flag in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            sh("iptables", "-I", chain, flag, self.veth[1], "-j", "DROP", ns=self.ns[1])
+        rc, r, err = self.finish(kill_victim=True)
+        self.check_failure_handled(rc, r, err, t_cut, timeout + 1.5)
+        self.assertGreater(float(r["first_failure_wall"]) - t_cut, timeout - 0.5, "not declared dead before the timeout")
 
 
 if __name__ == "__main__":
