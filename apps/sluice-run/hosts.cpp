@@ -75,10 +75,10 @@ std::optional<std::vector<Host>> read_hostfile(const std::string& path) {
   while (std::getline(in, line)) {
     line = line.substr(0, line.find('#'));
     std::stringstream ls(line);
-    std::string name, extra;
+    std::string name, extra, more;
     if (!(ls >> name)) continue;
     if (ls >> extra) {
-      if (extra.rfind("slots=", 0) != 0 || name.find(':') != std::string::npos) {
+      if (extra.rfind("slots=", 0) != 0 || name.find(':') != std::string::npos || (ls >> more)) {
         std::fprintf(stderr, "sluice-run: --hostfile %s: '%s': need NAME, NAME:SLOTS or NAME slots=SLOTS\n",
                      path.c_str(), line.c_str());
         return std::nullopt;

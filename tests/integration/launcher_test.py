@@ -171,6 +171,33 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.returncode, 2, args)
             self.assertIn("usage", r.stderr)
 
+    def test_bad_host_lists_are_refused_naming_what_is_wrong(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad_file = os.path.join(d, "hosts")
+            with open(bad_file, "w") as f:
+                f.write("localhost slots=2 extra\n")
+            for args, said in ((["-H", "localhost:0", "true"], "1 to 4096 slots"),
+                               (["-H", "a,,b", "true"], "an empty host name"),
+                               (["-n", "3", "-H", "localhost:2", "true"], "more than the hosts' 2 slots"),
+                               (["--hostfile", os.path.join(d, "missing"), "true"], "cannot read it"),
+                               (["--hostfile", bad_file, "true"], "need NAME, NAME:SLOTS or NAME slots=SLOTS")):
+                r = run([RUN] + args)
+                self.assertEqual(r.returncode, 2, args)
+                self.assertIn(said, r.stderr, args)
+
+    def test_hosts_that_are_this_machine_run_here_with_their_local_ranks(self):
+        # localhost and this host's name are this machine: no launch agent is used (one that
+        # fails proves it), each host's ranks count their local rank from 0.
+        with tempfile.TemporaryDirectory() as d:
+            hostfile = os.path.join(d, "hosts")
+            with open(hostfile, "w") as f:
+                f.write("# two entries for this machine\nlocalhost slots=2\n%s:1\n" % socket.gethostname())
+            r = run([RUN, "--hostfile", hostfile, "--launch-agent", "false", "--tag-output", "sh", "-c",
+                     "echo local $SLUICE_LOCAL_RANK of $SLUICE_SIZE; case $SLUICE_BOOT_ADDR in tcp:*) echo tcp;; esac"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(l.split("] ")[1] for l in r.stdout.splitlines()),
+                             ["local 0 of 3", "local 0 of 3", "local 1 of 3"])
+
     def test_ping_example(self):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
