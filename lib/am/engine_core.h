@@ -327,6 +327,9 @@ class EngineCore : private Door::Owner {
   // instead (or opens one); the caller posts *open when it is done.
   void transmit(PeerData& p, const Pending& m, Op** open = nullptr);
   void flush(PeerData& p);
+  // Sends a packed, queued message inline when nothing has to wait (frees `header`); false
+  // when it must take the ordinary path.
+  bool send_packed_now(PeerData& p, Op* header);
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
   Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,

@@ -346,12 +346,27 @@ void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool r
   }
 }
 
+bool EngineCore::send_packed_now(PeerData& p, Op* header) {
+  // A call that waited for a slot, packed already: it leaves inline when it may, so a window
+  // beyond the server's slots costs no transport request and completion per call.
+  if (header->message_len > kInlineMax || header->batch_count != 1 || !p.can_send_now()) return false;
+  std::byte* bytes = header->slot.data();
+  wire::patch_seq(bytes, p.next_seq);
+  wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.owed.owed()), p.window.delivered());
+  if (p.ep.send_now(bytes, header->message_len, p.tx_tag).kind != Post::kDone) return false;
+  count_sent_now(p, header->message_len);
+  c_.sent_inline->add();
+  free_op(header);
+  return true;
+}
+
 void EngineCore::flush(PeerData& p) {
   if (p.state != PeerState::kReady) return;
   while (!p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
     Pending m = p.call_queue.front();
     p.call_queue.pop_front();
     ++p.calls_outstanding;
+    if (m.payload == nullptr && send_packed_now(p, m.header)) continue;
     (void)enqueue(p, m.header, m.payload);
   }
   Op* open = nullptr;

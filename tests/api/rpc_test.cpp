@@ -598,6 +598,46 @@ TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
   }, [&](Engine& e) { server.serve(e); });
 }
 
+// More small calls in flight than the server grants slots: those that wait for a slot leave
+// inline when one frees, like the others (no transport request and completion each), intact
+// and answered once.
+TEST(Rpc, CallsBeyondTheServersSlotsLeaveInlineWhenASlotFrees) {
+  Config config;
+  config.rpc_slots = 8;
+  RankPair pair(config);
+  Server server;
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
+    EXPECT_EQ(m.reply_with_payload({}), Result::kOk);
+  }).ok());
+  pair.run([&](Engine& e) {
+    const int total = 2000, window = 32;
+    int issued = 0, finished = 0, bad = 0;
+    // One call first: the handshake's messages are not inline sends.
+    bool first = false;
+    ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(-1), {}, [&](absl::Status st, Message&) { first = st.ok(); }), Result::kOk);
+    ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
+    std::uint64_t inline_before = e.stats().value("am.sent_inline"), sent_before = e.stats().value("am.msgs_sent");
+    while (finished < total) {
+      while (issued < total && issued - finished < window) {
+        int i = issued++;
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(i), {}, [&, i](absl::Status st, Message& r) {
+          int v = -1;
+          if (r.payload().size() == sizeof(v)) std::memcpy(&v, r.payload().data(), sizeof(v));
+          bad += !st.ok() || v != i;
+          ++finished;
+        }), Result::kOk);
+      }
+      int seen = finished;
+      ASSERT_TRUE(e.run_until([&] { return finished > seen; }, Clock::now() + kLong));
+    }
+    EXPECT_EQ(bad, 0);
+    std::uint64_t sent = e.stats().value("am.msgs_sent") - sent_before;
+    EXPECT_GE(sent, static_cast<std::uint64_t>(total));
+    EXPECT_EQ(e.stats().value("am.sent_inline") - inline_before, sent) << "every request left inline";
+    server.stop = true;
+  }, [&](Engine& e) { server.serve(e); });
+}
+
 // Bounce mode cannot announce a reply buffer with a request cut into pieces: refused at once,
 // not answered OUT_OF_RANGE later.
 TEST(Rpc, BounceModeRefusesALargeRequestWithAReplyBuffer) {
