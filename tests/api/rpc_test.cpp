@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -546,6 +547,17 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   EXPECT_EQ(failed, 0);
 }
 
+// Keeps `window` of `total` calls in flight until all have finished: start(i, done) issues
+// call i, whose callback calls done().
+void windowed_calls(Engine& e, int total, int window, const std::function<void(int, std::function<void()>)>& start) {
+  int issued = 0, finished = 0;
+  while (finished < total) {
+    while (issued < total && issued - finished < window) start(issued++, [&finished] { ++finished; });
+    int seen = finished;
+    ASSERT_TRUE(e.run_until([&] { return finished > seen; }, Clock::now() + kLong));
+  }
+}
+
 // A caller keeping as many calls in flight as it has credits (and the server slots) never waits
 // for a credit: a small request's reply carries the request's own credit, and a large request's
 // credit goes back once its payload has landed, not after its reply has been sent. (A small
@@ -568,27 +580,21 @@ TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
         std::vector<std::vector<std::byte>> buffers(config.credits, std::vector<std::byte>(n));
         std::vector<int> free_buffers;
         for (int k = 0; k < static_cast<int>(config.credits); ++k) free_buffers.push_back(k);
-        int issued = 0, finished = 0, bad = 0;
-        const int total = 1000;
+        int bad = 0;
         // The first full window also completes the handshake; stalls are counted after it.
         std::uint64_t stalls_before = 0;
-        while (finished < total) {
-          while (issued < total && issued - finished < static_cast<int>(config.credits)) {
-            if (issued == static_cast<int>(config.credits)) stalls_before = e.stats().value("flow.credit_stalls");
-            CallOptions o;
-            int k = free_buffers.back();
-            free_buffers.pop_back();
-            if (into_buffer) o.reply_buffer = buffers[k];
-            ASSERT_EQ(e.peer(1)->call(kEcho, {}, data, o, [&, k](absl::Status st, Message& r) {
-              bad += !st.ok() || r.payload().size() != n;
-              free_buffers.push_back(k);
-              ++finished;
-            }), Result::kOk);
-            ++issued;
-          }
-          int seen = finished;
-          ASSERT_TRUE(e.run_until([&] { return finished > seen; }, Clock::now() + kLong));
-        }
+        windowed_calls(e, 1000, static_cast<int>(config.credits), [&](int i, std::function<void()> done) {
+          if (i == static_cast<int>(config.credits)) stalls_before = e.stats().value("flow.credit_stalls");
+          CallOptions o;
+          int k = free_buffers.back();
+          free_buffers.pop_back();
+          if (into_buffer) o.reply_buffer = buffers[k];
+          ASSERT_EQ(e.peer(1)->call(kEcho, {}, data, o, [&, k, done](absl::Status st, Message& r) {
+            bad += !st.ok() || r.payload().size() != n;
+            free_buffers.push_back(k);
+            done();
+          }), Result::kOk);
+        });
         EXPECT_EQ(bad, 0);
         EXPECT_EQ(e.stats().value("flow.credit_stalls") - stalls_before, 0u)
             << n << " bytes, reply buffer " << into_buffer;
@@ -611,25 +617,20 @@ TEST(Rpc, CallsBeyondTheServersSlotsLeaveInlineWhenASlotFrees) {
   }).ok());
   pair.run([&](Engine& e) {
     const int total = 2000, window = 32;
-    int issued = 0, finished = 0, bad = 0;
+    int bad = 0;
     // One call first: the handshake's messages are not inline sends.
     bool first = false;
     ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(-1), {}, [&](absl::Status st, Message&) { first = st.ok(); }), Result::kOk);
     ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
     std::uint64_t inline_before = e.stats().value("am.sent_inline"), sent_before = e.stats().value("am.msgs_sent");
-    while (finished < total) {
-      while (issued < total && issued - finished < window) {
-        int i = issued++;
-        ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(i), {}, [&, i](absl::Status st, Message& r) {
-          int v = -1;
-          if (r.payload().size() == sizeof(v)) std::memcpy(&v, r.payload().data(), sizeof(v));
-          bad += !st.ok() || v != i;
-          ++finished;
-        }), Result::kOk);
-      }
-      int seen = finished;
-      ASSERT_TRUE(e.run_until([&] { return finished > seen; }, Clock::now() + kLong));
-    }
+    windowed_calls(e, total, window, [&](int i, std::function<void()> done) {
+      ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(i), {}, [&, i, done](absl::Status st, Message& r) {
+        int v = -1;
+        if (r.payload().size() == sizeof(v)) std::memcpy(&v, r.payload().data(), sizeof(v));
+        bad += !st.ok() || v != i;
+        done();
+      }), Result::kOk);
+    });
     EXPECT_EQ(bad, 0);
     std::uint64_t sent = e.stats().value("am.msgs_sent") - sent_before;
     EXPECT_GE(sent, static_cast<std::uint64_t>(total));
