@@ -51,7 +51,7 @@ def section(s):
     out = [".SH " + s["title"].upper()]
     if s["note"]:
         out += [".PP", roff(s["note"][0].upper() + s["note"][1:]) + "."]
-    body = [l for l in s["lines"]]
+    body = list(s["lines"])
     while body and not body[-1].strip():
         body.pop()
     if s["title"] == "examples":

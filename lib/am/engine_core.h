@@ -580,6 +580,23 @@ class EngineCore : private Door::Owner {
     Counter* sink_returned;
     Counter* landing_waits;
   } c_{};
+  // The engine's traffic counters and the peer's share of them (live stats), counted together.
+  void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {
+    c_.msgs_sent->add(msgs);
+    c_.bytes_sent->add(bytes);
+    p.traffic.msgs_sent += msgs;
+    p.traffic.bytes_sent += bytes;
+  }
+  void count_received(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {
+    c_.msgs_received->add(msgs);
+    c_.bytes_received->add(bytes);
+    p.traffic.msgs_received += msgs;
+    p.traffic.bytes_received += bytes;
+  }
+  void count_credit_stall(PeerData& p) {
+    c_.credit_stalls->add();
+    ++p.traffic.credit_stalls;
+  }
   friend class ::sluice::Message;
 };
 

@@ -29,14 +29,9 @@ void install_once(int sig) {
   std::call_once(sig == SIGUSR1 ? usr1 : usr2, [sig] {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) != 0) return;
-    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL) {
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) {
       SLUICE_LOG(kWarn, "stats", "SLUICE_STATS_TRIGGER=signal:%s: the process already handles or ignores %s; "
                  "not installed, so that signal writes no stats", sig == SIGUSR1 ? "USR1" : "USR2", strsignal(sig));
-      return;
-    }
-    if (old.sa_flags & SA_SIGINFO) {
-      SLUICE_LOG(kWarn, "stats", "SLUICE_STATS_TRIGGER=signal:%s: the process already handles %s; not installed",
-                 sig == SIGUSR1 ? "USR1" : "USR2", strsignal(sig));
       return;
     }
     struct sigaction sa {};
@@ -129,8 +124,7 @@ const char* LiveStats::due(Clock::time_point now) {
 }
 
 void LiveStats::write(std::string_view line) {
-  if (!opened_) {
-    opened_ = true;
+  if (fd_ < 0) {  // the first line: open the destination
     fd_ = 2;
     if (dest_.rfind("file:", 0) == 0) {
       std::string path = expand_path(std::string_view(dest_).substr(5));

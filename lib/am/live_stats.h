@@ -34,8 +34,7 @@ class LiveStats {
  private:
   StatsTrigger trigger_;
   std::string dest_;
-  int fd_ = -1;  // the file, once opened; stderr's 2 is not closed
-  bool opened_ = false;
+  int fd_ = -1;  // -1 until the first line; stderr's 2 is not closed
   std::uint64_t signals_seen_ = 0;
   Clock::time_point next_ = Clock::time_point::max();
 };

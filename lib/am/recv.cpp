@@ -250,10 +250,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
       return;
     }
   }
-  c_.msgs_received->add();
-  c_.bytes_received->add(length);
-  ++p->traffic.msgs_received;
-  p->traffic.bytes_received += length;
+  count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]] seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
@@ -507,8 +504,7 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
     return;
   }
   c_.rndv_received->add();
-  c_.bytes_received->add(length);
-  p.traffic.bytes_received += length;
+  count_received(p, 0, length);  // the payload; its announcement was counted as a message
   finish_incoming(p, m);
   m = Message();
   deliver(p);

@@ -217,7 +217,7 @@ Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, Send
     }
     Result r = reply(m, header, m.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();
-    if (p.state == PeerState::kReady) maybe_return_credits(p);  // a queued reply carries it later
+    maybe_return_credits(p);  // a queued reply carries it later
     return r;
   }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty
@@ -300,8 +300,7 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   }
   l.payload_landed = true;
   l.payload_len = length;
-  c_.bytes_received->add(length);
-  if (peers_[c.peer]) peers_[c.peer]->traffic.bytes_received += length;
+  if (peers_[c.peer]) count_received(*peers_[c.peer], 0, length);
   if (l.header_arrived) {
     l.reply.payload_ = l.buffer.first(length);
     finish_call(id, absl::OkStatus());

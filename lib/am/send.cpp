@@ -212,10 +212,7 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
     if (payload) free_op(payload);
     return Result::kUnavailable;
   }
-  if (p.state == PeerState::kReady) {
-    c_.credit_stalls->add();
-    ++p.traffic.credit_stalls;
-  }
+  if (p.state == PeerState::kReady) count_credit_stall(p);
   p.queue.push_back({header, payload});
   c_.queue_hwm->update(++p.queued);
   return Result::kOk;
@@ -225,10 +222,7 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.sent_seq += h->batch_count;  // messages reach the transport in sequence order (FIFO queue)
   wire::patch_piggyback(h->slot.data(), p.owed.take(), p.window.delivered());
-  c_.msgs_sent->add(h->batch_count);
-  c_.bytes_sent->add(h->message_len + (m.payload ? m.payload->payload_len : 0));
-  p.traffic.msgs_sent += h->batch_count;
-  p.traffic.bytes_sent += h->message_len + (m.payload ? m.payload->payload_len : 0);
+  count_sent(p, h->batch_count, h->message_len + (m.payload ? m.payload->payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->batch_count == 1 && h->message_len <= kCoalesceMax &&
       (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
@@ -313,10 +307,7 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
     chain(head, op);
   }
   c_.coalesced->add();
-  if (p.state == PeerState::kReady) {
-    c_.credit_stalls->add();
-    ++p.traffic.credit_stalls;
-  }
+  if (p.state == PeerState::kReady) count_credit_stall(p);
   return true;
 }
 
@@ -378,10 +369,7 @@ void EngineCore::flush(PeerData& p) {
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.queue.empty()) {  // waits for the peer to return credits
-    c_.credit_stalls->add();
-    ++p.traffic.credit_stalls;
-  }
+  if (!p.queue.empty()) count_credit_stall(p);  // waits for the peer to return credits
 }
 
 void EngineCore::on_send_done(Op* op, absl::StatusCode code) {

@@ -68,10 +68,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   (void)p.owed.take();
   ++p.next_seq;
   ++p.sent_seq;
-  c_.msgs_sent->add();
-  c_.bytes_sent->add(total);
-  ++p.traffic.msgs_sent;
-  p.traffic.bytes_sent += total;
+  count_sent(p, 1, total);
 }
 
 [[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,

@@ -3,7 +3,6 @@
 #include <sluice/bootstrap.h>
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,6 +21,7 @@
 #include <absl/strings/str_format.h>
 
 #include "boot/kv.h"
+#include "core/net.h"
 #include "boot/pmix.h"
 #include "core/log.h"
 
@@ -173,6 +173,12 @@ class LauncherBootstrap final : public ExchangeBase {
   int size() const override { return size_; }
   std::string name() const override { return "sluice-run"; }
 
+  // SLUICE_CONNECT_TIMEOUT in milliseconds (inf: 2^30, twelve days).
+  int timeout_ms() const {
+    return timeout_ == kInfinite ? 1 << 30
+                                 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
+  }
+
   // A Unix socket's path, or tcp:HOST:PORT for a rank on another host than sluice-run's.
   absl::StatusOr<int> connect_service() const {
     auto unreachable = [&](const std::string& why) {
@@ -183,27 +189,14 @@ class LauncherBootstrap final : public ExchangeBase {
       std::string hp = addr_.substr(4);
       std::size_t colon = hp.rfind(':');
       if (colon == std::string::npos) return absl::InvalidArgumentError("SLUICE_BOOT_ADDR=" + addr_ + ": need tcp:HOST:PORT");
-      addrinfo hints{};
-      hints.ai_family = AF_INET;
-      hints.ai_socktype = SOCK_STREAM;
-      addrinfo* res = nullptr;
-      int rc = ::getaddrinfo(hp.substr(0, colon).c_str(), hp.substr(colon + 1).c_str(), &hints, &res);
-      if (rc != 0) return unreachable(::gai_strerror(rc));
-      std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> hold(res, &::freeaddrinfo);
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) return unreachable(std::strerror(errno));
+      auto started = tcp_start_connect(hp.substr(0, colon), std::atoi(hp.substr(colon + 1).c_str()));
+      if (!started.ok()) return unreachable(std::string(started.status().message()));
+      int fd = *started;
       // Connected within SLUICE_CONNECT_TIMEOUT, asleep meanwhile.
-      if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
-        int e = errno;
-        ::close(fd);
-        return unreachable(std::strerror(e));
-      }
       pollfd p{fd, POLLOUT, 0};
-      int ms = timeout_ == kInfinite ? -1
-                                     : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
       int err = 0;
       socklen_t len = sizeof(err);
-      if (::poll(&p, 1, ms) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+      if (::poll(&p, 1, timeout_ms()) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
         ::close(fd);
         return unreachable(err != 0 ? std::strerror(err)
                                     : "no connection within SLUICE_CONNECT_TIMEOUT=" + format_duration(timeout_));
@@ -237,9 +230,7 @@ class LauncherBootstrap final : public ExchangeBase {
     } closer{fd};
     std::string req = absl::StrFormat("%s FENCE %d %d\n", token_, rank_, epoch_) + encode_kv(mine_);
     SLUICE_RETURN_IF_ERROR(write_frame(fd, req));
-    int ms = timeout_ == kInfinite ? 1 << 30
-                                   : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
-    auto reply = read_frame(fd, ms);
+    auto reply = read_frame(fd, timeout_ms());
     if (!reply.ok()) {
       return absl::Status(reply.status().code(),
                           absl::StrFormat("fence %d through sluice-run: %s (SLUICE_CONNECT_TIMEOUT=%s)",

@@ -1,9 +1,7 @@
 // sluice-run's bootstrap service: fences over a private Unix socket and TCP, token-protected.
 #include <sluice/bootstrap_service.h>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/stat.h>
@@ -22,6 +20,7 @@
 #include <absl/strings/str_format.h>
 
 #include "boot/kv.h"
+#include "core/net.h"
 
 namespace sluice {
 namespace {
@@ -86,24 +85,9 @@ class Service final : public BootstrapService {
   }
 
   absl::StatusOr<int> listen_tcp(const std::string& ip, int port) override {
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
-      return absl::InvalidArgumentError(absl::StrFormat("bootstrap address %s is not an IPv4 address", ip));
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return absl::UnavailableError(absl::StrFormat("socket: %s", std::strerror(errno)));
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 128) != 0) {
-      int e = errno;
-      ::close(fd);
-      return absl::UnavailableError(absl::StrFormat("bootstrap service on %s:%d: %s", ip, port, std::strerror(e)));
-    }
-    socklen_t len = sizeof(sa);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    tcp_fd_ = fd;
-    return static_cast<int>(ntohs(sa.sin_port));
+    SLUICE_ASSIGN_OR_RETURN(detail::Listening l, detail::tcp_listen(ip, port));
+    tcp_fd_ = l.fd;
+    return l.port;
   }
 
   const std::string& address() const override { return address_; }
@@ -174,20 +158,14 @@ class Service final : public BootstrapService {
         c.last_input = now;
         c.in.append(buf, static_cast<std::size_t>(n));
         if (c.in.size() > detail::kMaxBootMessage + 4) return reject(c, "request too large");
-        if (!c.authenticated && !c.in.empty()) {
-          int r = check_request_line(c);
-          if (r < 0) return false;
-        }
+        if (!c.authenticated && !check_request_line(c)) return false;
         continue;
       }
       if (n == 0) return false;
       if (errno == EINTR) continue;
       break;  // EAGAIN
     }
-    if (!c.authenticated) {
-      if (c.in.size() >= 4 + kMaxRequestLine) return reject(c, "no request line in the first 256 bytes");
-      return true;
-    }
+    if (!c.authenticated) return true;  // its request line is not complete yet
     std::string_view v = c.in;
     std::uint32_t len = 0;
     detail::get_u32(&v, &len);
@@ -209,31 +187,30 @@ class Service final : public BootstrapService {
     return true;
   }
 
-  // Checks the frame length and, once it is complete, the request line and its token: 1 when
-  // they pass, 0 when more bytes are needed, -1 when the connection was rejected.
-  int check_request_line(Conn& c) {
-    if (c.in.size() < 4) return 0;
+  // Checks the frame length and, once it is complete, the request line and its token (then
+  // the connection is authenticated). False when the connection was rejected.
+  bool check_request_line(Conn& c) {
+    if (c.in.size() < 4) return true;
     std::string_view v = c.in;
     std::uint32_t len = 0;
     detail::get_u32(&v, &len);
-    if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit") ? 0 : -1;
+    if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit");
     std::size_t nl = v.find('\n');
     if (nl == std::string_view::npos) {
-      if (v.size() >= std::min<std::size_t>(len, kMaxRequestLine))
-        return reject(c, "no request line in the first 256 bytes") ? 0 : -1;
-      return 0;
+      if (v.size() >= std::min<std::size_t>(len, kMaxRequestLine)) return reject(c, "no request line in the first 256 bytes");
+      return true;
     }
-    if (nl >= len) return reject(c, "malformed request") ? 0 : -1;
+    if (nl >= len) return reject(c, "malformed request");
     std::string line(v.substr(0, nl));
     char tok[129] = {0}, op[16] = {0};
     int rank = -1, epoch = -1;
-    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request") ? 0 : -1;
-    if (!same_token(tok, token_)) return reject(c, "wrong token") ? 0 : -1;
-    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request") ? 0 : -1;
+    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request");
+    if (!same_token(tok, token_)) return reject(c, "wrong token");
+    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request");
     c.authenticated = true;
     c.rank = rank;
     c.epoch = epoch;
-    return 1;
+    return true;
   }
 
   void complete_if_ready(int epoch) {

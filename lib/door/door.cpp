@@ -3,7 +3,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -18,6 +17,7 @@
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
+#include "core/net.h"
 
 namespace sluice::detail {
 
@@ -116,41 +116,10 @@ void Door::watch(int fd, std::uint64_t tag, std::uint32_t events, bool add) {
 absl::StatusOr<int> Door::listen(const std::string& host, int port) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("cannot listen on %s:%d: %s", host, port, gai_strerror(rc)));
-  }
-  std::string why = "no address";
-  int fd = -1;
-  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd < 0) return absl::UnavailableError(absl::StrFormat("cannot listen on %s:%d: %s", host, port, why));
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  int bound = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  listen_fd_ = fd;
-  watch(fd, kListenTag, EPOLLIN, true);
-  return bound;
+  SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port));
+  listen_fd_ = l.fd;
+  watch(l.fd, kListenTag, EPOLLIN, true);
+  return l.port;
 }
 
 absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline) {
@@ -161,20 +130,7 @@ absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slo
     return absl::InternalError(absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",
                                                options_.worker_address.size(), door::kMaxAddress));
   }
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", name, gai_strerror(rc)));
-  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int err = fd < 0 ? errno : 0;
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) err = errno;
-  ::freeaddrinfo(res);
-  if (err != 0) {
-    if (fd >= 0) ::close(fd);
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", name, std::strerror(err)));
-  }
+  SLUICE_ASSIGN_OR_RETURN(int fd, tcp_start_connect(host, port));
   no_delay(fd);
   auto c = std::make_unique<Conn>();
   c->id = next_id_++;

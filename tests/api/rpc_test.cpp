@@ -547,6 +547,11 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   EXPECT_EQ(failed, 0);
 }
 
+// kEcho answers with the request's own payload.
+absl::Status echo_own_payload(Engine& e) {
+  return e.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply_with_payload({}), Result::kOk); });
+}
+
 // Keeps `window` of `total` calls in flight until all have finished: start(i, done) issues
 // call i, whose callback calls done().
 void windowed_calls(Engine& e, int total, int window, const std::function<void(int, std::function<void()>)>& start) {
@@ -569,9 +574,7 @@ TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
   config.rpc_slots = 16;
   RankPair pair(config);
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
-    EXPECT_EQ(m.reply_with_payload({}), Result::kOk);
-  }).ok());
+  ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());
   pair.run([&](Engine& e) {
     for (std::size_t n : {std::size_t{8}, std::size_t{64} << 10}) {
       for (bool into_buffer : {false, true}) {
@@ -612,9 +615,7 @@ TEST(Rpc, CallsBeyondTheServersSlotsLeaveInlineWhenASlotFrees) {
   config.rpc_slots = 8;
   RankPair pair(config);
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
-    EXPECT_EQ(m.reply_with_payload({}), Result::kOk);
-  }).ok());
+  ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());
   pair.run([&](Engine& e) {
     const int total = 2000, window = 32;
     int bad = 0;

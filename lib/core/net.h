@@ -1,0 +1,26 @@
+// TCP sockets (internal): a listening socket and a non-blocking connect, shared by the front
+// door and sluice-run's bootstrap service and its clients.
+#pragma once
+
+#include <string>
+
+#include <sluice/status.h>
+
+namespace sluice::detail {
+
+struct Listening {
+  int fd;
+  int port;  // the one bound (port 0 asks for any free one)
+};
+
+// A non-blocking, close-on-exec socket listening on host:port (empty host: every interface),
+// SO_REUSEADDR so that a restarted server listens again at once. InvalidArgument when the host
+// does not resolve, Unavailable when it cannot be bound; both say "cannot listen on HOST:PORT".
+absl::StatusOr<Listening> tcp_listen(const std::string& host, int port);
+
+// Starts connecting a non-blocking, close-on-exec socket to host:port: the socket, its
+// connection in progress (poll it for POLLOUT, then read SO_ERROR). Unavailable, saying
+// "cannot connect to HOST:PORT", when the host does not resolve or the connect fails at once.
+absl::StatusOr<int> tcp_start_connect(const std::string& host, int port);
+
+}  // namespace sluice::detail
