@@ -180,7 +180,7 @@ class ContextState {
  public:
   Config config;
   std::unique_ptr<Topology> topo;
-  std::unique_ptr<UcxContext> ucx;
+  std::unique_ptr<TransportContext> ucx;
   std::unique_ptr<Bootstrap> boot;
   int engines = 0;
 };
@@ -204,7 +204,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
     SLUICE_ASSIGN_OR_RETURN(s.boot, make_bootstrap(s.config));
   }
   detail::set_log_rank(s.boot->rank());
-  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::UcxContext::create(s.config));
+  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config));
   return ctx;
 }
 

@@ -21,7 +21,7 @@ std::uint64_t random_incarnation() {
 }
 }  // namespace
 
-EngineCore::EngineCore(const Config& config, const Topology* topo, const UcxContext* ucx,
+EngineCore::EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx,
                        Bootstrap* boot, int engine_id)
     : config_(config),
       topo_(topo),
@@ -62,7 +62,7 @@ absl::Status EngineCore::init(int numa_node_option) {
   if (config_.auth_mode() != AuthMode::kOff) {
     SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
   }
-  SLUICE_ASSIGN_OR_RETURN(worker_, UcxWorker::create(*ucx_));
+  SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
   NumaPolicy policy = config_.numa;
   if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
   SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(policy, *topo_, current_cpu()));
@@ -148,7 +148,7 @@ EngineCore::~EngineCore() {
     if (!p) continue;
     p->window.clear();
     p->frag = Message();
-    p->ep = UcxEndpoint();
+    p->ep = Endpoint();
   }
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
   if (config_.stats) {
@@ -206,7 +206,7 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   auto* p = static_cast<PeerData*>(arg);
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
-  p->fail_reason = absl::StrFormat("transport error: %s", ucx_status_name(ucs_status));
+  p->fail_reason = absl::StrFormat("transport error: %s", transport_error_name(ucs_status));
   p->handle->engine_->failed_eps_.push_back(p->id);
 }
 

@@ -22,7 +22,7 @@
 #include "flow/flow.h"
 #include "mem/pool.h"
 #include "topo/topology.h"
-#include "transport/ucx.h"
+#include "transport/transport.h"
 #include "wire/wire.h"
 
 namespace sluice::detail {
@@ -150,7 +150,7 @@ struct PeerData {
   bool hello_received = false;
   std::uint64_t incarnation = 0;  // the peer's
   std::uint64_t epoch = 0;        // bumped when the peer restarts; ops carry it
-  UcxEndpoint ep;
+  Endpoint ep;
   std::unique_ptr<Peer> handle;
   SendCredits credits;
   CreditReturn owed;
@@ -208,7 +208,7 @@ struct HandlerEntry {
 
 class EngineCore : private Door::Owner {
  public:
-  EngineCore(const Config& config, const Topology* topo, const UcxContext* ucx, Bootstrap* boot,
+  EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot,
              int engine_id);
   ~EngineCore();
   absl::Status init(int numa_node_option);
@@ -424,7 +424,7 @@ class EngineCore : private Door::Owner {
   void purge_stragglers(Clock::time_point now);
   // Receives one (a CTRL-class one is then handled at once); false when the transport
   // refused it (logged; UCX has let go of it).
-  bool receive_unexpected(const UcxWorker::Unexpected& u);
+  bool receive_unexpected(const Worker::Unexpected& u);
   void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   struct Straggler {
     std::uint64_t tag;
@@ -475,12 +475,12 @@ class EngineCore : private Door::Owner {
 
   const Config config_;
   const Topology* topo_;
-  const UcxContext* ucx_;
+  const TransportContext* ucx_;
   Bootstrap* boot_;
   int engine_id_;
   std::uint64_t incarnation_;
   std::size_t eager_limit_;
-  std::unique_ptr<UcxWorker> worker_;
+  std::unique_ptr<Worker> worker_;
   std::unique_ptr<Pool> send_pool_;
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;

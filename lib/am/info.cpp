@@ -3,6 +3,7 @@
 #include "door/auth.h"
 #include "sluice_build_config.h"
 #include "topo/topology.h"
+#include "transport/transport.h"
 #include "transport/ucx.h"
 
 namespace sluice {
@@ -27,7 +28,7 @@ std::string ucx_version() { return detail::ucx_library_version(); }
 absl::Status write_new_key_file(const std::string& path) { return detail::door::write_new_key(path); }
 
 absl::StatusOr<std::string> transport_report(const Config& config) {
-  SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::UcxContext::create(config));
+  SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::TransportContext::create(config));
   return ctx->describe();
 }
 

@@ -80,14 +80,14 @@ void EngineCore::take_first_contacts() {
   // before our HELLO reached it. All that waits, up to a bound per call: a peer flooding this
   // class must not grow UCX's unexpected queue faster than it is drained.
   for (int i = 0; i < 256; ++i) {
-    UcxWorker::Unexpected u = worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
+    Worker::Unexpected u = worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
     if (u.message == nullptr || !receive_unexpected(u)) return;
   }
 }
 
 void EngineCore::purge_stragglers(Clock::time_point now) {
   for (std::size_t i = 0; i < stale_tags_.size();) {
-    UcxWorker::Unexpected u;
+    Worker::Unexpected u;
     while ((u = worker_->take_unexpected(stale_tags_[i].tag, kFullMask)).message != nullptr) {
       if (!receive_unexpected(u)) return;
     }
@@ -100,7 +100,7 @@ void EngineCore::purge_stragglers(Clock::time_point now) {
   }
 }
 
-bool EngineCore::receive_unexpected(const UcxWorker::Unexpected& u) {
+bool EngineCore::receive_unexpected(const Worker::Unexpected& u) {
   // Into the heap: these are few, small (a HELLO, a REJECT) and belong to no peer's receive
   // reservation. A larger one is cut short by UCX (MESSAGE_TRUNCATED) and dropped.
   Op* op = new_op(OpKind::kContactRx, 0);

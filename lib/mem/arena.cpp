@@ -14,7 +14,7 @@ namespace sluice::detail {
 
 absl::StatusOr<std::unique_ptr<Arena>> Arena::create(std::size_t length, HugePages huge,
                                                      int node, const Topology* topo,
-                                                     const UcxContext* ucx) {
+                                                     const TransportContext* ucx) {
   std::unique_ptr<Arena> a(new Arena());
   void* p = MAP_FAILED;
   if (huge != HugePages::kNo) {
@@ -53,13 +53,13 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::create(std::size_t length, HugePag
   std::size_t page = a->huge_ ? kHugePage : kSmallPage;
   for (std::size_t off = 0; off < a->length_; off += page) a->data_[off] = std::byte{0};
   if (ucx != nullptr) {
-    SLUICE_ASSIGN_OR_RETURN(a->memory_, UcxMemory::map(*ucx, a->data_, a->length_));
+    SLUICE_ASSIGN_OR_RETURN(a->memory_, MemoryRegistration::map(*ucx, a->data_, a->length_));
   }
   return a;
 }
 
 Arena::~Arena() {
-  memory_ = UcxMemory();  // unregister before unmapping
+  memory_ = MemoryRegistration();  // unregister before unmapping
   if (data_ != nullptr) munmap(data_, length_);
 }
 

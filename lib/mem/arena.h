@@ -8,7 +8,7 @@
 #include <sluice/status.h>
 
 #include "topo/topology.h"
-#include "transport/ucx.h"
+#include "transport/transport.h"
 
 namespace sluice::detail {
 
@@ -19,7 +19,7 @@ class Arena {
   // `ucx` (when given; tests of placement may pass nullptr).
   static absl::StatusOr<std::unique_ptr<Arena>> create(std::size_t length, HugePages huge,
                                                        int node, const Topology* topo,
-                                                       const UcxContext* ucx);
+                                                       const TransportContext* ucx);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -37,7 +37,7 @@ class Arena {
   std::byte* data_ = nullptr;
   std::size_t length_ = 0;
   bool huge_ = false;
-  UcxMemory memory_;
+  MemoryRegistration memory_;
 };
 
 }  // namespace sluice::detail

@@ -61,7 +61,7 @@ class SlotOwner {
 // Where and how arenas are made.
 struct ArenaSource {
   const Topology* topo = nullptr;
-  const UcxContext* ucx = nullptr;
+  const TransportContext* ucx = nullptr;
   int node = -1;
   HugePages huge = HugePages::kTry;
   std::size_t chunk = std::size_t{2} << 20;

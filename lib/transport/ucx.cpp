@@ -1,3 +1,4 @@
+#include "transport/transport.h"
 #include "transport/ucx.h"
 
 #include <netinet/in.h>
@@ -27,7 +28,7 @@ ucp_ep_h ep_of(void* p) { return static_cast<ucp_ep_h>(p); }
 
 // The error callback and its argument, kept alive with the endpoint.
 struct ErrorHandler {
-  UcxEndpoint::ErrorCallback fn;
+  Endpoint::ErrorCallback fn;
   void* arg;
 };
 
@@ -120,53 +121,9 @@ bool cma_works() {
 
 }  // namespace
 
-absl::StatusCode ucx_status_code(int s) {
-  switch (static_cast<ucs_status_t>(s)) {
-    case UCS_OK: return absl::StatusCode::kOk;
-    case UCS_ERR_CANCELED: return absl::StatusCode::kCancelled;
-    case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT: return absl::StatusCode::kDeadlineExceeded;
-    case UCS_ERR_NO_MEMORY:
-    case UCS_ERR_NO_RESOURCE:
-    case UCS_ERR_EXCEEDS_LIMIT: return absl::StatusCode::kResourceExhausted;
-    case UCS_ERR_INVALID_PARAM:
-    case UCS_ERR_INVALID_ADDR: return absl::StatusCode::kInvalidArgument;
-    case UCS_ERR_MESSAGE_TRUNCATED: return absl::StatusCode::kOutOfRange;
-    case UCS_ERR_UNSUPPORTED: return absl::StatusCode::kUnimplemented;
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED:
-    case UCS_ERR_IO_ERROR:
-    case UCS_ERR_NO_DEVICE:
-    case UCS_ERR_BUSY: return absl::StatusCode::kUnavailable;
-    default: return absl::StatusCode::kInternal;
-  }
-}
-
-const char* ucx_status_name(int s) { return ucs_status_string(static_cast<ucs_status_t>(s)); }
-
-absl::Status ucx_status(int s, std::string_view what) {
-  if (s == UCS_OK) return absl::OkStatus();
-  return absl::Status(ucx_status_code(s), absl::StrFormat("%s: %s", what, ucx_status_name(s)));
-}
-
-std::uint32_t shm_fifo_size(std::uint32_t credits) {
-  const std::uint64_t unconsumed = 3 * std::uint64_t{credits} + 16;
-  std::uint32_t fifo = 64;  // UCX's default
-  while (fifo < 2 * unconsumed && fifo < kShmFifoMax) fifo *= 2;
-  return fifo;
-}
-
-std::string ucx_library_version() {
-  unsigned major, minor, release;
-  ucp_get_version(&major, &minor, &release);
-  return absl::StrFormat("%u.%u.%u", major, minor, release);
-}
-
 // ---- context ---------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& config) {
+absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config) {
   ucp_config_t* cfg = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read"));
   struct Release {
@@ -230,17 +187,17 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::create(const Config& con
     return ucx_status(s, tls.empty() ? std::string("ucp_init")
                                      : absl::StrFormat("ucp_init with SLUICE_TLS=%s", tls));
   }
-  std::unique_ptr<UcxContext> out(new UcxContext());
+  std::unique_ptr<TransportContext> out(new TransportContext());
   out->context_ = ctx;
   out->settings_ = std::move(settings);
   return out;
 }
 
-UcxContext::~UcxContext() {
+TransportContext::~TransportContext() {
   if (context_ != nullptr) ucp_cleanup(ctx_of(context_));
 }
 
-std::string UcxContext::describe() const {
+std::string TransportContext::describe() const {
   char* buf = nullptr;
   std::size_t len = 0;
   FILE* f = open_memstream(&buf, &len);
@@ -256,7 +213,7 @@ std::string UcxContext::describe() const {
 
 // ---- memory ----------------------------------------------------------------------------
 
-absl::StatusOr<UcxMemory> UcxMemory::map(const UcxContext& ctx, void* addr, std::size_t len) {
+absl::StatusOr<MemoryRegistration> MemoryRegistration::map(const TransportContext& ctx, void* addr, std::size_t len) {
   ucp_mem_map_params_t p{};
   p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   p.address = addr;
@@ -264,17 +221,17 @@ absl::StatusOr<UcxMemory> UcxMemory::map(const UcxContext& ctx, void* addr, std:
   ucp_mem_h memh = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_mem_map(ctx_of(ctx.handle()), &p, &memh),
                                     absl::StrFormat("ucp_mem_map of %u bytes", len)));
-  UcxMemory m;
+  MemoryRegistration m;
   m.context_ = ctx.handle();
   m.memh_ = memh;
   return m;
 }
 
-UcxMemory::UcxMemory(UcxMemory&& o) noexcept : context_(o.context_), memh_(o.memh_) {
+MemoryRegistration::MemoryRegistration(MemoryRegistration&& o) noexcept : context_(o.context_), memh_(o.memh_) {
   o.memh_ = nullptr;
 }
 
-UcxMemory& UcxMemory::operator=(UcxMemory&& o) noexcept {
+MemoryRegistration& MemoryRegistration::operator=(MemoryRegistration&& o) noexcept {
   if (this != &o) {
     reset();
     context_ = o.context_;
@@ -284,20 +241,20 @@ UcxMemory& UcxMemory::operator=(UcxMemory&& o) noexcept {
   return *this;
 }
 
-UcxMemory::~UcxMemory() { reset(); }
+MemoryRegistration::~MemoryRegistration() { reset(); }
 
-void UcxMemory::reset() {
+void MemoryRegistration::reset() {
   if (memh_ != nullptr) ucp_mem_unmap(ctx_of(context_), static_cast<ucp_mem_h>(memh_));
   memh_ = nullptr;
 }
 
 // ---- endpoint --------------------------------------------------------------------------
 
-UcxEndpoint::UcxEndpoint(UcxEndpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) {
+Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) {
   o.ep_ = nullptr;
 }
 
-UcxEndpoint& UcxEndpoint::operator=(UcxEndpoint&& o) noexcept {
+Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
   if (this != &o) {
     if (ep_ != nullptr) {
       void* r = start_close(true);
@@ -310,14 +267,14 @@ UcxEndpoint& UcxEndpoint::operator=(UcxEndpoint&& o) noexcept {
   return *this;
 }
 
-UcxEndpoint::~UcxEndpoint() {
+Endpoint::~Endpoint() {
   if (ep_ != nullptr) {
     void* r = start_close(true);
     if (r != nullptr) ucp_request_free(r);
   }
 }
 
-PostResult UcxEndpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
+PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
                                   void* memh) const {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -330,7 +287,7 @@ PostResult UcxEndpoint::post_send(TransportOp* op, const void* buf, std::size_t 
   return from_status_ptr(ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p), op);
 }
 
-PostResult UcxEndpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
+PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p);
@@ -345,7 +302,7 @@ PostResult UcxEndpoint::send_now(const void* buf, std::size_t len, Tag tag) cons
   return {Post::kError, ucx_status_code(st)};
 }
 
-std::string UcxEndpoint::transports() const {
+std::string Endpoint::transports() const {
   if (ep_ == nullptr) return {};
   char* text = nullptr;
   std::size_t size = 0;
@@ -375,7 +332,7 @@ std::string UcxEndpoint::transports() const {
   return out;
 }
 
-void* UcxEndpoint::start_close(bool force) {
+void* Endpoint::start_close(bool force) {
   if (ep_ == nullptr) return nullptr;
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -388,13 +345,13 @@ void* UcxEndpoint::start_close(bool force) {
 
 // ---- worker ----------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::create(const UcxContext& ctx) {
+absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& ctx) {
   ucp_worker_params_t p{};
   p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   p.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h w = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_create(ctx_of(ctx.handle()), &p, &w), "ucp_worker_create"));
-  std::unique_ptr<UcxWorker> out(new UcxWorker());
+  std::unique_ptr<Worker> out(new Worker());
   out->worker_ = w;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_efd(w, &out->efd_), "ucp_worker_get_efd"));
   ucp_address_t* addr = nullptr;
@@ -405,21 +362,21 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::create(const UcxContext& c
   return out;
 }
 
-UcxWorker::~UcxWorker() {
+Worker::~Worker() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
 }
 
 
-absl::StatusOr<UcxEndpoint> UcxWorker::connect(std::string_view address,
-                                               UcxEndpoint::ErrorCallback on_error, void* arg) {
+absl::StatusOr<Endpoint> Worker::connect(std::string_view address,
+                                               Endpoint::ErrorCallback on_error, void* arg) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (worker address)");
 }
 
-absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
-                                                    UcxEndpoint::ErrorCallback on_error,
+absl::StatusOr<Endpoint> Worker::make_endpoint(void* worker, void* params,
+                                                    Endpoint::ErrorCallback on_error,
                                                     void* arg, const char* what) {
   ucp_ep_params_t& p = *static_cast<ucp_ep_params_t*>(params);
   // The handler struct must outlive the endpoint; endpoints live as long as the engine that
@@ -437,27 +394,27 @@ absl::StatusOr<UcxEndpoint> UcxWorker::make_endpoint(void* worker, void* params,
   p.err_handler.arg = h;
   ucp_ep_h ep = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_ep_create(worker_of(worker), &p, &ep), what));
-  UcxEndpoint out;
+  Endpoint out;
   out.ep_ = ep;
   out.worker_ = worker;
   return out;
 }
 
-PostResult UcxWorker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                                 void* memh) {
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
   return from_recv_status_ptr(r, op);
 }
 
-UcxWorker::Unexpected UcxWorker::take_unexpected(Tag tag, Tag mask) {
+Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {
   ucp_tag_recv_info_t info;
   ucp_tag_message_h m = ucp_tag_probe_nb(worker_of(worker_), tag, mask, 1, &info);
   if (m == nullptr) return {};
   return {m, info.length, info.sender_tag};
 }
 
-PostResult UcxWorker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf,
+PostResult Worker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf,
                                         std::size_t len, void* memh) {
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_of(worker_), buf, len,
@@ -465,22 +422,22 @@ PostResult UcxWorker::post_recv_message(TransportOp* op, const Unexpected& msg, 
   return from_recv_status_ptr(r, op);
 }
 
-void UcxWorker::cancel(TransportOp* op) {
+void Worker::cancel(TransportOp* op) {
   if (op->request != nullptr) ucp_request_cancel(worker_of(worker_), op->request);
 }
 
-bool UcxWorker::has_unexpected(Tag tag, Tag mask) {
+bool Worker::has_unexpected(Tag tag, Tag mask) {
   ucp_tag_recv_info_t info;
   return ucp_tag_probe_nb(worker_of(worker_), tag, mask, 0, &info) != nullptr;
 }
 
-bool UcxWorker::progress() { return ucp_worker_progress(worker_of(worker_)) != 0; }
+bool Worker::progress() { return ucp_worker_progress(worker_of(worker_)) != 0; }
 
-bool UcxWorker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
+bool Worker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
 
-void UcxWorker::signal() { ucp_worker_signal(worker_of(worker_)); }
+void Worker::signal() { ucp_worker_signal(worker_of(worker_)); }
 
-absl::Status UcxWorker::wait_request(void* request,
+absl::Status Worker::wait_request(void* request,
                                      std::chrono::steady_clock::time_point deadline) {
   if (request == nullptr) return absl::OkStatus();
   ucs_status_t s;

@@ -24,13 +24,13 @@ struct PoolEnv {
   PoolEnv() {
     config.send_pool_max = std::size_t{64} << 20;
     topo = std::move(*Topology::load());
-    ucx = std::move(*UcxContext::create(config));
+    ucx = std::move(*TransportContext::create(config));
     source = {topo.get(), ucx.get(), -1, HugePages::kTry, config.pool_chunk};
     pool = std::move(*Pool::create(Direction::kSend, config, eager_slot_size(config.eager_limit()), source));
   }
   Config config;
   std::unique_ptr<Topology> topo;
-  std::unique_ptr<UcxContext> ucx;
+  std::unique_ptr<TransportContext> ucx;
   ArenaSource source;
   std::unique_ptr<Pool> pool;
 };

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <sluice/context.h>
 
-#include "transport/ucx.h"
+#include "transport/transport.h"
 #include "wire/wire.h"
 
 namespace sluice::detail::rogue {
@@ -28,8 +28,8 @@ struct Received {
 class Rogue {
  public:
   void start(Bootstrap& boot) {
-    ucx_ = std::move(*UcxContext::create(Config()));
-    worker_ = std::move(*UcxWorker::create(*ucx_));
+    ucx_ = std::move(*TransportContext::create(Config()));
+    worker_ = std::move(*Worker::create(*ucx_));
     ASSERT_TRUE(boot.put("sluice.engine.0", worker_->address()).ok());
     ASSERT_TRUE(boot.fence().ok());
     auto addr = boot.get(0, "sluice.engine.0");
@@ -158,7 +158,7 @@ class Rogue {
   std::uint64_t credits_returned() const { return credits_returned_; }
 
   void stop() {
-    ep_ = UcxEndpoint();
+    ep_ = Endpoint();
     for (auto& r : rx_) worker_->cancel(&r.op);
     for (int i = 0; i < 1000; ++i) worker_->progress();
   }
@@ -192,9 +192,9 @@ class Rogue {
     // EAGER and CTRL classes (bit 60 set in both): what the engine sends us but payloads.
     worker_->post_recv(&r.op, r.buf.data(), r.buf.size(), Tag{1} << 60, Tag{1} << 60, nullptr);
   }
-  std::unique_ptr<UcxContext> ucx_;
-  std::unique_ptr<UcxWorker> worker_;
-  UcxEndpoint ep_;
+  std::unique_ptr<TransportContext> ucx_;
+  std::unique_ptr<Worker> worker_;
+  Endpoint ep_;
   Rx rx_[8];
   std::deque<Received> got_;
   std::uint64_t credits_returned_ = 0;

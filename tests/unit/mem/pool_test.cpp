@@ -21,7 +21,7 @@ struct Fixture {
     auto t = Topology::load();
     EXPECT_TRUE(t.ok());
     topo = std::move(*t);
-    auto u = UcxContext::create(config);
+    auto u = TransportContext::create(config);
     EXPECT_TRUE(u.ok()) << u.status();
     ucx = std::move(*u);
     source = {topo.get(), ucx.get(), 0, HugePages::kTry, config.pool_chunk};
@@ -33,7 +33,7 @@ struct Fixture {
   }
   Config config;
   std::unique_ptr<Topology> topo;
-  std::unique_ptr<UcxContext> ucx;
+  std::unique_ptr<TransportContext> ucx;
   ArenaSource source;
 };
 
@@ -290,8 +290,8 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
   auto send = f.make(Direction::kSend);
   auto recv = f.make(Direction::kRecv);
   ASSERT_TRUE(recv->eager().reserve(1).ok());
-  auto w1 = UcxWorker::create(*f.ucx);
-  auto w2 = UcxWorker::create(*f.ucx);
+  auto w1 = Worker::create(*f.ucx);
+  auto w2 = Worker::create(*f.ucx);
   ASSERT_TRUE(w1.ok() && w2.ok());
   auto ep = (*w1)->connect((*w2)->address(), [](void*, int) {}, nullptr);
   ASSERT_TRUE(ep.ok()) << ep.status();
@@ -326,7 +326,7 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
   EXPECT_EQ(rop.code, absl::StatusCode::kOk);
   EXPECT_EQ(rop.len, out.size());
   EXPECT_EQ(std::memcmp(in.data(), out.data(), out.size()), 0);
-  *ep = UcxEndpoint();
+  *ep = Endpoint();
   for (int i = 0; i < 100; ++i) (*w1)->progress();
 }
 

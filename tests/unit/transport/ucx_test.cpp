@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "transport/transport.h"
 #include "transport/ucx.h"
 
 namespace sluice::detail {
@@ -30,10 +31,10 @@ void record(TransportOp* op, absl::StatusCode code, std::size_t length, Tag tag)
 class Loopback : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ctx = UcxContext::create(Config());
+    auto ctx = TransportContext::create(Config());
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     ctx_ = std::move(*ctx);
-    auto w = UcxWorker::create(*ctx_);
+    auto w = Worker::create(*ctx_);
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
     auto ep = worker_->connect(worker_->address(), [](void*, int) {}, nullptr);
@@ -63,9 +64,9 @@ class Loopback : public ::testing::Test {
     return v;
   }
 
-  std::unique_ptr<UcxContext> ctx_;
-  std::unique_ptr<UcxWorker> worker_;
-  UcxEndpoint ep_;
+  std::unique_ptr<TransportContext> ctx_;
+  std::unique_ptr<Worker> worker_;
+  Endpoint ep_;
 };
 
 TEST_F(Loopback, AReceiveMatchingAWaitingMessageCompletesInsideThePostAndHoldsNoRequest) {
@@ -107,7 +108,7 @@ TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
   EXPECT_EQ(worker_->take_unexpected(kClass, kClassMask).message, nullptr) << "nothing waiting yet";
   auto sent = pattern(300);
   send_unexpected(sent, kClass | 0x42);
-  UcxWorker::Unexpected u = worker_->take_unexpected(kClass, kClassMask);
+  Worker::Unexpected u = worker_->take_unexpected(kClass, kClassMask);
   ASSERT_NE(u.message, nullptr);
   EXPECT_EQ(u.length, sent.size());
   EXPECT_EQ(u.tag, kClass | 0x42);

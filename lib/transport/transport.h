@@ -1,0 +1,186 @@
+// The transport (internal): the handful of tagged-messaging operations the protocol uses.
+//
+// Move-only owners for the transport context, worker, endpoint and memory registration;
+// tagged send and receive with one completion path for both immediate and callback completion.
+// Two implementations of these declarations exist, chosen at link time so that the per-message
+// path pays no virtual call: ucx.cpp (UCX; the library) and fake.cpp (an in-process fabric that
+// drops, holds, duplicates and fails on command; only protocol tests link it, see fake.h).
+//
+// Completion model: an operation is described by a TransportOp the caller owns and keeps
+// alive until it completes. post_* returns kDone when the transport completed the operation in
+// place (the op's callback is NOT called), kPending when the callback will run later (from
+// inside Worker::progress()), or an error status (nothing is pending). Callbacks run on the
+// worker's thread, inside progress(); they should record the completion and return.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <sluice/config.h>
+#include <sluice/status.h>
+
+namespace sluice::detail {
+
+using Tag = std::uint64_t;
+inline constexpr Tag kFullMask = ~Tag{0};
+
+// The text of a transport error status, as an endpoint's ErrorCallback receives it.
+const char* transport_error_name(int status);
+
+struct TransportOp;
+using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::size_t length,
+                                   Tag sender_tag);
+
+struct TransportOp {
+  TransportCallback on_complete = nullptr;
+  void* request = nullptr;  // the UCX request while pending, for cancel
+};
+
+enum class Post { kDone, kPending, kError };
+
+struct PostResult {
+  Post kind;
+  absl::StatusCode code = absl::StatusCode::kOk;  // with kError
+  std::size_t length = 0;                           // with kDone receives
+  Tag sender_tag = 0;                               // with kDone receives
+};
+
+class Worker;
+
+class TransportContext {
+ public:
+  // Creates a UCP context for tag matching with peer error handling, with the shared-memory
+  // transports' error handling switched on (so local peers keep sysv/posix/cma), their FIFO
+  // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
+  // config.tls. Checks once per process that CMA works between processes and, when it does
+  // not, says so and leaves cma out.
+  static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config);
+  ~TransportContext();
+  TransportContext(const TransportContext&) = delete;
+  TransportContext& operator=(const TransportContext&) = delete;
+
+  void* handle() const { return context_; }
+  // What UCX reports about its transports and devices, then the UCX settings Sluice made.
+  std::string describe() const;
+
+ private:
+  TransportContext() = default;
+  void* context_ = nullptr;
+  std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
+};
+
+// A registered memory region: ucp_mem_map(address, length), unmapped on destruction.
+class MemoryRegistration {
+ public:
+  static absl::StatusOr<MemoryRegistration> map(const TransportContext& ctx, void* addr, std::size_t len);
+  MemoryRegistration() = default;
+  MemoryRegistration(MemoryRegistration&& other) noexcept;
+  MemoryRegistration& operator=(MemoryRegistration&& other) noexcept;
+  ~MemoryRegistration();
+  void* handle() const { return memh_; }  // ucp_mem_h
+
+ private:
+  void reset();
+  void* context_ = nullptr;
+  void* memh_ = nullptr;
+};
+
+// An endpoint towards one remote worker. Destroying it force-closes it.
+class Endpoint {
+ public:
+  using ErrorCallback = void (*)(void* arg, int ucs_status);
+  Endpoint() = default;
+  Endpoint(Endpoint&& other) noexcept;
+  Endpoint& operator=(Endpoint&& other) noexcept;
+  ~Endpoint();
+
+  bool valid() const { return ep_ != nullptr; }
+  void* handle() const { return ep_; }
+
+  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
+                       void* memh) const;
+  // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the
+  // bytes (the buffer is free again, no callback follows); kError otherwise, with
+  // kResourceExhausted when it could not right now (too large for UCX's inline send, or the
+  // transport's queue is full) and nothing was sent.
+  PostResult send_now(const void* buf, std::size_t len, Tag tag) const;
+  // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
+  // Returns a request to wait for with Worker::wait_request, or nullptr when done.
+  void* start_close(bool force);
+  // The transports and devices of the endpoint's lanes ("sysv/memory tcp/veth0"), from
+  // ucp_ep_print_info: for the debug log.
+  std::string transports() const;
+
+ private:
+  friend class Worker;
+  void* ep_ = nullptr;
+  void* worker_ = nullptr;
+};
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> create(const TransportContext& ctx);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void* handle() const { return worker_; }
+  // The packed address other processes connect to.
+  const std::string& address() const { return address_; }
+
+  // Endpoint towards a worker address, in peer error mode; `on_error(arg, status)` runs inside
+  // progress() when UCX declares the endpoint failed.
+  absl::StatusOr<Endpoint> connect(std::string_view address, Endpoint::ErrorCallback on_error,
+                                      void* arg);
+
+  // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
+  // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
+  // (length 0) for in-place completions, on TCP for small messages and on shared memory for
+  // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
+  // A receive that matches a message already waiting in UCX completes inside this call (its
+  // callback runs before it returns, and the op holds no request afterwards).
+  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+                       void* memh);
+  // A message that arrived with no posted receive to take it, removed from UCX's unexpected
+  // queue by take_unexpected (ucp_tag_probe_nb), to be received with post_recv_message.
+  struct Unexpected {
+    void* message = nullptr;  // ucp_tag_message_h; nullptr: none waiting
+    std::size_t length = 0;
+    Tag tag = 0;
+  };
+  Unexpected take_unexpected(Tag tag, Tag mask);
+  // Receives a taken message into buf (at least its length); completes like post_recv.
+  PostResult post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len,
+                               void* memh);
+  // Cancels a pending operation; its callback then runs with kCancelled.
+  void cancel(TransportOp* op);
+  // Whether UCX holds an arrived message that matches (tag, mask) but no posted receive took
+  // (ucp_tag_probe_nb without removing it): for diagnostics.
+  bool has_unexpected(Tag tag, Tag mask);
+
+  // Progresses communication; returns whether anything happened.
+  bool progress();
+  // Event-driven waiting: the fd to poll, and arm() which returns false when events are
+  // already pending (progress again instead of sleeping).
+  int event_fd() const { return efd_; }
+  bool arm();
+  // Wakes a thread sleeping on the event fd (any thread).
+  void signal();
+  // Progresses until `request` (from Endpoint::start_close) completes or `deadline`.
+  absl::Status wait_request(void* request, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  Worker() = default;
+  static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params,
+                                                   Endpoint::ErrorCallback on_error,
+                                                   void* arg, const char* what);
+  void* worker_ = nullptr;
+  int efd_ = -1;
+  std::string address_;
+};
+
+}  // namespace sluice::detail
