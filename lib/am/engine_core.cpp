@@ -48,7 +48,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                 &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
                 &s.counter("am.sent_inline"),      &s.counter("peers.reused"),
                 &s.counter("am.copied_bytes"),    &s.counter("am.sink_returned"),
-                &s.counter("am.landing_waits")};
+                &s.counter("am.landing_waits"),  &s.counter("flow.credits_recovered")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -351,6 +351,11 @@ void EngineCore::timers(Clock::time_point now) {
                                 format_duration(config_.connect_timeout)));
       continue;
     }
+    if (p.state == PeerState::kConnecting && p.early_since != Clock::time_point{} &&
+        now - p.early_since >= config_.heartbeat) [[unlikely]] {
+      drop_early(p);
+      continue;
+    }
     if (p.state != PeerState::kReady) continue;
     if (now - p.link_lost_at >= kLinkGrace) [[unlikely]] {
       fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
@@ -528,6 +533,14 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     op.slot.release();
     if (op.pending.valid() && !op.pending.heap_ && !op.pending.landing_) op.pending = Message();  // its eager slot
   }
+}
+
+void EngineCore::drop_early(PeerData& p) {
+  // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
+  // within a heartbeat interval is not coming, and what waited for it goes.
+  for (std::size_t n = p.window.held(); n > 0; --n) count_drop("before the handshake (no HELLO came)");
+  p.window.clear();  // their Messages release their slots and credits
+  p.early_since = {};
 }
 
 void EngineCore::count_drop(const char* what) {

@@ -175,6 +175,7 @@ struct PeerData {
   Message frag;                    // bounce mode: payload being reassembled
   std::size_t frag_received = 0;
   Clock::time_point last_heard{};
+  Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
   Clock::time_point hello_deadline{};
   bool ping_outstanding = false;
   Clock::time_point ping_sent{};
@@ -472,6 +473,10 @@ class EngineCore : private Door::Owner {
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
   void count_drop(const char* what);
+  // A heartbeat's count of the credits the peer returned in all, against ours (flow.h).
+  void reconcile_credits(PeerData& p, std::uint64_t peer_returned);
+  // Drops what waited for a HELLO that did not come (timers()).
+  void drop_early(PeerData& p);
 
   const Config config_;
   const Topology* topo_;
@@ -579,6 +584,7 @@ class EngineCore : private Door::Owner {
     Counter* copied_bytes;
     Counter* sink_returned;
     Counter* landing_waits;
+    Counter* credits_recovered;
   } c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.
   void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {

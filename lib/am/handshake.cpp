@@ -92,7 +92,9 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
   h.user_header_len = static_cast<std::uint16_t>(body.size());
   h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? p.owed.take() : 0;
   h.ack = p.window.delivered();
-  h.aux = aux;
+  // Heartbeats carry the credits returned in all, this one's included: the peer recovers
+  // returns that were lost (SendCredits::reconcile).
+  h.aux = kind == wire::kPing || kind == wire::kPong ? p.owed.returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
   Op* op = new_op(OpKind::kCtrl, p.id);
@@ -165,8 +167,12 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   switch (h.handler) {
     case wire::kCredit: break;
-    case wire::kPing: send_ctrl(p, wire::kPong, {}); break;
+    case wire::kPing:
+      reconcile_credits(p, h.aux);
+      send_ctrl(p, wire::kPong, {});
+      break;
     case wire::kPong:
+      reconcile_credits(p, h.aux);
       if (p.ping_outstanding) p.traffic.sample_rtt(Clock::now() - p.ping_sent);
       p.ping_outstanding = false;
       break;
@@ -191,6 +197,19 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
       return;
   }
   flush(p);
+}
+
+void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
+  std::int64_t d = p.credits.reconcile(peer_returned);
+  if (d == 0) [[likely]] return;
+  if (d > 0) {
+    c_.credits_recovered->add(static_cast<std::uint64_t>(d));
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits were lost in transit; recovered from its heartbeat",
+                            p.name, d);
+  } else {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits arrived twice; taken back at its heartbeat",
+                            p.name, -d);
+  }
 }
 
 void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
@@ -258,8 +277,10 @@ void EngineCore::maybe_ready(PeerData& p) {
   if (p.state != PeerState::kConnecting || !p.hello_sent || !p.hello_received) return;
   p.state = PeerState::kReady;
   p.last_heard = Clock::now();
+  p.early_since = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
              p.granted, p.credits.granted(), p.rpc_slots, p.ep.transports());
+  if (p.window.held() != 0) deliver(p);  // what arrived before its HELLO
   flush(p);
 }
 

@@ -241,14 +241,20 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
+  bool early = false;  // before its sender's HELLO
   if (p->state != PeerState::kReady) [[unlikely]] {
     // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
     // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
     if (p->state != PeerState::kDead && !p->hello_received) take_first_contacts();
-    if (p->state != PeerState::kReady) {
+    // Or it is still on its way (a transport that reorders between tags): the peer has our
+    // HELLO, since it used our key, so the message waits in the window for the peer's, within
+    // the grant, for at most a heartbeat interval (timers()).
+    early = p->state == PeerState::kConnecting && p->hello_sent && !p->hello_received;
+    if (p->state != PeerState::kReady && !early) {
       count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
       return;
     }
+    if (early && p->early_since == Clock::time_point{}) p->early_since = now_;
   }
   count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
@@ -284,7 +290,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   m.payload_ = std::span<std::byte>(d + h.user_header_len, inl);
   m.borrowed_ = true;
   m.lender_ = lender;
-  if (!p->blocked && p->window.take_in_order(seq)) [[likely]] {
+  if (!p->blocked && !early && p->window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {

@@ -3,6 +3,7 @@
 // Pure logic with no I/O, so each is tested directly with crafted inputs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -15,7 +16,10 @@ namespace sluice::detail {
 // Credits a sender may spend towards one peer. Never negative, never above the grant.
 class SendCredits {
  public:
-  void grant(std::uint32_t n) { granted_ = available_ = n; }
+  void grant(std::uint32_t n) {
+    granted_ = available_ = n;
+    returned_ = 0;
+  }
   // Spends `n` credits, all or none.
   bool try_consume(std::uint32_t n = 1) {
     if (available_ < n) return false;
@@ -27,7 +31,19 @@ class SendCredits {
   bool give_back(std::uint32_t n) {
     if (static_cast<std::uint64_t>(available_) + n > granted_) return false;
     available_ += n;
+    returned_ += n;
     return true;
+  }
+  // The peer's own count of the credits it has returned since the grant (its heartbeats carry
+  // it): a return lost on the way is made good, one that arrived twice is taken back (as far
+  // as it is unspent). Heartbeats travel in order with every message that returns credits, so
+  // the counts compare exactly. Returns the difference applied.
+  std::int64_t reconcile(std::uint64_t peer_returned) {
+    auto d = static_cast<std::int64_t>(peer_returned - returned_);
+    returned_ = peer_returned;
+    if (d > 0) available_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(granted_, std::uint64_t{available_} + d));
+    else available_ -= static_cast<std::uint32_t>(std::min<std::uint64_t>(available_, static_cast<std::uint64_t>(-d)));
+    return d;
   }
   std::uint32_t available() const { return available_; }
   std::uint32_t granted() const { return granted_; }
@@ -35,6 +51,7 @@ class SendCredits {
  private:
   std::uint32_t granted_ = 0;
   std::uint32_t available_ = 0;
+  std::uint64_t returned_ = 0;  // credits given back since the grant
 };
 
 // Credits a receiver owes back to a peer as it releases that peer's messages.
@@ -46,8 +63,11 @@ class CreditReturn {
   std::uint16_t take() {
     auto n = static_cast<std::uint16_t>(owed_);
     owed_ = 0;
+    returned_ += n;
     return n;
   }
+  // Credits returned in all (what heartbeats carry, for SendCredits::reconcile at the peer).
+  std::uint64_t returned() const { return returned_; }
   // Whether an explicit credit message is due: half the grant is owed.
   bool explicit_due() const { return owed_ != 0 && owed_ * 2 >= granted_; }
   std::uint32_t owed() const { return owed_; }
@@ -55,6 +75,7 @@ class CreditReturn {
  private:
   std::uint32_t granted_ = 0;
   std::uint32_t owed_ = 0;
+  std::uint64_t returned_ = 0;
 };
 
 // Per-peer in-order delivery by 64-bit sequence numbers (serial arithmetic, so it survives

@@ -196,3 +196,43 @@ TEST(CallTable, SelectsIdsAndCountsWhatIsLive) {
 
 }  // namespace
 }  // namespace sluice::detail
+
+namespace sluice::detail {
+namespace {
+
+TEST(SendCredits, AHeartbeatsCountRecoversLostReturnsAndTakesBackDoubleOnes) {
+  SendCredits c;
+  c.grant(4);
+  ASSERT_TRUE(c.try_consume(4));
+  ASSERT_TRUE(c.give_back(1));  // the peer returned 3; 2 of them were lost
+  EXPECT_EQ(c.reconcile(3), 2);
+  EXPECT_EQ(c.available(), 3u);
+  EXPECT_EQ(c.reconcile(3), 0) << "counted once";
+  // A return taken twice: given up at the next count.
+  ASSERT_TRUE(c.give_back(1));
+  ASSERT_TRUE(c.give_back(0));
+  EXPECT_EQ(c.available(), 4u);
+  EXPECT_EQ(c.reconcile(3), -1);
+  EXPECT_EQ(c.available(), 3u);
+  // Never above the grant, never below zero.
+  ASSERT_TRUE(c.try_consume(3));
+  EXPECT_EQ(c.reconcile(1), -2);
+  EXPECT_EQ(c.available(), 0u);
+  EXPECT_EQ(c.reconcile(100), 99);
+  EXPECT_EQ(c.available(), 4u);
+}
+
+TEST(CreditReturn, CountsWhatItReturnedInAll) {
+  CreditReturn r;
+  r.grant(4);
+  r.released();
+  r.released();
+  EXPECT_EQ(r.take(), 2);
+  r.released();
+  EXPECT_EQ(r.take(), 1);
+  EXPECT_EQ(r.take(), 0);
+  EXPECT_EQ(r.returned(), 3u);
+}
+
+}  // namespace
+}  // namespace sluice::detail
