@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -17,6 +18,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr ucp_tag_t kData = 0xd0;
 constexpr ucp_tag_t kAck = 0xac;
+
+#ifndef SLUICE_PROBES
+#define SLUICE_PROBES 0
+#endif
+// The raw loop's probe (meson -Dprobes=true, beside the library's, lib/core/probe.h): cycles
+// from a receive callback to the next send, printed at exit.
+struct RawProbe {
+  std::uint64_t rx = 0, sum = 0, n = 0;
+  void received() { rx = __builtin_ia32_rdtsc(); }
+  void sending() {
+    if (rx == 0) return;
+    std::uint64_t d = __builtin_ia32_rdtsc() - rx;
+    if (d < 20000) sum += d, ++n;
+    rx = 0;
+  }
+  ~RawProbe() {
+    if (n != 0) std::fprintf(stderr, "raw probes: callback->send %.1f cycles over %lu rounds\n", double(sum) / n, (unsigned long)n);
+  }
+} raw_probe;
+constexpr bool kRawProbes = SLUICE_PROBES != 0;
 
 struct Req {
   bool done = true;  // nothing outstanding
@@ -31,6 +52,7 @@ void send_cb(void* request, ucs_status_t status, void* user) {
 }
 
 void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  if constexpr (kRawProbes) raw_probe.received();
   auto* r = static_cast<Req*>(user);
   r->done = true;
   r->status = status;
@@ -75,6 +97,7 @@ struct RawUcx::Impl {
     p.cb.send = send_cb;
     p.user_data = r;
     r->done = false;
+    if constexpr (kRawProbes) raw_probe.sending();
     void* s = ucp_tag_send_nbx(eps[static_cast<std::size_t>(peer)], buf, n, tag, &p);
     if (s == nullptr) r->done = true;
     else if (UCS_PTR_IS_ERR(s)) r->done = true, r->status = UCS_PTR_STATUS(s);

@@ -1,5 +1,6 @@
 // Engine lifecycle, progress, op pool, timers, peer failure; the public forwarding layer.
 #include "am/engine_core.h"
+#include "core/probe.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -287,6 +288,7 @@ bool EngineCore::progress() {
     if (!stale_tags_.empty()) purge_stragglers(now_);
     if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
   }
+  probe::progress_end();
   return any;
 }
 

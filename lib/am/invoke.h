@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "am/engine_core.h"
+#include "core/probe.h"
 
 namespace sluice::detail {
 
@@ -16,6 +17,7 @@ namespace sluice::detail {
   }
   m.sink_landing_ = false;  // the handler has it now
   try {
+    probe::stamp(probe::kHandler);
     handlers_[m.handler_].fn(m);
     return Invoke::kDone;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include "am/engine_core.h"
 #include "core/copy.h"
+#include "core/probe.h"
 #include "am/invoke.h"
 #include "core/log.h"
 
@@ -142,6 +143,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   // message is handled, and given back to it afterwards unless a Message kept it or the
   // operation was re-posted meanwhile: the usual re-post then needs no pool take, and the
   // usual release no pool return.
+  probe::stamp(probe::kRxTaken);
   Slot slot = std::move(op->slot);
   op->busy = false;
   op->queued = true;

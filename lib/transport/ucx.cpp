@@ -1,6 +1,8 @@
 #include "transport/transport.h"
 #include "transport/ucx.h"
 
+#include "core/probe.h"
+
 #include <netinet/in.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -46,6 +48,7 @@ void send_trampoline(void* request, ucs_status_t status, void* user_data) {
 
 void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                      void* user_data) {
+  probe::stamp(probe::kRxCallback);
   auto* op = static_cast<TransportOp*>(user_data);
   // `info` lives in the request: read it before freeing.
   std::size_t length = status == UCS_OK ? info->length : 0;
@@ -290,6 +293,7 @@ PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len
 PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  probe::round_end();
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p);
   if (r == nullptr) [[likely]] return {Post::kDone};
   if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
