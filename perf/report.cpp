@@ -41,7 +41,7 @@ Figures median_of(const std::vector<Figures>& runs) {
     return v.empty() ? NAN : median(v);
   };
   return {pick(&Figures::lat_p50_us), pick(&Figures::lat_p99_us), pick(&Figures::lat_avg_us),
-          pick(&Figures::bw_MBps),     pick(&Figures::rate),       pick(&Figures::extra),
+          pick(&Figures::bw_mbps),     pick(&Figures::rate),       pick(&Figures::extra),
           pick(&Figures::recv_hwm),    pick(&Figures::recv_budget), pick(&Figures::waiting),
           pick(&Figures::waiting_bytes)};
 }
@@ -59,7 +59,7 @@ Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t 
   f.lat_avg_us = us.empty() ? NAN : sum / static_cast<double>(us.size());
   if (f.lat_avg_us > 0) {
     f.rate = 1e6 / (f.lat_avg_us / scale);
-    f.bw_MBps = static_cast<double>(size) / f.lat_avg_us;
+    f.bw_mbps = static_cast<double>(size) / f.lat_avg_us;
   }
   return f;
 }
@@ -93,7 +93,7 @@ double headline_ratio(const Row& r) {
   bool latency = r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
   if (latency) return a.lat_p50_us / b.lat_p50_us;
   if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
-  return a.bw_MBps / b.bw_MBps;
+  return a.bw_mbps / b.bw_mbps;
 }
 
 std::string fanin_note(const Row& r) {
@@ -129,15 +129,15 @@ void print_row(const Row& r, const Options& o) {
   if (o.format == "csv") {
     std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
                 fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
-                fmt(r.sluice.bw_MBps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
-                fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
+                fmt(r.sluice.bw_mbps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
+                fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
                 fmt_ratio(r.ratio).c_str());
   } else if (o.format == "table") {
     std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s%s\n", r.test.c_str(),
                 sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
-                fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_MBps, 1).c_str(),
+                fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_mbps, 1).c_str(),
                 fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(), fmt(r.base.lat_p50_us).c_str(),
-                fmt(r.base.bw_MBps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
+                fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
                 r.note.empty() ? "" : ("  " + r.note).c_str());
   }
   std::fflush(stdout);
@@ -154,9 +154,9 @@ void print_json(const std::vector<Row>& rows, const Options& o) {
                 "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
                 "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
                 r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
-                num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_MBps).c_str(),
+                num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_mbps).c_str(),
                 num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
-                num(r.base.bw_MBps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
+                num(r.base.bw_mbps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
                 i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");

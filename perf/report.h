@@ -12,7 +12,7 @@ namespace sluice::perf {
 
 // What one run of one test measured.
 struct Figures {
-  double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_MBps = NAN, rate = NAN;
+  double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_mbps = NAN, rate = NAN;
   double extra = NAN;  // mixed: p999
   // fanin: the receive pool's high-water mark and budget in bytes; the messages (and their
   // bytes) that had arrived and were still unfinished when the receiver caught up.

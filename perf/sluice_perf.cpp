@@ -196,7 +196,7 @@ class Bench {
       wait_for([&] { return acks_ == 1; }, "the receiver's ack");
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       f.rate = c.iters / s;
-      f.bw_MBps = static_cast<double>(c.size) * c.iters / s / 1e6;
+      f.bw_mbps = static_cast<double>(c.size) * c.iters / s / 1e6;
     } else if (me_ == 1) {
       wait_for([&] { return received_ >= total; }, "the stream");
       send_spin(e, 0, kAck, {});
@@ -275,7 +275,7 @@ class Bench {
     double s = std::chrono::duration<double>(Clock::now() - t_start).count();
     f = from_rtts(rtts, 1.0, c.size);
     f.rate = c.iters / s;
-    f.bw_MBps = static_cast<double>(c.size) * f.rate / 1e6;
+    f.bw_mbps = static_cast<double>(c.size) * f.rate / 1e6;
     return f;
   }
 
@@ -342,7 +342,7 @@ class Bench {
     raw_->stream(1 - me_, c.size, c.warmup, c.window, init);
     double s = raw_->stream(1 - me_, c.size, c.iters, c.window, init);
     f.rate = c.iters / s;
-    f.bw_MBps = static_cast<double>(c.size) * c.iters / s / 1e6;
+    f.bw_mbps = static_cast<double>(c.size) * c.iters / s / 1e6;
     return f;
   }
 

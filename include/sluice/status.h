@@ -45,15 +45,15 @@ absl::Status to_status(Result r, std::string_view what);
     }                                                     \
   } while (0)
 
-#define SLUICE_STATUS_CONCAT_INNER_(a, b) a##b
-#define SLUICE_STATUS_CONCAT_(a, b) SLUICE_STATUS_CONCAT_INNER_(a, b)
+#define SLUICE_STATUS_CONCAT_INNER(a, b) a##b
+#define SLUICE_STATUS_CONCAT(a, b) SLUICE_STATUS_CONCAT_INNER(a, b)
 
 // `SLUICE_ASSIGN_OR_RETURN(auto x, f());` assigns the value of a StatusOr, or returns its
 // status from the enclosing function.
 #define SLUICE_ASSIGN_OR_RETURN(lhs, expr)                                     \
-  SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_STATUS_CONCAT_(sluice_or_, __LINE__), \
+  SLUICE_ASSIGN_OR_RETURN_IMPL(SLUICE_STATUS_CONCAT(sluice_or_, __LINE__), \
                                 lhs, expr)
-#define SLUICE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+#define SLUICE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) [[unlikely]] {                       \
     return std::move(tmp).status();                   \

@@ -207,7 +207,7 @@ struct HandlerEntry {
   HandlerOptions options;
 };
 
-class EngineCore : private Door::Owner {
+class EngineCore final : private Door::Owner {
  public:
   EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot,
              int engine_id);

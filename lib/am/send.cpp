@@ -262,8 +262,8 @@ std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
   // Zero the padding (under 8 bytes) with one 8-byte store: what it writes past `off` the
   // message written there next overwrites, and it stays inside the slot (len >= a header).
   static_assert(wire::kHeaderSize >= 8);
-  constexpr std::uint64_t zero = 0;
-  std::memcpy(b + head->message_len, &zero, sizeof(zero));
+  constexpr std::uint64_t kZero = 0;
+  std::memcpy(b + head->message_len, &kZero, sizeof(kZero));
   head->message_len = off + len;
   head->batch_last = off;
   return b + off;

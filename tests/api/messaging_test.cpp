@@ -49,9 +49,9 @@ class Messaging : public ::testing::TestWithParam<Transport> {
 // buffer: the test below samples it thousands of times, and a FILE per sample (4.5 KB freed
 // each time) grew the process itself under ASan, whose quarantine keeps freed memory.
 std::size_t rss_bytes() {
-  static const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  static const int kStatm = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   char buf[128];
-  ssize_t n = fd < 0 ? -1 : ::pread(fd, buf, sizeof(buf) - 1, 0);
+  ssize_t n = kStatm < 0 ? -1 : ::pread(kStatm, buf, sizeof(buf) - 1, 0);
   if (n <= 0) return 0;
   buf[n] = '\0';
   char* rest = nullptr;
@@ -733,7 +733,6 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
     got.push_back(v);
   }).ok());
   constexpr int kCount = 5000;
-  std::atomic<bool> stalled{true};
   int would_block = 0, completed = 0;
   std::array<std::byte, 4096> payload{};
   std::size_t rss_before = rss_bytes();

@@ -10,7 +10,7 @@
 namespace sluice::testing_support {
 
 inline std::uint32_t crc32c(std::span<const std::byte> data) {
-  static const std::array<std::uint32_t, 256> table = [] {
+  static const std::array<std::uint32_t, 256> kTable = [] {
     std::array<std::uint32_t, 256> t{};
     for (std::uint32_t i = 0; i < 256; ++i) {
       std::uint32_t c = i;
@@ -20,7 +20,7 @@ inline std::uint32_t crc32c(std::span<const std::byte> data) {
     return t;
   }();
   std::uint32_t c = ~0u;
-  for (std::byte b : data) c = table[(c ^ static_cast<std::uint8_t>(b)) & 0xff] ^ (c >> 8);
+  for (std::byte b : data) c = kTable[(c ^ static_cast<std::uint8_t>(b)) & 0xff] ^ (c >> 8);
   return ~c;
 }
 
