@@ -26,7 +26,9 @@ class PageBuffer {
     std::memset(data_, 0, n);  // touched: no page fault inside a timed loop
   }
   PageBuffer(PageBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), offset_(std::exchange(o.offset_, 0)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        offset_(std::exchange(o.offset_, 0)) {}
   PageBuffer& operator=(PageBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);

@@ -8,7 +8,8 @@
 namespace sluice::perf {
 namespace {
 
-const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin"};
+const std::vector<std::string> kAllTests = {"am_lat", "am_bw",   "rpc_lat", "rpc_rate", "read",
+                                            "write",  "bulk_bw", "mixed",   "fanin"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

@@ -34,7 +34,9 @@ struct RawProbe {
     rx = 0;
   }
   ~RawProbe() {
-    if (n != 0) std::fprintf(stderr, "raw probes: callback->send %.1f cycles over %lu rounds\n", double(sum) / n, (unsigned long)n);
+    if (n != 0)
+      std::fprintf(stderr, "raw probes: callback->send %.1f cycles over %lu rounds\n", double(sum) / n,
+                   (unsigned long)n);
   }
 } raw_probe;
 constexpr bool kRawProbes = SLUICE_PROBES != 0;
@@ -176,7 +178,8 @@ absl::StatusOr<std::unique_ptr<RawUcx>> RawUcx::create(Bootstrap& boot, std::siz
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  if (ucp_worker_create(im.ctx, &wp, &im.worker) != UCS_OK) return absl::UnavailableError("raw ucx: ucp_worker_create failed");
+  if (ucp_worker_create(im.ctx, &wp, &im.worker) != UCS_OK)
+    return absl::UnavailableError("raw ucx: ucp_worker_create failed");
   ucp_address_t* addr;
   std::size_t len;
   ucp_worker_get_address(im.worker, &addr, &len);
@@ -243,7 +246,7 @@ double RawUcx::stream(int peer, std::size_t size, int iters, int window, bool se
 }
 
 RawUcx::Held RawUcx::fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold,
-                          bool receiver) {
+                           bool receiver) {
   Impl& im = *impl_;
   im.reserve(size);
   char ackbuf[8] = {0};

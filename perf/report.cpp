@@ -28,10 +28,10 @@ std::string fmt_ratio(double v) {
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
-  auto i = static_cast<std::size_t>(std::min<double>(static_cast<double>(v.size() - 1), std::floor(p * static_cast<double>(v.size()))));
+  auto i = static_cast<std::size_t>(
+      std::min<double>(static_cast<double>(v.size() - 1), std::floor(p * static_cast<double>(v.size()))));
   return v[i];
 }
-
 
 Figures median_of(const std::vector<Figures>& runs) {
   auto pick = [&](double Figures::*f) {
@@ -40,9 +40,9 @@ Figures median_of(const std::vector<Figures>& runs) {
       if (!std::isnan(r.*f)) v.push_back(r.*f);
     return v.empty() ? NAN : median(v);
   };
-  return {pick(&Figures::lat_p50_us), pick(&Figures::lat_p99_us), pick(&Figures::lat_avg_us),
-          pick(&Figures::bw_mbps),     pick(&Figures::rate),       pick(&Figures::extra),
-          pick(&Figures::recv_hwm),    pick(&Figures::recv_budget), pick(&Figures::waiting),
+  return {pick(&Figures::lat_p50_us),   pick(&Figures::lat_p99_us),  pick(&Figures::lat_avg_us),
+          pick(&Figures::bw_mbps),      pick(&Figures::rate),        pick(&Figures::extra),
+          pick(&Figures::recv_hwm),     pick(&Figures::recv_budget), pick(&Figures::waiting),
           pick(&Figures::waiting_bytes)};
 }
 
@@ -90,7 +90,8 @@ double headline_ratio(const Row& r) {
   if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
   if (r.test == "fanin") return a.recv_hwm / a.recv_budget;
   if (r.baseline == "none") return NAN;
-  bool latency = r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
+  bool latency =
+      r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
   if (latency) return a.lat_p50_us / b.lat_p50_us;
   if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
   return a.bw_mbps / b.bw_mbps;
@@ -114,11 +115,13 @@ std::string mixed_note(const Row& r) {
 
 void print_header(const Options& o) {
   if (o.format == "csv") {
-    std::printf("test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
-                "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
+    std::printf(
+        "test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
+        "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
   } else if (o.format == "table") {
-    std::printf("# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
-                "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n");
+    std::printf(
+        "# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
+        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n");
     std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
                 "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
   }
@@ -149,15 +152,15 @@ void print_json(const std::vector<Row>& rows, const Options& o) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt(v); };
-    std::printf("  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
-                "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
-                "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
-                "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
-                r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(),
-                num(r.sluice.lat_p99_us).c_str(), num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_mbps).c_str(),
-                num(r.sluice.rate).c_str(), r.baseline.c_str(), num(r.base.lat_p50_us).c_str(),
-                num(r.base.bw_mbps).c_str(), num(r.base.rate).c_str(), (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(),
-                i + 1 < rows.size() ? "," : "");
+    std::printf(
+        "  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
+        "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
+        "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
+        "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
+        r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(), num(r.sluice.lat_p99_us).c_str(),
+        num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_mbps).c_str(), num(r.sluice.rate).c_str(), r.baseline.c_str(),
+        num(r.base.lat_p50_us).c_str(), num(r.base.bw_mbps).c_str(), num(r.base.rate).c_str(),
+        (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(), i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");
 }

@@ -31,9 +31,8 @@ using sluice::Message;
 using sluice::Result;
 using namespace sluice::perf;
 
-constexpr sluice::HandlerId kCmd = 900, kDone = 901, kReady = 902, kLat = 910, kBw = 911, kAck = 912,
-                            kEcho = 913, kBulk = 914, kStream = 915, kFlood = 916, kRead = 917,
-                            kWrite = 918;
+constexpr sluice::HandlerId kCmd = 900, kDone = 901, kReady = 902, kLat = 910, kBw = 911, kAck = 912, kEcho = 913,
+                            kBulk = 914, kStream = 915, kFlood = 916, kRead = 917, kWrite = 918;
 // How long fanin's receiver leaves what arrives unfinished before it catches up.
 constexpr std::chrono::milliseconds kFaninHold{200};
 // rpc_rate times one call in this many (Bench::rpc).
@@ -75,10 +74,13 @@ class Bench {
 
   // Handlers every rank installs on an engine: echoes, counters, sinks.
   absl::Status install(Engine& e) {
-    SLUICE_RETURN_IF_ERROR(e.register_handler(kLat, [this, &e](Message& m) {
-      if (me_ != 0) send_spin(e, m.source(), kLat, m.payload());
-      else ++replies_;
-    }, {.unordered = false, .sink = [this](const Message&, std::size_t n) { return sink(n); }}));
+    SLUICE_RETURN_IF_ERROR(
+        e.register_handler(kLat,
+                           [this, &e](Message& m) {
+                             if (me_ != 0) send_spin(e, m.source(), kLat, m.payload());
+                             else ++replies_;
+                           },
+                           {.unordered = false, .sink = [this](const Message&, std::size_t n) { return sink(n); }}));
     auto count = [this](Message&) { ++received_; };
     auto sinkfn = [this](const Message&, std::size_t n) { return sink(n); };
     SLUICE_RETURN_IF_ERROR(e.register_handler(kBw, count, {.unordered = false, .sink = sinkfn}));
@@ -105,11 +107,15 @@ class Bench {
     }));
     // And its write: the payload lands in the sink (the server's block buffer), an 8-byte
     // acknowledgement goes back.
-    SLUICE_RETURN_IF_ERROR(e.register_handler(kWrite, [this](Message& m) {
-      std::uint64_t ack = m.payload().size();
-      Result r = m.reply_copy({}, std::as_bytes(std::span(&ack, 1)));
-      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
-    }, {.sink = sinkfn}));
+    SLUICE_RETURN_IF_ERROR(e.register_handler(kWrite,
+                                              [this](Message& m) {
+                                                std::uint64_t ack = m.payload().size();
+                                                Result r = m.reply_copy({}, std::as_bytes(std::span(&ack, 1)));
+                                                if (r != Result::kOk)
+                                                  std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_,
+                                                               sluice::to_string(r));
+                                              },
+                                              {.sink = sinkfn}));
     return absl::OkStatus();
   }
 
@@ -238,7 +244,8 @@ class Bench {
       std::vector<int>* free_replies;
       int warmup, sample;
       bool timed(int i) const { return i >= warmup && (i - warmup) % sample == 0; }
-    } run{this, 0, {}, std::vector<Clock::time_point>(static_cast<std::size_t>(total)), &free_replies, c.warmup, sample};
+    } run{this,          0,        {},    std::vector<Clock::time_point>(static_cast<std::size_t>(total)),
+          &free_replies, c.warmup, sample};
     std::vector<double>& rtts = run.rtts;
     std::vector<Clock::time_point>& started = run.started;
     int& finished = run.finished;
@@ -258,13 +265,15 @@ class Bench {
           free_replies.pop_back();
           options.reply_buffer = replies[static_cast<std::size_t>(slot)].span();
         }
-        while ((r = e.peer(1)->call(h, request_header, request, options, [run = &run, i, slot](absl::Status s, Message&) {
-                 if (!s.ok()) run->bench->fail("call: " + s.ToString());
-                 if (run->timed(i))
-                   run->rtts.push_back(std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
-                 if (slot >= 0) run->free_replies->push_back(slot);
-                 ++run->finished;
-               })) == Result::kWouldBlock) {
+        while (
+            (r = e.peer(1)->call(h, request_header, request, options, [run = &run, i, slot](absl::Status s, Message&) {
+              if (!s.ok()) run->bench->fail("call: " + s.ToString());
+              if (run->timed(i))
+                run->rtts.push_back(
+                    std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
+              if (slot >= 0) run->free_replies->push_back(slot);
+              ++run->finished;
+            })) == Result::kWouldBlock) {
           progress_all();
         }
         if (r != Result::kOk) fail("call: " + std::string(sluice::to_string(r)));
@@ -505,7 +514,8 @@ int main(int argc, char** argv) {
   print_header(o);
   for (const auto& test : o.tests) {
     for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
-      Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline, NAN, ""};
+      Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline,
+              NAN,  ""};
       if (test == "am_lat" || test == "rpc_lat" || test == "read" || test == "write") row.window = 1;
       if (test == "bulk_bw" && !o.window) row.window = 16;
       if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
@@ -537,10 +547,12 @@ int main(int argc, char** argv) {
         // Progress on stderr: rewritten in place on a terminal, a line every 10 s otherwise.
         auto now = Clock::now();
         if (tty && now - started > std::chrono::seconds(3)) {
-          std::fprintf(stderr, "\rsluice-perf: %s %s rep %d/%d   ", test.c_str(), sluice::format_size(size).c_str(), rep + 1, o.repeats);
+          std::fprintf(stderr, "\rsluice-perf: %s %s rep %d/%d   ", test.c_str(), sluice::format_size(size).c_str(),
+                       rep + 1, o.repeats);
         } else if (!tty && now - last_progress > std::chrono::seconds(10)) {
           last_progress = now;
-          std::fprintf(stderr, "sluice-perf: %s %s rep %d/%d\n", test.c_str(), sluice::format_size(size).c_str(), rep + 1, o.repeats);
+          std::fprintf(stderr, "sluice-perf: %s %s rep %d/%d\n", test.c_str(), sluice::format_size(size).c_str(),
+                       rep + 1, o.repeats);
         }
       }
       row.sluice = median_of(a);

@@ -46,12 +46,15 @@ class Server {
       block->resize(size);
       return std::span<std::byte>(*block);
     };
-    SLUICE_RETURN_IF_ERROR(engine.register_handler(kWrite, [this](sluice::Message& m) {
-      Block& block = blocks_[block_id(m)];
-      if (!block || block->data() != m.payload().data())  // eager: the bytes are in the message
-        writable(block_id(m))->assign(m.payload().begin(), m.payload().end());
-      (void)m.reply({}, {});
-    }, write_options));
+    SLUICE_RETURN_IF_ERROR(engine.register_handler(
+        kWrite,
+        [this](sluice::Message& m) {
+          Block& block = blocks_[block_id(m)];
+          if (!block || block->data() != m.payload().data())  // eager: the bytes are in the message
+            writable(block_id(m))->assign(m.payload().begin(), m.payload().end());
+          (void)m.reply({}, {});
+        },
+        write_options));
     SLUICE_RETURN_IF_ERROR(engine.register_handler(kRead, [this](sluice::Message& m) {
       auto it = blocks_.find(block_id(m));
       if (it == blocks_.end()) {
@@ -140,8 +143,8 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
           return;
         }
         if (reply.payload().size() != written[static_cast<std::size_t>(i)].size() ||
-            std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(),
-                        reply.payload().size()) != 0)
+            std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(), reply.payload().size()) !=
+                0)
           ++bad;
       });
       return r != sluice::Result::kWouldBlock;

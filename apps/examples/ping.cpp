@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
   }
   auto start = sluice::Clock::now();
   if (me == 0) send();
-  bool done = eng.run_until([&] { return received == iterations || !failure.ok(); },
-                            start + std::chrono::seconds(60));
+  bool done = eng.run_until([&] { return received == iterations || !failure.ok(); }, start + std::chrono::seconds(60));
   double us = std::chrono::duration<double, std::micro>(sluice::Clock::now() - start).count();
   if (!done || !failure.ok()) {
     std::fprintf(stderr, "ping: rank %d: %s\n", me, done ? failure.ToString().c_str() : "timed out");

@@ -60,10 +60,8 @@ void print_config(const sluice::Config& config, bool full, bool markdown) {
     std::printf("| variable | component | type | default | description |\n");
     std::printf("|---|---|---|---|---|\n");
     for (const auto& v : vars) {
-      std::printf("| `%s` | %s | %s | `%s` | %s |\n", v.name.c_str(), v.component.c_str(),
-                  md_escape(v.type).c_str(),
-                  v.default_value.empty() ? " " : md_escape(v.default_value).c_str(),
-                  md_escape(v.doc).c_str());
+      std::printf("| `%s` | %s | %s | `%s` | %s |\n", v.name.c_str(), v.component.c_str(), md_escape(v.type).c_str(),
+                  v.default_value.empty() ? " " : md_escape(v.default_value).c_str(), md_escape(v.doc).c_str());
     }
     return;
   }
@@ -79,8 +77,7 @@ void print_config(const sluice::Config& config, bool full, bool markdown) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool config = false, full = false, markdown = false, topo = false, devices = false,
-       versions = false;
+  bool config = false, full = false, markdown = false, topo = false, devices = false, versions = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "-c") config = true;
@@ -99,11 +96,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "sluice-info: %s\n", std::string(s.message()).c_str());
         return 1;
       }
-      std::printf("sluice-info: wrote a new key to %s; give servers and clients SLUICE_AUTH_KEY_FILE=%s\n",
-                  argv[i + 1], argv[i + 1]);
+      std::printf("sluice-info: wrote a new key to %s; give servers and clients SLUICE_AUTH_KEY_FILE=%s\n", argv[i + 1],
+                  argv[i + 1]);
       return 0;
-    }
-    else if (a == "-h" || a == "--help") {
+    } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
     } else {
@@ -122,8 +118,7 @@ int main(int argc, char** argv) {
   }
   auto cfg = sluice::Config::from_env();
   if (!cfg.ok()) {
-    std::fprintf(stderr, "sluice-info: configuration error: %s\n",
-                 std::string(cfg.status().message()).c_str());
+    std::fprintf(stderr, "sluice-info: configuration error: %s\n", std::string(cfg.status().message()).c_str());
     return 1;
   }
   if (versions) {

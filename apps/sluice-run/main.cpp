@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -270,14 +270,16 @@ int main(int argc, char** argv) {
   if (o.bind != "none") {
     auto l = sluice::cpu_layout();
     if (!l.ok()) {
-      std::fprintf(stderr, "sluice-run: cannot read the topology for --bind: %s\n", std::string(l.status().message()).c_str());
+      std::fprintf(stderr, "sluice-run: cannot read the topology for --bind: %s\n",
+                   std::string(l.status().message()).c_str());
       return 1;
     }
     layout = *l;
   }
   auto service = sluice::BootstrapService::create(o.n);
   if (!service.ok()) {
-    std::fprintf(stderr, "sluice-run: cannot start the bootstrap service: %s\n", std::string(service.status().message()).c_str());
+    std::fprintf(stderr, "sluice-run: cannot start the bootstrap service: %s\n",
+                 std::string(service.status().message()).c_str());
     return 1;
   }
   // Where each rank runs (filling each host's slots in turn), and its rank on that host.
@@ -362,7 +364,8 @@ int main(int argc, char** argv) {
       }
       if (remote) {
         dup2(token_pipe[0], 0);
-        std::vector<std::string> argv = sluice::run::agent_argv(o.agent, host->name, remote_command(o, r, local_rank[static_cast<std::size_t>(r)], boot_tcp));
+        std::vector<std::string> argv = sluice::run::agent_argv(
+            o.agent, host->name, remote_command(o, r, local_rank[static_cast<std::size_t>(r)], boot_tcp));
         std::vector<char*> args;
         for (auto& a : argv) args.push_back(a.data());
         args.push_back(nullptr);
@@ -402,7 +405,7 @@ int main(int argc, char** argv) {
   }
 
   auto start = Clock::now();
-  std::optional<int> exit_code;  // the job's status once decided
+  std::optional<int> exit_code;                          // the job's status once decided
   Clock::time_point kill_at = Clock::time_point::max();  // SIGKILL the rest then
   constexpr auto kGrace = std::chrono::seconds(3);
   auto stop_all = [&](int sig) {
@@ -460,12 +463,12 @@ int main(int argc, char** argv) {
         bool bad = !(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
         if (bad && !exit_code) {
           if (WIFSIGNALED(wstatus)) {
-            std::fprintf(stderr, "sluice-run: rank %d (pid %d) was killed by signal %d (%s); stopping the job\n",
-                         rank, pid, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+            std::fprintf(stderr, "sluice-run: rank %d (pid %d) was killed by signal %d (%s); stopping the job\n", rank,
+                         pid, WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
             exit_code = 128 + WTERMSIG(wstatus);
           } else {
-            std::fprintf(stderr, "sluice-run: rank %d (pid %d) exited with status %d; stopping the job\n", rank,
-                         pid, WEXITSTATUS(wstatus));
+            std::fprintf(stderr, "sluice-run: rank %d (pid %d) exited with status %d; stopping the job\n", rank, pid,
+                         WEXITSTATUS(wstatus));
             exit_code = WEXITSTATUS(wstatus);
           }
           stop_all(SIGTERM);
@@ -474,8 +477,7 @@ int main(int argc, char** argv) {
       }
     }
     auto now = Clock::now();
-    if (o.timeout_s > 0 && !exit_code &&
-        now - start > std::chrono::duration<double>(o.timeout_s)) {
+    if (o.timeout_s > 0 && !exit_code && now - start > std::chrono::duration<double>(o.timeout_s)) {
       std::fprintf(stderr, "sluice-run: the job ran longer than --timeout %g s; stopping it\n", o.timeout_s);
       exit_code = 124;
       stop_all(SIGTERM);

@@ -71,8 +71,7 @@ struct Config {
   std::size_t send_pool_max = std::size_t{256} << 20;
   std::size_t recv_pool_max = std::size_t{256} << 20;
   std::size_t pool_chunk = std::size_t{2} << 20;
-  std::vector<std::size_t> pool_classes = {std::size_t{64} << 10, std::size_t{1} << 20,
-                                           std::size_t{4} << 20};
+  std::vector<std::size_t> pool_classes = {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{4} << 20};
   HugePages hugepages = HugePages::kTry;
   NumaPolicy numa;
   // liveness

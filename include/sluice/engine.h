@@ -42,7 +42,7 @@ namespace sluice {
 namespace detail {
 class EngineCore;
 struct PeerData;
-}
+}  // namespace detail
 
 inline constexpr HandlerId kMaxHandlers = 1024;
 // Largest user header of a message.
@@ -101,23 +101,22 @@ class Peer {
   // Returns kOk (on_done will run once), kWouldBlock (send queue or send pool full: progress,
   // then retry), kInvalidArgument (sizes), kUnavailable (peer dead). on_done does not run when
   // the call returns anything but kOk.
-  Result send(HandlerId handler, std::span<const std::byte> header,
-              std::span<const std::byte> payload, SendCallback on_done = {});
+  Result send(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
+              SendCallback on_done = {});
   // send() of the first `length` bytes of a registered send-pool slot (Engine::try_get_send_slot):
   // a large payload goes by rendezvous with the slot's memory handle, so UCX looks up no
   // registration. The slot must stay alive (and unchanged) until on_done runs.
-  Result send(HandlerId handler, std::span<const std::byte> header, const Slot& payload,
-              std::size_t length, SendCallback on_done = {});
+  Result send(HandlerId handler, std::span<const std::byte> header, const Slot& payload, std::size_t length,
+              SendCallback on_done = {});
   // send(), but the payload is copied first: the caller's buffer is free when this returns.
-  Result send_copy(HandlerId handler, std::span<const std::byte> header,
-                   std::span<const std::byte> payload, SendCallback on_done = {});
+  Result send_copy(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
+                   SendCallback on_done = {});
   // Calls `method` on the peer; `on_reply` runs once. Requests beyond the slots the server
   // granted wait in this peer's queue. Same returns as send() (kWouldBlock also when 2^20
   // calls of this engine are outstanding); `id` (optional) receives the call's id for
   // Engine::cancel(). Ids are never 0 and never reused; they are not consecutive.
-  Result call(HandlerId method, std::span<const std::byte> header,
-              std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
-              CallId* id = nullptr);
+  Result call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
+              CallOptions options, ReplyCallback on_reply, CallId* id = nullptr);
 
  private:
   friend class detail::EngineCore;

@@ -70,8 +70,7 @@ class Message {
   // Zero copy from the first `length` bytes of a registered send-pool slot
   // (Engine::try_get_send_slot), with its memory handle: the slot must stay alive and
   // unchanged until on_done runs.
-  Result reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
-               SendCallback on_done);
+  Result reply(std::span<const std::byte> header, const Slot& payload, std::size_t length, SendCallback on_done);
   // Zero copy from this request's own payload (an echo, a forward, a read-modify-write: the
   // handler may change payload() in place first): the request's receive memory is held until
   // the reply's send completes, and this Message is released by the call unless it returns
@@ -105,16 +104,16 @@ class Message {
   std::uint64_t rpc_id_ = 0;
   std::uint64_t reply_capacity_ = 0;  // request with a caller-posted reply buffer
   bool reply_buf_ = false;
-  bool holds_rpc_slot_ = false;       // a request that took one of the server's slots
-  bool reply_flag_ = false;           // this is a reply
+  bool holds_rpc_slot_ = false;  // a request that took one of the server's slots
+  bool reply_flag_ = false;      // this is a reply
   std::uint16_t status_ = 0;
   std::uint64_t seq_ = 0;
-  std::size_t announced_ = 0;         // payload length announced by a rendezvous header
-  bool borrowed_ = false;             // views receive memory the engine holds while the
-                                      // handler runs; moving the Message makes the bytes its
-                                      // own: it takes over `lender_` when there is one (a
-                                      // tagged message that held only this message), else
-                                      // copies them (one of a coalesced tagged message's)
+  std::size_t announced_ = 0;  // payload length announced by a rendezvous header
+  bool borrowed_ = false;      // views receive memory the engine holds while the
+                               // handler runs; moving the Message makes the bytes its
+                               // own: it takes over `lender_` when there is one (a
+                               // tagged message that held only this message), else
+                               // copies them (one of a coalesced tagged message's)
   Slot* lender_ = nullptr;
   bool sink_landing_ = false;          // payload_ is a handler's sink buffer no handler has seen
   Slot slot_;                          // the eager slot holding the wire message

@@ -104,7 +104,7 @@ class Slot {
 struct PoolClassStats {
   std::string name;  // "recv.eager", "recv.1M", "send.eager"
   Direction direction;
-  std::size_t slot_size;     // 0: "recv.large", landing arenas sized to their payloads
+  std::size_t slot_size;    // 0: "recv.large", landing arenas sized to their payloads
   std::size_t slots_total;  // mapped so far
   std::size_t slots_free;
   std::size_t slots_max;  // what the budget allows for this class alone

@@ -20,13 +20,13 @@
 namespace sluice {
 
 // Result of a hot-path call. Never allocates.
-enum class [[nodiscard]] Result : int {
-  kOk = 0,              // done, or accepted: completion will be reported
-  kWouldBlock,          // no resource now: progress the engine, then retry
-  kExhausted,           // a bounded resource is full and will not free by progressing alone
-  kInvalidArgument,     // the call itself is wrong (size, id, state)
-  kUnavailable,         // the peer is dead or closed
-  kDeadlineExceeded,    // the caller's deadline passed
+enum class [[nodiscard]] Result : int{
+    kOk = 0,            // done, or accepted: completion will be reported
+    kWouldBlock,        // no resource now: progress the engine, then retry
+    kExhausted,         // a bounded resource is full and will not free by progressing alone
+    kInvalidArgument,   // the call itself is wrong (size, id, state)
+    kUnavailable,       // the peer is dead or closed
+    kDeadlineExceeded,  // the caller's deadline passed
 };
 
 const char* to_string(Result r);
@@ -37,12 +37,11 @@ absl::Status to_status(Result r, std::string_view what);
 }  // namespace sluice
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define SLUICE_RETURN_IF_ERROR(expr)                      \
-  do {                                                    \
-    if (::absl::Status sluice_status_ = (expr);           \
-        !sluice_status_.ok()) [[unlikely]] {              \
-      return sluice_status_;                              \
-    }                                                     \
+#define SLUICE_RETURN_IF_ERROR(expr)                                                 \
+  do {                                                                               \
+    if (::absl::Status sluice_status_ = (expr); !sluice_status_.ok()) [[unlikely]] { \
+      return sluice_status_;                                                         \
+    }                                                                                \
   } while (0)
 
 #define SLUICE_STATUS_CONCAT_INNER(a, b) a##b
@@ -50,12 +49,11 @@ absl::Status to_status(Result r, std::string_view what);
 
 // `SLUICE_ASSIGN_OR_RETURN(auto x, f());` assigns the value of a StatusOr, or returns its
 // status from the enclosing function.
-#define SLUICE_ASSIGN_OR_RETURN(lhs, expr)                                     \
-  SLUICE_ASSIGN_OR_RETURN_IMPL(SLUICE_STATUS_CONCAT(sluice_or_, __LINE__), \
-                                lhs, expr)
+#define SLUICE_ASSIGN_OR_RETURN(lhs, expr) \
+  SLUICE_ASSIGN_OR_RETURN_IMPL(SLUICE_STATUS_CONCAT(sluice_or_, __LINE__), lhs, expr)
 #define SLUICE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  if (!tmp.ok()) [[unlikely]] {                       \
-    return std::move(tmp).status();                   \
-  }                                                   \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) [[unlikely]] {                      \
+    return std::move(tmp).status();                  \
+  }                                                  \
   lhs = std::move(tmp).value()

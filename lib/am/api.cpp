@@ -67,8 +67,7 @@ Result Message::reply_copy(std::span<const std::byte> header, std::span<const st
   return engine_->reply(*this, header, payload, 0);
 }
 
-Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload,
-                      SendCallback on_done) {
+Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done) {
   if (engine_ == nullptr) return Result::kInvalidArgument;
   return engine_->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done));
 }
@@ -81,8 +80,8 @@ Result Message::reply_with_payload(std::span<const std::byte> header, SendCallba
 Result Message::reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
                       SendCallback on_done) {
   if (engine_ == nullptr || !payload || length > payload.size()) return Result::kInvalidArgument;
-  return engine_->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0,
-                        detail::PayloadCopy::kNo, std::move(on_done), payload.memh());
+  return engine_->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0, detail::PayloadCopy::kNo,
+                        std::move(on_done), payload.memh());
 }
 
 Result Message::reply_error(const absl::Status& status) {
@@ -102,21 +101,20 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<cons
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
-Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload,
-                  std::size_t length, SendCallback on_done) {
+Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
+                  SendCallback on_done) {
   if (!payload || length > payload.size()) return Result::kInvalidArgument;
-  return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length),
-                       std::move(on_done), detail::PayloadCopy::kNo, payload.memh());
+  return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length), std::move(on_done),
+                       detail::PayloadCopy::kNo, payload.memh());
 }
 
-Result Peer::send_copy(HandlerId h, std::span<const std::byte> header,
-                       std::span<const std::byte> payload, SendCallback on_done) {
+Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                       SendCallback on_done) {
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
-Result Peer::call(HandlerId method, std::span<const std::byte> header,
-                  std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
-                  CallId* id) {
+Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
+                  CallOptions options, ReplyCallback on_reply, CallId* id) {
   return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 

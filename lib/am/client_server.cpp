@@ -14,8 +14,8 @@ namespace sluice::detail {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.close_pending || p.unreleased != 0 ||
-      p.landing != 0 || std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
+  if (p.state != PeerState::kDead || p.close_pending || p.unreleased != 0 || p.landing != 0 ||
+      std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
   // cancellation has come back.
@@ -125,14 +125,14 @@ absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
   auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
   if (!ep.ok()) {
     abandon_cs_peer(p, std::string(ep.status().message()));
-    return absl::UnavailableError(absl::StrFormat("the server cannot reach the client's UCX address: %s",
-                                                  ep.status().message()));
+    return absl::UnavailableError(
+        absl::StrFormat("the server cannot reach the client's UCX address: %s", ep.status().message()));
   }
   p.ep = std::move(*ep);
   // The client speaks first over UCX: its HELLO, then ours (handle_hello).
   p.state = PeerState::kConnecting;
-  p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
-                                                          : Clock::now() + config_.connect_timeout;
+  p.hello_deadline =
+      config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
   return p.id;
 }
@@ -153,8 +153,8 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
 absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   if (door_ && door_->dialing()) return absl::FailedPreconditionError("connect() is already in progress");
   SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
-  auto deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
-                                                       : Clock::now() + config_.connect_timeout;
+  auto deadline =
+      config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   PeerData& p = new_cs_peer();
   p.name = absl::StrFormat("server %s", host_port);
   if (absl::Status s = door().dial(hp.first, hp.second, p.id, deadline); !s.ok()) {

@@ -22,8 +22,8 @@ std::uint64_t random_incarnation() {
 }
 }  // namespace
 
-EngineCore::EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx,
-                       Bootstrap* boot, int engine_id)
+EngineCore::EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot,
+                       int engine_id)
     : config_(config),
       topo_(topo),
       ucx_(ucx),
@@ -33,33 +33,52 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
       eager_limit_(config.eager_limit()),
       handlers_(kMaxHandlers) {
   auto& s = stats_;
-  c_ = Counters{&s.counter("am.msgs_sent"),        &s.counter("am.bytes_sent"),
-                &s.counter("am.msgs_received"),    &s.counter("am.bytes_received"),
-                &s.counter("am.rndv_sent"),        &s.counter("am.rndv_received"),
-                &s.counter("am.bounce_copied_bytes"), &s.counter("flow.credit_stalls"),
-                &s.counter("flow.would_block"),    &s.counter("wire.parse_errors"),
-                &s.counter("am.duplicates_dropped"), &s.counter("am.dropped"),
-                &s.counter("am.unknown_handler"),  &s.counter("am.handler_errors"),
-                &s.counter("peers.failed"),        &s.counter("ctrl.sent"),
-                &s.counter("ctrl.received"),       &s.counter("flow.credit_messages"),
-                &s.counter("peers.heartbeats"),    &s.counter("rpc.calls"),
-                &s.counter("rpc.replies"),         &s.counter("rpc.late_replies"),
-                &s.counter("rpc.slot_refused"),    &s.counter("rpc.deadline_exceeded"),
-                &s.counter("rpc.cancelled"),       &s.high_water("flow.send_queue_hwm"),
-                &s.counter("am.orphaned_sends"),   &s.counter("am.coalesced"),
-                &s.counter("am.sent_inline"),      &s.counter("peers.reused"),
-                &s.counter("am.copied_bytes"),    &s.counter("am.sink_returned"),
-                &s.counter("am.landing_waits"),  &s.counter("flow.credits_recovered")};
+  c_ = Counters{&s.counter("am.msgs_sent"),
+                &s.counter("am.bytes_sent"),
+                &s.counter("am.msgs_received"),
+                &s.counter("am.bytes_received"),
+                &s.counter("am.rndv_sent"),
+                &s.counter("am.rndv_received"),
+                &s.counter("am.bounce_copied_bytes"),
+                &s.counter("flow.credit_stalls"),
+                &s.counter("flow.would_block"),
+                &s.counter("wire.parse_errors"),
+                &s.counter("am.duplicates_dropped"),
+                &s.counter("am.dropped"),
+                &s.counter("am.unknown_handler"),
+                &s.counter("am.handler_errors"),
+                &s.counter("peers.failed"),
+                &s.counter("ctrl.sent"),
+                &s.counter("ctrl.received"),
+                &s.counter("flow.credit_messages"),
+                &s.counter("peers.heartbeats"),
+                &s.counter("rpc.calls"),
+                &s.counter("rpc.replies"),
+                &s.counter("rpc.late_replies"),
+                &s.counter("rpc.slot_refused"),
+                &s.counter("rpc.deadline_exceeded"),
+                &s.counter("rpc.cancelled"),
+                &s.high_water("flow.send_queue_hwm"),
+                &s.counter("am.orphaned_sends"),
+                &s.counter("am.coalesced"),
+                &s.counter("am.sent_inline"),
+                &s.counter("peers.reused"),
+                &s.counter("am.copied_bytes"),
+                &s.counter("am.sink_returned"),
+                &s.counter("am.landing_waits"),
+                &s.counter("flow.credits_recovered")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
   SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
   if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
-    SLUICE_LOG(kWarn, "config", "SLUICE_FAULT_AT=%s ignored: this library has no fault points (only the tests' libsluice-testing has)",
+    SLUICE_LOG(kWarn, "config",
+               "SLUICE_FAULT_AT=%s ignored: this library has no fault points (only the tests' libsluice-testing has)",
                config_.fault_at);
   }
   fault_.arm(fault);
-  if (config_.stats_trigger.any()) live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
+  if (config_.stats_trigger.any())
+    live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
   if (config_.auth_mode() != AuthMode::kOff) {
     SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
   }
@@ -84,8 +103,8 @@ absl::Status EngineCore::init(int numa_node_option) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
   initialized_ = true;
-  SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u",
-             engine_id_, rank(), n, node, eager_limit_);
+  SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
+             node, eager_limit_);
   return absl::OkStatus();
 }
 
@@ -177,7 +196,8 @@ Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
 }
 
 void EngineCore::free_op(Op* op) {
-  if (op->pending.valid()) [[unlikely]] op->pending = Message();  // a request replied from (reply_own)
+  if (op->pending.valid()) [[unlikely]]
+    op->pending = Message();  // a request replied from (reply_own)
   op->slot.release();
   op->heap.reset();
   op->on_done = nullptr;
@@ -228,7 +248,8 @@ void EngineCore::drain_completions() {
   draining_ = true;
   for (std::size_t i = 0; i < done_.size(); ++i) {
     Completion c = done_[i];
-    if (c.op->kind == OpKind::kRx) [[likely]] on_rx(c.op, c.code, c.length, c.tag);
+    if (c.op->kind == OpKind::kRx) [[likely]]
+      on_rx(c.op, c.code, c.length, c.tag);
     else complete(c.op, c.code, c.length, c.tag);
   }
   done_.clear();
@@ -264,7 +285,8 @@ bool EngineCore::progress() {
   // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
   // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
   if (!unposted_.empty()) post_receives();
-  if (!parked_.empty() && recv_pool_->returns() != parked_at_returns_) [[unlikely]] retry_landings();
+  if (!parked_.empty() && recv_pool_->returns() != parked_at_returns_) [[unlikely]]
+    retry_landings();
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -346,11 +368,10 @@ void EngineCore::timers(Clock::time_point now) {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!peers_[i]) continue;
     PeerData& p = *peers_[i];
-    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite &&
-        now >= p.hello_deadline) {
-      fail_peer(p, absl::StatusCode::kDeadlineExceeded,
-                absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s",
-                                format_duration(config_.connect_timeout)));
+    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite && now >= p.hello_deadline) {
+      fail_peer(
+          p, absl::StatusCode::kDeadlineExceeded,
+          absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(config_.connect_timeout)));
       continue;
     }
     if (p.state == PeerState::kConnecting && p.early_since != Clock::time_point{} &&
@@ -373,8 +394,8 @@ void EngineCore::timers(Clock::time_point now) {
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
                  "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-                 p.name, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(),
-                 p.call_queue.size(), p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
+                 p.name, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(), p.call_queue.size(),
+                 p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
                  std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->busy; }),
                  p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
                  worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask) ? "yes" : "no");
@@ -438,8 +459,8 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   bool orderly = code == absl::StatusCode::kCancelled;
   if (!orderly) {
     c_.peers_failed->add();
-    SLUICE_LOG(kWarn, "am", "peer %s failed: %s; its operations complete with %s", p.name,
-               reason, absl::StatusCodeToString(code));
+    SLUICE_LOG(kWarn, "am", "peer %s failed: %s; its operations complete with %s", p.name, reason,
+               absl::StatusCodeToString(code));
   } else {
     SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
   }
@@ -478,8 +499,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   p.blocked = false;
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : op_storage_) {
-    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id &&
-        op.request != nullptr) {
+    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
       worker_->cancel(&op);
     }
   }
@@ -502,8 +522,8 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
 
 void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
   auto stuck = [&](const Op& op) {
-    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id &&
-           op.request != nullptr && !op.orphaned;
+    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id && op.request != nullptr &&
+           !op.orphaned;
   };
   bool any = false;
   for (auto& op : op_storage_) {
@@ -519,7 +539,8 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     op.orphaned = true;
     --tx_inflight_;
     c_.orphaned_sends->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
+    SLUICE_LOG_RATE_LIMITED(
+        kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
     if (op.on_done) {
       SendCallback cb = std::move(op.on_done);
       op.on_done = nullptr;

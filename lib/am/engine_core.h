@@ -55,30 +55,30 @@ struct Op : TransportOp {
   const std::byte* payload = nullptr;  // rendezvous payload to send
   std::size_t payload_len = 0;
   void* payload_memh = nullptr;
-  std::size_t message_len = 0;         // packed bytes in slot
+  std::size_t message_len = 0;  // packed bytes in slot
   std::uint64_t tag = 0;
   SendCallback on_done;
-  bool releases_rpc_slot = false;      // the last op of a reply: its completion ends the reply in flight
-  std::uint64_t call_id = 0;           // kReplyRx
-  std::uint16_t ctrl_kind = 0;         // kCtrl
-  Message pending;                     // kRndvRx: the announcement waiting for its payload;
-                                       // kSendPayload: the request whose payload it sends
-  bool ordered = false;                // kRndvRx: later messages wait for this one
+  bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
+  std::uint64_t call_id = 0;       // kReplyRx
+  std::uint16_t ctrl_kind = 0;     // kCtrl
+  Message pending;                 // kRndvRx: the announcement waiting for its payload;
+                                   // kSendPayload: the request whose payload it sends
+  bool ordered = false;            // kRndvRx: later messages wait for this one
   // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
   // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
   // `busy`: posted, or its completion not yet handled (never both).
   bool queued = false;
   bool busy = false;
-  bool in_use = false;                 // between new_op() and free_op()
-  bool orphaned = false;               // completed by Sluice after its peer died; UCX's late
-                                       // callback only frees it
+  bool in_use = false;    // between new_op() and free_op()
+  bool orphaned = false;  // completed by Sluice after its peer died; UCX's late
+                          // callback only frees it
   Op* next_free = nullptr;
-  Op* coalesced_next = nullptr;        // sends riding in this one's tagged message
+  Op* coalesced_next = nullptr;  // sends riding in this one's tagged message
   // A queued plain eager send that later small sends may join (see append_queued()).
   bool batchable = false;
-  std::uint32_t batch_count = 1;       // messages in its tagged message: the credits it takes
-  std::size_t batch_last = 0;          // offset of the last message's header in `slot`
-  Op* coalesced_tail = nullptr;        // the last op of the coalesced_next chain
+  std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
+  std::size_t batch_last = 0;     // offset of the last message's header in `slot`
+  Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
 };
 
 struct Completion {
@@ -117,17 +117,17 @@ struct ReplyLanding {
   bool payload_landed = false;
   std::size_t payload_len = 0;
   bool header_arrived = false;
-  Message reply;               // reply header (waiting for the payload to land)
-  absl::Status final_status;   // finishing: what the call completes with
+  Message reply;              // reply header (waiting for the payload to land)
+  absl::Status final_status;  // finishing: what the call completes with
 };
 
 struct Call {
   std::uint32_t peer;
   ReplyCallback on_reply;
   Clock::time_point deadline;
-  Clock::time_point started{};  // sampled calls only (PeerTraffic::rtt)
-  Op* reply_rx = nullptr;       // posted exact receive for the reply payload
-  bool finishing = false;       // cancelled or expired, waiting for reply_rx to be cancelled
+  Clock::time_point started{};            // sampled calls only (PeerTraffic::rtt)
+  Op* reply_rx = nullptr;                 // posted exact receive for the reply payload
+  bool finishing = false;                 // cancelled or expired, waiting for reply_rx to be cancelled
   std::unique_ptr<ReplyLanding> landing;  // calls with a reply buffer only
 };
 
@@ -141,10 +141,10 @@ struct PeerTraffic {
 };
 
 struct PeerData {
-  std::uint32_t id = 0;             // our index for it: the slot it puts in tags to us
-  int rank = -1;                     // its rank in rank mode; -1 for a client/server peer
-  std::string name;                  // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
-  std::uint32_t remote_slot = 0;     // its index for us: the slot we put in tags to it
+  std::uint32_t id = 0;           // our index for it: the slot it puts in tags to us
+  int rank = -1;                  // its rank in rank mode; -1 for a client/server peer
+  std::string name;               // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
+  std::uint32_t remote_slot = 0;  // its index for us: the slot we put in tags to it
   PeerState state = PeerState::kNew;
   bool hello_sent = false;
   bool hello_received = false;
@@ -159,9 +159,9 @@ struct PeerData {
   // peer fails; rx_reserved more receive slots are reserved for them.
   std::vector<Op*> rx_ops;
   std::uint32_t rx_reserved = 0;
-  std::uint64_t rx_key = 0;   // the id our HELLO gave it for its EAGER tags to us; 0: closed
-  std::uint64_t tx_tag = 0;   // our EAGER tag to it (its slot for us, the key its HELLO gave)
-  std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
+  std::uint64_t rx_key = 0;          // the id our HELLO gave it for its EAGER tags to us; 0: closed
+  std::uint64_t tx_tag = 0;          // our EAGER tag to it (its slot for us, the key its HELLO gave)
+  std::uint32_t unreleased = 0;      // its Messages alive that return a credit when released
   std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
   std::uint64_t next_seq = 1;
   ReorderWindow<Incoming> window;
@@ -170,9 +170,9 @@ struct PeerData {
   std::deque<Pending> call_queue;  // requests beyond the server's slots
   std::uint32_t rpc_slots = 0;     // granted by the peer (server)
   std::uint32_t calls_outstanding = 0;
-  SlotTable server_slots;          // what we grant the peer as a server
-  bool blocked = false;            // an ordered rendezvous is landing
-  Message frag;                    // bounce mode: payload being reassembled
+  SlotTable server_slots;  // what we grant the peer as a server
+  bool blocked = false;    // an ordered rendezvous is landing
+  Message frag;            // bounce mode: payload being reassembled
   std::size_t frag_received = 0;
   Clock::time_point last_heard{};
   Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
@@ -184,10 +184,10 @@ struct PeerData {
   std::array<bool, 7> ctrl_busy{};
   bool credit_again = false;
   bool bye_sent = false;
-  std::uint64_t sent_seq = 0;        // the last sequence handed to the transport (in order)
-  std::uint32_t landing = 0;         // exact receives posted for this peer's payloads
-  std::uint32_t parked = 0;          // its payloads waiting for receive memory (parked_)
-  bool bye_received = false;         // the peer closes once everything up to bye_seq is in
+  std::uint64_t sent_seq = 0;  // the last sequence handed to the transport (in order)
+  std::uint32_t landing = 0;   // exact receives posted for this peer's payloads
+  std::uint32_t parked = 0;    // its payloads waiting for receive memory (parked_)
+  bool bye_received = false;   // the peer closes once everything up to bye_seq is in
   std::uint64_t bye_seq = 0;
   std::string fail_reason;
   bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
@@ -209,8 +209,7 @@ struct HandlerEntry {
 
 class EngineCore final : private Door::Owner {
  public:
-  EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot,
-             int engine_id);
+  EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot, int engine_id);
   ~EngineCore();
   absl::Status init(int numa_node_option);
 
@@ -221,15 +220,14 @@ class EngineCore final : private Door::Owner {
   bool progress();
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
-  Result send(PeerData& p, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> payload, SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
-  Result call(PeerData& p, HandlerId method, std::span<const std::byte> header,
-              std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
-              CallId* id);
+  Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+              SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
+  Result call(PeerData& p, HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
+              const CallOptions& options, ReplyCallback&& cb, CallId* id);
   void cancel(CallId id);
-  Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
-               std::uint16_t status, PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {},
-               void* memh = nullptr, Op** last_out = nullptr);
+  Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
+               PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,
+               Op** last_out = nullptr);
   // reply() from the request's own payload: the request's memory rides with the reply's last
   // operation (Op::pending) until it completes.
   Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
@@ -288,36 +286,34 @@ class EngineCore final : private Door::Owner {
   // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
   // and reports the transport's error.
   bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                   std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                   std::uint16_t status);
+                   std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status);
   // A plain eager message, too large to go inline, to a ready peer with a credit and nothing
   // queued: packed into a send-pool slot with its final header and posted at once (what
   // pack_message + enqueue + transmit do, without rewriting the header and without the
   // queue's checks). False when it cannot, with nothing changed.
-  bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                   std::span<const std::byte> payload, SendCallback& cb);
+  bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                   SendCallback& cb);
   // Writes the wire header of the next message to `p` (its sequence number, the credits we
   // owe it; the compact header when the flags allow, else the full one with our
   // acknowledgement), the user header and the payload at `out`; returns the bytes. The
   // message must leave as written: a queued one is patched at transmit (full header only).
-  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
-                          std::span<const std::byte> header, std::span<const std::byte> payload,
-                          std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,
-                          std::byte* out) const;
+  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                          std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
+                          std::uint16_t status, std::byte* out) const;
   // Counts a message that left at once (encode_next's header): its credit, the credits
   // returned with it, its sequence number.
   void count_sent_now(PeerData& p, std::size_t total);
   // Coalescing at enqueue time: a small plain send to a peer whose send queue waits for
   // credits is written straight into the queue's last tagged message when that one is a small
   // plain send with room (no pool slot and no copy of its own). False when it cannot.
-  bool append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                     std::span<const std::byte> payload, SendCallback& cb);
+  bool append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                     SendCallback& cb);
   // A completion for a message that left inline: runs `cb` from progress(), as every
   // completion does.
   void complete_inline(std::uint32_t peer, SendCallback&& cb);
   Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> inline_payload, std::uint32_t payload_len,
-              std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out);
+              std::span<const std::byte> inline_payload, std::uint32_t payload_len, std::uint64_t rpc_id,
+              std::uint64_t aux, std::uint16_t status, Op** out);
   // Coalescing (docs/wire-protocol.md, MORE): `head`'s tagged message grows by one run of
   // `len` bytes (one message, or several already joined); returns where the run goes, or
   // nullptr when the slot has no room. The caller writes it there.
@@ -334,14 +330,14 @@ class EngineCore final : private Door::Owner {
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
   Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                         std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
-                         std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot = false);
+                         std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags, std::uint64_t rpc_id,
+                         std::uint64_t aux, bool releases_rpc_slot = false);
   Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
   // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
   // nullptr for eager). Not for bounce mode's pieces.
   Result pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                      std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                      std::uint16_t status, PayloadCopy copy, Op** hop, Op** pop);
+                      std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,
+                      PayloadCopy copy, Op** hop, Op** pop);
   // recv.cpp
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
@@ -450,13 +446,15 @@ class EngineCore final : private Door::Owner {
   // The peer of `rank` (created on first use); nullptr for a rank outside the job.
   PeerData* peer_by_rank(int rank) {
     if (rank < 0 || rank >= ranks_) return nullptr;
-    if (PeerData* known = peers_[static_cast<std::size_t>(rank)].get()) [[likely]] return known;
+    if (PeerData* known = peers_[static_cast<std::size_t>(rank)].get()) [[likely]]
+      return known;
     return create_rank_peer(rank);
   }
   PeerData* create_rank_peer(int rank);
   // The peer that sent a message with tag slot `slot`; nullptr when there is none.
   PeerData* peer_by_slot(std::uint32_t slot) {
-    if (slot < peers_.size() && peers_[slot]) [[likely]] return peers_[slot].get();
+    if (slot < peers_.size() && peers_[slot]) [[likely]]
+      return peers_[slot].get();
     return peer_by_slot_slow(slot);
   }
   PeerData* peer_by_slot_slow(std::uint32_t slot);
@@ -490,17 +488,17 @@ class EngineCore final : private Door::Owner {
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
   std::vector<std::unique_ptr<PeerData>> peers_;  // ranks first, then client/server peers
-  int ranks_ = 0;                                  // boot_->size(), read on every lookup
-  std::unique_ptr<door::Key> key_;                 // SLUICE_AUTH_KEY_FILE's, when authenticating
+  int ranks_ = 0;                                 // boot_->size(), read on every lookup
+  std::unique_ptr<door::Key> key_;                // SLUICE_AUTH_KEY_FILE's, when authenticating
   std::unique_ptr<Door> door_;
   int listen_port_ = -1;
   std::unique_ptr<LiveStats> live_;  // SLUICE_STATS_TRIGGER set
-  Clock::time_point door_due_{};                   // progress() polls the door from then on
+  Clock::time_point door_due_{};     // progress() polls the door from then on
   // How often a busy engine looks at its front door (a poll of one epoll fd), and how long a
   // peer whose link closed may still say BYE.
   static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
   static constexpr Duration kLinkGrace = std::chrono::milliseconds(250);
-  std::vector<std::string> addresses_;            // by rank
+  std::vector<std::string> addresses_;  // by rank
   std::vector<HandlerEntry> handlers_;
   std::vector<Op*> rx_ops_;  // every per-peer receive op (for close)
   std::deque<Op> op_storage_;
@@ -519,8 +517,8 @@ class EngineCore final : private Door::Owner {
   PeerData gone_peer_ = dead_stand_in();
   std::vector<std::unique_ptr<Peer>> gone_handles_;
   bool draining_ = false;
-  FaultTrigger fault_;  // SLUICE_FAULT_AT (fault tests)
-  bool closing_ = false;  // shutting down: receives are not re-posted
+  FaultTrigger fault_;          // SLUICE_FAULT_AT (fault tests)
+  bool closing_ = false;        // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
   // The thread driving the engine, by its thread pointer: comparing that is one instruction
@@ -539,7 +537,7 @@ class EngineCore final : private Door::Owner {
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
-  Clock::time_point now_ = Clock::now();  // coarse: updated when timers are checked
+  Clock::time_point now_ = Clock::now();          // coarse: updated when timers are checked
   Clock::time_point last_timers_ = Clock::now();  // when timers() last ran (or the engine began)
   static constexpr unsigned kTimerEvery = 64;
   // How long messages a failed peer sent before it failed are purged from UCX (they arrive

@@ -14,15 +14,15 @@ void EngineCore::start_handshake(PeerData& p) {
     return;
   }
   p.state = PeerState::kConnecting;
-  p.hello_deadline = config_.connect_timeout == kInfinite ? Clock::time_point::max()
-                                                          : Clock::now() + config_.connect_timeout;
+  p.hello_deadline =
+      config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   send_hello(p);
 }
 
 void EngineCore::refuse(PeerData& p, const std::string& why) {
   SLUICE_LOG(kError, "flow", "%s", why);
-  send_ctrl(p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()),
-                                        std::min<std::size_t>(why.size(), 128)));
+  send_ctrl(p, wire::kReject,
+            std::span(reinterpret_cast<const std::byte*>(why.data()), std::min<std::size_t>(why.size(), 128)));
   fail_peer(p, absl::StatusCode::kResourceExhausted, why);
 }
 
@@ -68,8 +68,14 @@ bool EngineCore::send_hello(PeerData& p) {
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
   open_receives(p);
-  wire::Hello hello{me, static_cast<std::uint32_t>(engine_id_), static_cast<std::uint32_t>(eager_limit_),
-                    grant, slots, p.id, incarnation_, p.rx_key};
+  wire::Hello hello{me,
+                    static_cast<std::uint32_t>(engine_id_),
+                    static_cast<std::uint32_t>(eager_limit_),
+                    grant,
+                    slots,
+                    p.id,
+                    incarnation_,
+                    p.rx_key};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.hello_sent = true;
@@ -78,8 +84,7 @@ bool EngineCore::send_hello(PeerData& p) {
   return true;
 }
 
-void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body,
-                           std::uint64_t aux) {
+void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux) {
   if (!p.ep.valid()) return;
   if (p.ctrl_busy[kind]) {
     if (kind == wire::kCredit) p.credit_again = true;  // resend when the previous completes
@@ -201,14 +206,15 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
 
 void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   std::int64_t d = p.credits.reconcile(peer_returned);
-  if (d == 0) [[likely]] return;
+  if (d == 0) [[likely]]
+    return;
   if (d > 0) {
     c_.credits_recovered->add(static_cast<std::uint64_t>(d));
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits were lost in transit; recovered from its heartbeat",
                             p.name, d);
   } else {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits arrived twice; taken back at its heartbeat",
-                            p.name, -d);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits arrived twice; taken back at its heartbeat", p.name,
+                            -d);
   }
 }
 
@@ -269,7 +275,8 @@ void EngineCore::send_bye(PeerData& p) {
 
 void EngineCore::close_after_bye(PeerData& p) {
   if (!p.bye_received || p.state != PeerState::kReady) return;
-  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.parked != 0 || p.blocked) return;
+  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.parked != 0 || p.blocked)
+    return;
   fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
@@ -278,8 +285,8 @@ void EngineCore::maybe_ready(PeerData& p) {
   p.state = PeerState::kReady;
   p.last_heard = Clock::now();
   p.early_since = {};
-  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
-             p.granted, p.credits.granted(), p.rpc_slots, p.ep.transports());
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.granted,
+             p.credits.granted(), p.rpc_slots, p.ep.transports());
   if (p.window.held() != 0) deliver(p);  // what arrived before its HELLO
   flush(p);
 }

@@ -29,7 +29,8 @@ namespace sluice::detail {
 }
 
 [[gnu::always_inline]] inline void EngineCore::dispatch(Message& m) {
-  if (invoke_handler(m) == Invoke::kNoHandler) [[unlikely]] no_handler(m);
+  if (invoke_handler(m) == Invoke::kNoHandler) [[unlikely]]
+    no_handler(m);
 }
 
 }  // namespace sluice::detail

@@ -30,8 +30,10 @@ void install_once(int sig) {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) != 0) return;
     if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) {
-      SLUICE_LOG(kWarn, "stats", "SLUICE_STATS_TRIGGER=signal:%s: the process already handles or ignores %s; "
-                 "not installed, so that signal writes no stats", sig == SIGUSR1 ? "USR1" : "USR2", strsignal(sig));
+      SLUICE_LOG(kWarn, "stats",
+                 "SLUICE_STATS_TRIGGER=signal:%s: the process already handles or ignores %s; "
+                 "not installed, so that signal writes no stats",
+                 sig == SIGUSR1 ? "USR1" : "USR2", strsignal(sig));
       return;
     }
     struct sigaction sa {};
@@ -132,8 +134,8 @@ void LiveStats::write(std::string_view line) {
       if (fd >= 0) {
         fd_ = fd;
       } else {
-        SLUICE_LOG(kWarn, "stats", "SLUICE_STATS_DEST=%s: cannot open %s (%s); stats lines go to stderr",
-                   dest_, path, std::strerror(errno));
+        SLUICE_LOG(kWarn, "stats", "SLUICE_STATS_DEST=%s: cannot open %s (%s); stats lines go to stderr", dest_, path,
+                   std::strerror(errno));
       }
     }
   }

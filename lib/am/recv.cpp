@@ -7,15 +7,16 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
-#include "core/copy.h"
-#include "core/probe.h"
 #include "am/invoke.h"
+#include "core/copy.h"
 #include "core/log.h"
+#include "core/probe.h"
 
 namespace sluice::detail {
 
 void EngineCore::post_receives() {
-  if (unposted_.empty() || closing_) [[likely]] return;
+  if (unposted_.empty() || closing_) [[likely]]
+    return;
   PoolClass& cls = recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
@@ -174,12 +175,12 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   wire::Parse pr = wire::decode(bytes, &h);
   if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
     c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s",
-                            wire::tag_slot(tag), p == nullptr ? "no such rank" : wire::to_string(pr));
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s", wire::tag_slot(tag),
+                            p == nullptr ? "no such rank" : wire::to_string(pr));
     if (p != nullptr && (pr == wire::Parse::kBadVersion || pr == wire::Parse::kBadMagic) &&
         p->state != PeerState::kDead) {
-      std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d",
-                                        wire::to_string(pr), wire::kVersion);
+      std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d", wire::to_string(pr),
+                                        wire::kVersion);
       if (p->ep.valid() || ensure_endpoint(*p).ok())
         send_ctrl(*p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
       fail_peer(*p, absl::StatusCode::kUnavailable, why);
@@ -204,28 +205,27 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   // holds until the last has been handled. A Message kept beyond its handler (moved) copies
   // its bytes into a receive slot of its own then (own_bytes): the peer's credits bound
   // those, so they stay within the reservation.
-  wire::Parse pr = wire::for_each_message(
-      batch, [&](const wire::Header& h, std::span<const std::byte> msg) {
-        // Only eager messages with the full header ride coalesced (wire-protocol.md): anything
-        // else is refused.
-        if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
-          c_.parse_errors->add();
-          SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s coalesced a control, rendezvous, fragment or compact message; rest dropped",
-                                  p->name);
-          return false;
-        }
-        // A correct peer never has more messages unreleased or unreturned than it was
-        // granted; one beyond that could make kept messages take more than the reservation.
-        if (p->state == PeerState::kReady && p->unreleased + p->owed.owed() >= p->granted) {
-          c_.parse_errors->add();
-          SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
-                                  p->name);
-          return false;
-        }
-        std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
-        accept(p, nullptr, bytes, h);
-        return true;
-      });
+  wire::Parse pr = wire::for_each_message(batch, [&](const wire::Header& h, std::span<const std::byte> msg) {
+    // Only eager messages with the full header ride coalesced (wire-protocol.md): anything
+    // else is refused.
+    if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire",
+                              "%s coalesced a control, rendezvous, fragment or compact message; rest dropped", p->name);
+      return false;
+    }
+    // A correct peer never has more messages unreleased or unreturned than it was
+    // granted; one beyond that could make kept messages take more than the reservation.
+    if (p->state == PeerState::kReady && p->unreleased + p->owed.owed() >= p->granted) {
+      c_.parse_errors->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
+                              p->name);
+      return false;
+    }
+    std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
+    accept(p, nullptr, bytes, h);
+    return true;
+  });
   if (pr != wire::Parse::kOk) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s: a coalesced message was rejected: %s; the rest dropped", p->name,
@@ -260,7 +260,8 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   }
   count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
-  if (h.flags & wire::kFlagCompact) [[likely]] seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
+  if (h.flags & wire::kFlagCompact) [[likely]]
+    seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
   if (returned && !p->credits.give_back(h.credits)) {
     c_.parse_errors->add();
@@ -303,9 +304,11 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     // Still here (not kept, moved or released), and not a request waiting for its answer: its
     // credit goes back now, without the general release's checks (engine thread, nothing
     // owned but the borrow).
-    if (m.engine_ != nullptr && (!m.request_ || m.replied_)) [[likely]] release_handled(*p, m);
+    if (m.engine_ != nullptr && (!m.request_ || m.replied_)) [[likely]]
+      release_handled(*p, m);
     if (!p->blocked && p->window.held() != 0) deliver(*p);
-    if (p->bye_received) [[unlikely]] close_after_bye(*p);
+    if (p->bye_received) [[unlikely]]
+      close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);
     return;
   }
@@ -325,8 +328,8 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
       c_.duplicates->add();
       in.message.credit_ = false;
       --p.unreleased;
-      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)",
-                              p.name, seq, p.window.expected());
+      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
+                              p.window.expected());
       break;
   }
   deliver(p);
@@ -338,7 +341,8 @@ void EngineCore::deliver(PeerData& p) {
     if (!p.window.next(&in)) break;
     process(p, in.message, in.header);
   }
-  if (p.bye_received) [[unlikely]] close_after_bye(p);
+  if (p.bye_received) [[unlikely]]
+    close_after_bye(p);
 }
 
 void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
@@ -361,8 +365,7 @@ void EngineCore::finish_incoming(PeerData& p, Message& m) {
   else if (shutting_down_) [[unlikely]] {
     if (m.request_) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnavailable));
     count_drop("the engine is closing; handlers no longer run");
-  }
-  else if (m.request_) on_request(p, m);
+  } else if (m.request_) on_request(p, m);
   else dispatch(m);
 }
 
@@ -376,14 +379,16 @@ std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
     return dest.first(size);
   }
   if (!dest.empty()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
-                            m.handler_, dest.size(), size);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                            "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool", m.handler_,
+                            dest.size(), size);
   }
   return {};
 }
 
 std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
-  if (recv_pool_->try_take_landing(size, &m.landing_) == Result::kOk) [[likely]] return std::span(m.landing_.data(), size);
+  if (recv_pool_->try_take_landing(size, &m.landing_) == Result::kOk) [[likely]]
+    return std::span(m.landing_.data(), size);
   if (!recv_pool_->can_ever_land(size)) {
     fail_peer(p, absl::StatusCode::kResourceExhausted,
               absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
@@ -499,8 +504,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   if (ordered) p.blocked = false;
   --p.landing;
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed",
-                            p.name, m.payload_.size(), absl::StatusCodeToString(code), length);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name,
+                            m.payload_.size(), absl::StatusCodeToString(code), length);
     if (m.credit_) {  // returned already when the landing was posted (free_announcement)
       m.credit_ = false;
       --p.unreleased;
@@ -606,9 +611,11 @@ void EngineCore::release_handled(PeerData& p, Message& m) {
 void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
   // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
   // dead peer's messages are still counted down: its slot is reused only when none is left.
-  if (p.epoch != incarnation) [[unlikely]] return;
+  if (p.epoch != incarnation) [[unlikely]]
+    return;
   --p.unreleased;
-  if (p.state != PeerState::kReady) [[unlikely]] return;
+  if (p.state != PeerState::kReady) [[unlikely]]
+    return;
   p.owed.released();
   maybe_return_credits(p);
 }
@@ -617,8 +624,10 @@ void EngineCore::give_back_sink(Message& m) {
   m.sink_landing_ = false;
   const SinkRelease* give = m.handler_ < kMaxHandlers ? &handlers_[m.handler_].options.sink_release : nullptr;
   if (give == nullptr || !*give) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "handler %d's sink buffer of %u bytes was not delivered and there is no "
-                            "sink_release to give it back to", m.handler_, m.payload_.size());
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                            "handler %d's sink buffer of %u bytes was not delivered and there is no "
+                            "sink_release to give it back to",
+                            m.handler_, m.payload_.size());
     return;
   }
   c_.sink_returned->add();
@@ -639,7 +648,8 @@ void EngineCore::release(Message& m) {
     post([held] { delete held; });
     return;
   }
-  if (m.sink_landing_) [[unlikely]] give_back_sink(m);
+  if (m.sink_landing_) [[unlikely]]
+    give_back_sink(m);
   if (m.request_ && !m.replied_) {
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
   }

@@ -12,11 +12,10 @@
 namespace sluice::detail {
 
 Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, const CallOptions& options,
-                        ReplyCallback&& cb, CallId* id_out) {
+                        std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
+                        CallId* id_out) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
-  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb)
-    return Result::kInvalidArgument;
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb) return Result::kInvalidArgument;
   if (p.queued + p.call_queue.size() >= config_.send_queue_max) {
     c_.would_block->add();
     return Result::kWouldBlock;
@@ -64,7 +63,8 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   c.peer = p.id;
   c.on_reply = std::move(cb);
   c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
-  if ((++p.traffic.sampler & 63) == 0) [[unlikely]] c.started = Clock::now();
+  if ((++p.traffic.sampler & 63) == 0) [[unlikely]]
+    c.started = Clock::now();
   if (!options.reply_buffer.empty()) {
     // The exact receive for the reply payload is posted before the request leaves.
     c.landing = std::make_unique<ReplyLanding>();
@@ -75,8 +75,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
     c.reply_rx = rx;
     ++exact_posted_;
     PostResult pr = worker_->post_recv(rx, options.reply_buffer.data(), options.reply_buffer.size(),
-                                       wire::make_tag(wire::kReply, p.id, id),
-                                       kFullMask, nullptr);
+                                       wire::make_tag(wire::kReply, p.id, id), kFullMask, nullptr);
     if (pr.kind != Post::kPending) done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
   }
   c_.rpc_calls->add();
@@ -104,8 +103,8 @@ void EngineCore::on_request(PeerData& p, Message& m) {
   if (!p.server_slots.try_acquire()) [[unlikely]] {
     // Beyond the slots granted: refused before any work is done.
     c_.rpc_slot_refused->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused",
-                            p.name, p.server_slots.capacity());
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name,
+                            p.server_slots.capacity());
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
     return;
   }
@@ -126,9 +125,8 @@ void EngineCore::on_request(PeerData& p, Message& m) {
   }
 }
 
-Result EngineCore::reply(Message& m, std::span<const std::byte> header,
-                         std::span<const std::byte> payload, std::uint16_t status, PayloadCopy copy,
-                         SendCallback&& on_done, void* memh, Op** last_out) {
+Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
+                         std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
   if (!m.request_ || m.replied_) return Result::kInvalidArgument;
   PeerData& p = *peers_[m.peer_];
   if (p.state == PeerState::kDead || p.epoch != m.incarnation_) {
@@ -187,8 +185,7 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header,
     r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, copy, &hop, &pop);
   } else {
     answered(false);
-    return send_fragmented(p, m.handler_, header, payload, std::move(on_done), flags, m.rpc_id_, 0,
-                           m.holds_rpc_slot_);
+    return send_fragmented(p, m.handler_, header, payload, std::move(on_done), flags, m.rpc_id_, 0, m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
   answered(false);
@@ -238,11 +235,13 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     return;
   }
   Call& c = *found;
-  if (c.started != Clock::time_point{}) [[unlikely]] p.traffic.sample_rtt(Clock::now() - c.started);
+  if (c.started != Clock::time_point{}) [[unlikely]]
+    p.traffic.sample_rtt(Clock::now() - c.started);
   absl::StatusCode code = code_from_wire(m.status_);
   if (code != absl::StatusCode::kOk) {
     std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
-    if (text.empty()) text = absl::StrFormat("%s answered call %u with %s", p.name, m.rpc_id_, absl::StatusCodeToString(code));
+    if (text.empty())
+      text = absl::StrFormat("%s answered call %u with %s", p.name, m.rpc_id_, absl::StatusCodeToString(code));
     finish_call(m.rpc_id_, absl::Status(code, text));
     return;
   }
@@ -294,8 +293,9 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
     return;
   }
   if (code != absl::StatusCode::kOk) {
-    finish_call(id, absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kUnavailable,
-                                 absl::StrFormat("reply payload of call %u failed: %s", id, absl::StatusCodeToString(code))));
+    finish_call(
+        id, absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kUnavailable,
+                         absl::StrFormat("reply payload of call %u failed: %s", id, absl::StatusCodeToString(code))));
     return;
   }
   l.payload_landed = true;

@@ -10,10 +10,9 @@
 
 namespace sluice::detail {
 
-Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
-                        std::span<const std::byte> header,
-                        std::span<const std::byte> inline_payload, std::uint32_t payload_len,
-                        std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status, Op** out) {
+Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                        std::span<const std::byte> inline_payload, std::uint32_t payload_len, std::uint64_t rpc_id,
+                        std::uint64_t aux, std::uint16_t status, Op** out) {
   std::size_t total = wire::kHeaderSize + header.size() + inline_payload.size();
   PoolClass& cls = send_pool_->eager();
   if (total > cls.slot_size()) return Result::kInvalidArgument;
@@ -44,11 +43,9 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h,
   return Result::kOk;
 }
 
-Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h,
-                                std::span<const std::byte> header,
-                                std::span<const std::byte> payload, std::uint64_t rpc_id,
-                                std::uint64_t aux, std::uint16_t status, PayloadCopy copy, Op** hop,
-                                Op** pop) {
+Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                                std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
+                                std::uint16_t status, PayloadCopy copy, Op** hop, Op** pop) {
   auto len = static_cast<std::uint32_t>(payload.size());
   *pop = nullptr;
   if (header.size() + payload.size() <= eager_limit_) [[likely]] {
@@ -121,9 +118,10 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
   return Result::kOk;
 }
 
-Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                        std::span<const std::byte> payload, SendCallback&& cb, PayloadCopy copy, void* memh) {
-  if (p.state == PeerState::kDead) [[unlikely]] return Result::kUnavailable;
+Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                        SendCallback&& cb, PayloadCopy copy, void* memh) {
+  if (p.state == PeerState::kDead) [[unlikely]]
+    return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
     return Result::kInvalidArgument;
   if (p.queued >= config_.send_queue_max) [[unlikely]] {
@@ -152,9 +150,8 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
 }
 
 Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                                   std::span<const std::byte> payload, SendCallback cb,
-                                   std::uint8_t flags, std::uint64_t rpc_id, std::uint64_t aux,
-                                   bool releases_rpc_slot) {
+                                   std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
+                                   std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.
@@ -167,10 +164,10 @@ Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std
     std::size_t piece = std::min(room, payload.size() - offset);
     Op* op = nullptr;
     Result r;
-    auto deadline = Clock::now() + (config_.connect_timeout == kInfinite ? std::chrono::hours(24) : config_.connect_timeout);
-    while ((r = pack(p, static_cast<std::uint8_t>(flags | wire::kFlagFrag), h, uh,
-                     payload.subspan(offset, piece), static_cast<std::uint32_t>(payload.size()),
-                     rpc_id, offset, 0, &op)) == Result::kWouldBlock) {
+    auto deadline =
+        Clock::now() + (config_.connect_timeout == kInfinite ? std::chrono::hours(24) : config_.connect_timeout);
+    while ((r = pack(p, static_cast<std::uint8_t>(flags | wire::kFlagFrag), h, uh, payload.subspan(offset, piece),
+                     static_cast<std::uint32_t>(payload.size()), rpc_id, offset, 0, &op)) == Result::kWouldBlock) {
       if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
       if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
       progress();
@@ -247,9 +244,10 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
     c_.rndv_sent->add();
     ++tx_inflight_;
-    PostResult r = p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag,
-                       m.payload->payload_memh);
-    if (r.kind != Post::kPending) done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+    PostResult r =
+        p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag, m.payload->payload_memh);
+    if (r.kind != Post::kPending)
+      done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
     fault_.pass(FaultPoint::kRndvPayload);
   }
 }
@@ -381,8 +379,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   PeerData& p = *peers_[op->peer];
   bool stale = op->incarnation != p.epoch;
   if (code != absl::StatusCode::kOk && !stale && p.state != PeerState::kDead) {
-    fail_peer(p, absl::StatusCode::kUnavailable,
-              absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+    fail_peer(p, absl::StatusCode::kUnavailable, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status = code == absl::StatusCode::kOk
                             ? absl::OkStatus()

@@ -27,7 +27,8 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
   if (n > 16) copy_payload(to, from, n);
   else if (n >= 8) copy_ends<std::uint64_t>(to, from, n);
   else if (n >= 4) copy_ends<std::uint32_t>(to, from, n);
-  else for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
+  else
+    for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
 }
 
 // Whether a message takes the compact header: its flags allow it and it has no aux word
@@ -35,14 +36,15 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
 constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wire::compactable(flags) && aux == 0; }
 
 [[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
-                                     std::span<const std::byte> header,
-                                     std::span<const std::byte> payload, std::uint64_t rpc_id,
-                                     std::uint64_t aux, std::uint16_t status, std::byte* out) const {
+                                                                  std::span<const std::byte> header,
+                                                                  std::span<const std::byte> payload,
+                                                                  std::uint64_t rpc_id, std::uint64_t aux,
+                                                                  std::uint16_t status, std::byte* out) const {
   std::size_t hs;
   auto credits = static_cast<std::uint16_t>(p.owed.owed());
   if (takes_compact(flags, aux)) [[likely]] {
-    hs = wire::encode_compact(flags, h, static_cast<std::uint16_t>(header.size()), credits, status,
-                              p.next_seq, rpc_id, out);
+    hs = wire::encode_compact(flags, h, static_cast<std::uint16_t>(header.size()), credits, status, p.next_seq, rpc_id,
+                              out);
   } else {
     wire::Header wh;
     wh.flags = flags;
@@ -72,8 +74,9 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 }
 
 [[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
-                             std::span<const std::byte> header, std::span<const std::byte> payload,
-                             std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status) {
+                                                           std::span<const std::byte> header,
+                                                           std::span<const std::byte> payload, std::uint64_t rpc_id,
+                                                           std::uint64_t aux, std::uint16_t status) {
   std::size_t hs = takes_compact(flags, aux) ? wire::compact_size(flags) : wire::kHeaderSize;
   if (hs + header.size() + payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];

@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -21,9 +21,9 @@
 #include <absl/strings/str_format.h>
 
 #include "boot/kv.h"
-#include "core/net.h"
 #include "boot/pmix.h"
 #include "core/log.h"
+#include "core/net.h"
 
 namespace sluice {
 namespace detail {
@@ -94,8 +94,7 @@ class InProcessBootstrap final : public ExchangeBase {
       group_->arrived = 0;
       ++group_->generation;
       group_->cv.notify_all();
-    } else if (!group_->cv.wait_for(lock, std::chrono::seconds(60),
-                                    [&] { return group_->generation != gen; })) {
+    } else if (!group_->cv.wait_for(lock, std::chrono::seconds(60), [&] { return group_->generation != gen; })) {
       return absl::DeadlineExceededError("in-process fence: not every rank arrived within 60s");
     }
     all_ = group_->published;
@@ -130,7 +129,8 @@ class FileBootstrap final : public ExchangeBase {
       }
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      return absl::UnavailableError(absl::StrFormat("SLUICE_BOOT=file:%s: cannot rename %s: %s", dir_, tmp, std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrFormat("SLUICE_BOOT=file:%s: cannot rename %s: %s", dir_, tmp, std::strerror(errno)));
     }
     auto deadline = std::chrono::steady_clock::now() + timeout_;
     std::vector<KvMap> all(static_cast<std::size_t>(size_));
@@ -144,9 +144,9 @@ class FileBootstrap final : public ExchangeBase {
           break;
         }
         if (timeout_ != kInfinite && std::chrono::steady_clock::now() >= deadline) {
-          return absl::DeadlineExceededError(absl::StrFormat(
-              "SLUICE_BOOT=file:%s: rank %d did not reach fence %d within SLUICE_CONNECT_TIMEOUT=%s",
-              dir_, r, epoch_, format_duration(timeout_)));
+          return absl::DeadlineExceededError(
+              absl::StrFormat("SLUICE_BOOT=file:%s: rank %d did not reach fence %d within SLUICE_CONNECT_TIMEOUT=%s",
+                              dir_, r, epoch_, format_duration(timeout_)));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
@@ -175,20 +175,22 @@ class LauncherBootstrap final : public ExchangeBase {
 
   // SLUICE_CONNECT_TIMEOUT in milliseconds (inf: 2^30, twelve days).
   int timeout_ms() const {
-    return timeout_ == kInfinite ? 1 << 30
-                                 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
+    return timeout_ == kInfinite
+               ? 1 << 30
+               : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
   }
 
   // A Unix socket's path, or tcp:HOST:PORT for a rank on another host than sluice-run's.
   absl::StatusOr<int> connect_service() const {
     auto unreachable = [&](const std::string& why) {
-      return absl::UnavailableError(absl::StrFormat(
-          "cannot reach sluice-run's bootstrap service at SLUICE_BOOT_ADDR=%s: %s", addr_, why));
+      return absl::UnavailableError(
+          absl::StrFormat("cannot reach sluice-run's bootstrap service at SLUICE_BOOT_ADDR=%s: %s", addr_, why));
     };
     if (addr_.rfind("tcp:", 0) == 0) {
       std::string hp = addr_.substr(4);
       std::size_t colon = hp.rfind(':');
-      if (colon == std::string::npos) return absl::InvalidArgumentError("SLUICE_BOOT_ADDR=" + addr_ + ": need tcp:HOST:PORT");
+      if (colon == std::string::npos)
+        return absl::InvalidArgumentError("SLUICE_BOOT_ADDR=" + addr_ + ": need tcp:HOST:PORT");
       auto started = tcp_start_connect(hp.substr(0, colon), std::atoi(hp.substr(colon + 1).c_str()));
       if (!started.ok()) return unreachable(std::string(started.status().message()));
       int fd = *started;
@@ -233,8 +235,8 @@ class LauncherBootstrap final : public ExchangeBase {
     auto reply = read_frame(fd, timeout_ms());
     if (!reply.ok()) {
       return absl::Status(reply.status().code(),
-                          absl::StrFormat("fence %d through sluice-run: %s (SLUICE_CONNECT_TIMEOUT=%s)",
-                                          epoch_, reply.status().message(), format_duration(timeout_)));
+                          absl::StrFormat("fence %d through sluice-run: %s (SLUICE_CONNECT_TIMEOUT=%s)", epoch_,
+                                          reply.status().message(), format_duration(timeout_)));
     }
     std::string_view body = *reply;
     if (body.substr(0, 3) != "OK\n") {
@@ -262,8 +264,8 @@ class LauncherBootstrap final : public ExchangeBase {
 
 absl::Status need_rank_and_size(const Config& c, const char* what) {
   if (c.rank < 0 || c.size < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_BOOT=%s needs SLUICE_RANK and SLUICE_SIZE (now %d and %d)", what, c.rank, c.size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_BOOT=%s needs SLUICE_RANK and SLUICE_SIZE (now %d and %d)", what, c.rank, c.size));
   }
   return absl::OkStatus();
 }
@@ -284,13 +286,15 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
   if (boot == "pmix") return make_pmix_bootstrap(c);
   if (boot == "sluice-run") {
     SLUICE_RETURN_IF_ERROR(need_rank_and_size(c, "sluice-run"));
-    if (c.boot_addr.empty()) return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_ADDR (run under sluice-run)");
-    return std::unique_ptr<Bootstrap>(new LauncherBootstrap(c.boot_addr, c.boot_token, c.rank, c.size, c.connect_timeout));
+    if (c.boot_addr.empty())
+      return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_ADDR (run under sluice-run)");
+    return std::unique_ptr<Bootstrap>(
+        new LauncherBootstrap(c.boot_addr, c.boot_token, c.rank, c.size, c.connect_timeout));
   }
   if (boot.rfind("file:", 0) == 0) {
     SLUICE_RETURN_IF_ERROR(need_rank_and_size(c, boot.c_str()));
     std::string dir = boot.substr(5);
-    struct stat st{};
+    struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s: %s is not a directory", boot, dir));
     }

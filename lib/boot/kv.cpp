@@ -63,11 +63,11 @@ absl::Status write_frame(int fd, std::string_view body) {
 }
 
 namespace {
-absl::Status read_exact(int fd, char* out, std::size_t len,
-                        std::chrono::steady_clock::time_point deadline) {
+absl::Status read_exact(int fd, char* out, std::size_t len, std::chrono::steady_clock::time_point deadline) {
   std::size_t off = 0;
   while (off < len) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return absl::DeadlineExceededError("bootstrap reply did not come in time");
     pollfd p{fd, POLLIN, 0};
     int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
@@ -90,7 +90,8 @@ absl::StatusOr<std::string> read_frame(int fd, int timeout_ms) {
   std::string_view lv(len_buf, 4);
   std::uint32_t len = 0;
   get_u32(&lv, &len);
-  if (len > kMaxBootMessage) return absl::DataLossError(absl::StrFormat("bootstrap frame of %u bytes is too large", len));
+  if (len > kMaxBootMessage)
+    return absl::DataLossError(absl::StrFormat("bootstrap frame of %u bytes is too large", len));
   std::string body(len, '\0');
   SLUICE_RETURN_IF_ERROR(read_exact(fd, body.data(), len, deadline));
   return body;

@@ -35,7 +35,8 @@ class PmixBootstrap final : public Bootstrap {
     PMIX_PROC_LOAD(&job, me_.nspace, PMIX_RANK_WILDCARD);
     pmix_value_t* val = nullptr;
     rc = PMIx_Get(&job, PMIX_JOB_SIZE, nullptr, 0, &val);
-    if (rc != PMIX_SUCCESS || val == nullptr) return absl::UnavailableError(absl::StrFormat("PMIx_Get(job size): %s", PMIx_Error_string(rc)));
+    if (rc != PMIX_SUCCESS || val == nullptr)
+      return absl::UnavailableError(absl::StrFormat("PMIx_Get(job size): %s", PMIx_Error_string(rc)));
     size_ = static_cast<int>(val->data.uint32);
     PMIX_VALUE_RELEASE(val);
     return absl::OkStatus();
@@ -52,7 +53,8 @@ class PmixBootstrap final : public Bootstrap {
     v.data.bo.size = value.size();
     std::string k(key);
     pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, k.c_str(), &v);
-    if (rc != PMIX_SUCCESS) return absl::UnavailableError(absl::StrFormat("PMIx_Put(%s): %s", k, PMIx_Error_string(rc)));
+    if (rc != PMIX_SUCCESS)
+      return absl::UnavailableError(absl::StrFormat("PMIx_Put(%s): %s", k, PMIx_Error_string(rc)));
     return absl::OkStatus();
   }
 
@@ -72,14 +74,16 @@ class PmixBootstrap final : public Bootstrap {
   }
 
   absl::StatusOr<std::string> get(int rank, std::string_view key) override {
-    if (rank < 0 || rank >= size_) return absl::InvalidArgumentError(absl::StrFormat("rank %d is not in [0, %d)", rank, size_));
+    if (rank < 0 || rank >= size_)
+      return absl::InvalidArgumentError(absl::StrFormat("rank %d is not in [0, %d)", rank, size_));
     pmix_proc_t p;
     PMIX_PROC_LOAD(&p, me_.nspace, static_cast<pmix_rank_t>(rank));
     pmix_value_t* val = nullptr;
     std::string k(key);
     pmix_status_t rc = PMIx_Get(&p, k.c_str(), nullptr, 0, &val);
     if (rc == PMIX_ERR_NOT_FOUND) return absl::NotFoundError(absl::StrFormat("rank %d published no '%s'", rank, k));
-    if (rc != PMIX_SUCCESS || val == nullptr) return absl::UnavailableError(absl::StrFormat("PMIx_Get(%d, %s): %s", rank, k, PMIx_Error_string(rc)));
+    if (rc != PMIX_SUCCESS || val == nullptr)
+      return absl::UnavailableError(absl::StrFormat("PMIx_Get(%d, %s): %s", rank, k, PMIx_Error_string(rc)));
     std::string out;
     if (val->type == PMIX_BYTE_OBJECT) out.assign(val->data.bo.bytes, val->data.bo.size);
     PMIX_VALUE_RELEASE(val);

@@ -3,8 +3,8 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -70,7 +70,8 @@ class Service final : public BootstrapService {
     max_conns_ = 2 * static_cast<std::size_t>(size) + 16;
     token_ = random_hex(16);
     char templ[] = "/tmp/sluice-run.XXXXXX";
-    if (::mkdtemp(templ) == nullptr) return absl::UnavailableError(absl::StrFormat("mkdtemp: %s", std::strerror(errno)));
+    if (::mkdtemp(templ) == nullptr)
+      return absl::UnavailableError(absl::StrFormat("mkdtemp: %s", std::strerror(errno)));
     dir_ = templ;
     address_ = dir_ + "/boot.sock";
     listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -175,7 +176,8 @@ class Service final : public BootstrapService {
     if (!detail::decode_kv(blob).ok()) return reject(c, "malformed key-value blob");
     int rank = c.rank, epoch = c.epoch;
     int expected = next_epoch_[rank] + 1;
-    if (epoch != expected) return reject(c, absl::StrFormat("rank %d sent fence %d, expected %d", rank, epoch, expected));
+    if (epoch != expected)
+      return reject(c, absl::StrFormat("rank %d sent fence %d, expected %d", rank, epoch, expected));
     auto& slots = pending_[epoch];
     if (slots.empty()) slots.resize(static_cast<std::size_t>(size_));
     if (slots[static_cast<std::size_t>(rank)]) return reject(c, "duplicate fence");
@@ -197,14 +199,16 @@ class Service final : public BootstrapService {
     if (len > detail::kMaxBootMessage) return reject(c, "frame length above the limit");
     std::size_t nl = v.find('\n');
     if (nl == std::string_view::npos) {
-      if (v.size() >= std::min<std::size_t>(len, kMaxRequestLine)) return reject(c, "no request line in the first 256 bytes");
+      if (v.size() >= std::min<std::size_t>(len, kMaxRequestLine))
+        return reject(c, "no request line in the first 256 bytes");
       return true;
     }
     if (nl >= len) return reject(c, "malformed request");
     std::string line(v.substr(0, nl));
     char tok[129] = {0}, op[16] = {0};
     int rank = -1, epoch = -1;
-    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4) return reject(c, "malformed request");
+    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4)
+      return reject(c, "malformed request");
     if (!same_token(tok, token_)) return reject(c, "wrong token");
     if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request");
     c.authenticated = true;

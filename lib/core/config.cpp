@@ -47,8 +47,7 @@ void warn_unknown_once() {
       bool known = false;
       for (const auto& v : config_table()) known = known || name == v.name;
       if (!known) {
-        SLUICE_LOG(kWarn, "config", "unknown variable %s (did you mean %s?)", name,
-                   closest_config_name(name));
+        SLUICE_LOG(kWarn, "config", "unknown variable %s (did you mean %s?)", name, closest_config_name(name));
       }
     }
   });
@@ -77,8 +76,8 @@ absl::StatusOr<Config> Config::from_env() {
     if (!value) continue;
     absl::Status s = var.parse(*value, config);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s=%s: %s; allowed: %s", var.name,
-                                                        *value, s.message(), var.type));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s=%s: %s; allowed: %s", var.name, *value, s.message(), var.type));
     }
   }
   for (const char* ucx : {"UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"})
@@ -103,41 +102,39 @@ std::size_t Config::eager_limit() const {
 absl::Status Config::validate() const {
   const std::size_t eager_slot = eager_limit() + 64;  // wire header room, see lib/wire
   if (recv_pool_max < eager_slot) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_RECV_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
-        format_size(recv_pool_max), format_size(eager_slot)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_RECV_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
+                        format_size(recv_pool_max), format_size(eager_slot)));
   }
   if (send_pool_max < eager_slot) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_SEND_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
-        format_size(send_pool_max), format_size(eager_slot)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_SEND_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
+                        format_size(send_pool_max), format_size(eager_slot)));
   }
   if (pool_chunk > recv_pool_max || pool_chunk > send_pool_max) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_POOL_CHUNK=%s is larger than a pool budget (SLUICE_SEND_POOL_MAX=%s, "
-        "SLUICE_RECV_POOL_MAX=%s)",
-        format_size(pool_chunk), format_size(send_pool_max), format_size(recv_pool_max)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_POOL_CHUNK=%s is larger than a pool budget (SLUICE_SEND_POOL_MAX=%s, "
+                        "SLUICE_RECV_POOL_MAX=%s)",
+                        format_size(pool_chunk), format_size(send_pool_max), format_size(recv_pool_max)));
   }
   for (std::size_t cls : pool_classes) {
     if (cls <= eager_limit()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "SLUICE_POOL_CLASSES has %s, not above the eager limit SLUICE_EAGER_MAX=%s",
-          format_size(cls), format_size(eager_limit())));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SLUICE_POOL_CLASSES has %s, not above the eager limit SLUICE_EAGER_MAX=%s", format_size(cls),
+                          format_size(eager_limit())));
     }
   }
   if (heartbeat >= peer_timeout && peer_timeout != kInfinite) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
-        format_duration(heartbeat), format_duration(peer_timeout)));
+    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
+                                                      format_duration(heartbeat), format_duration(peer_timeout)));
   }
   if ((auth == AuthMode::kRequired || auth == AuthMode::kOptional) && auth_key_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SLUICE_AUTH=%s needs a key: set SLUICE_AUTH_KEY_FILE (sluice-info --new-key FILE writes one)",
-        auth == AuthMode::kRequired ? "required" : "optional"));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_AUTH=%s needs a key: set SLUICE_AUTH_KEY_FILE (sluice-info --new-key FILE writes one)",
+                        auth == AuthMode::kRequired ? "required" : "optional"));
   }
   if (rank >= 0 && size >= 0 && rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", rank, size));
+    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", rank, size));
   }
   return absl::OkStatus();
 }

@@ -9,9 +9,9 @@
 #include <limits>
 #include <vector>
 
-#include "core/strings.h"
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
+#include "core/strings.h"
 
 namespace sluice::detail {
 namespace {
@@ -35,10 +35,12 @@ absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text) {
     } else if (item.rfind("timer:", 0) == 0) {
       auto d = parse_duration(item.substr(6));
       if (!d.ok()) return absl::InvalidArgumentError(absl::StrFormat("%s: %s", item, d.status().message()));
-      if (*d < std::chrono::milliseconds(10)) return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
+      if (*d < std::chrono::milliseconds(10))
+        return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
       t.every = *d;
     } else {
-      return absl::InvalidArgumentError(absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
     }
   }
   return t;
@@ -62,17 +64,19 @@ absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
     if (ec == std::errc::result_out_of_range) return absl::InvalidArgumentError("out of range");
     return absl::InvalidArgumentError("not an integer");
   }
-  if (ec != std::errc() || end != t.data() + t.size())
-    return absl::InvalidArgumentError("not an integer");
+  if (ec != std::errc() || end != t.data() + t.size()) return absl::InvalidArgumentError("not an integer");
   if (v < static_cast<std::int64_t>(lo) || v > static_cast<std::int64_t>(hi))
     return absl::InvalidArgumentError("out of range");
   return static_cast<T>(v);
 }
 
 template <typename T>
-Field int_var(const char* name, const char* comp, const char* def, const char* doc,
-              T Config::*field, T lo, T hi) {
-  return {name, comp, absl::StrFormat("int [%d, %d]", lo, hi), def, doc,
+Field int_var(const char* name, const char* comp, const char* def, const char* doc, T Config::*field, T lo, T hi) {
+  return {name,
+          comp,
+          absl::StrFormat("int [%d, %d]", lo, hi),
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             auto v = parse_int<T>(s, lo, hi);
             if (!v.ok()) return v.status();
@@ -82,9 +86,13 @@ Field int_var(const char* name, const char* comp, const char* def, const char* d
           [=](const Config& c) { return std::to_string(c.*field); }};
 }
 
-Field size_var(const char* name, const char* comp, const char* def, const char* doc,
-               std::size_t Config::*field, std::size_t lo) {
-  return {name, comp, absl::StrFormat("size >= %s", format_size(lo)), def, doc,
+Field size_var(const char* name, const char* comp, const char* def, const char* doc, std::size_t Config::*field,
+               std::size_t lo) {
+  return {name,
+          comp,
+          absl::StrFormat("size >= %s", format_size(lo)),
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             auto v = parse_size(s);
             if (!v.ok()) return v.status();
@@ -95,9 +103,13 @@ Field size_var(const char* name, const char* comp, const char* def, const char* 
           [=](const Config& c) { return format_size(c.*field); }};
 }
 
-Field duration_var(const char* name, const char* comp, const char* def, const char* doc,
-                   Duration Config::*field, bool allow_inf) {
-  return {name, comp, allow_inf ? "duration | inf" : "duration", def, doc,
+Field duration_var(const char* name, const char* comp, const char* def, const char* doc, Duration Config::*field,
+                   bool allow_inf) {
+  return {name,
+          comp,
+          allow_inf ? "duration | inf" : "duration",
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             if (allow_inf && sluice::detail::lower(sluice::detail::trim(s)) == "inf") {
               c.*field = kInfinite;
@@ -112,9 +124,12 @@ Field duration_var(const char* name, const char* comp, const char* def, const ch
           [=](const Config& c) { return format_duration(c.*field); }};
 }
 
-Field bool_var(const char* name, const char* comp, const char* def, const char* doc,
-               bool Config::*field) {
-  return {name, comp, "bool", def, doc,
+Field bool_var(const char* name, const char* comp, const char* def, const char* doc, bool Config::*field) {
+  return {name,
+          comp,
+          "bool",
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             auto v = parse_bool(s);
             if (!v.ok()) return v.status();
@@ -125,11 +140,15 @@ Field bool_var(const char* name, const char* comp, const char* def, const char* 
 }
 
 template <typename E>
-Field enum_var(const char* name, const char* comp, const char* def, const char* doc,
-               E Config::*field, std::vector<std::pair<const char*, E>> values) {
+Field enum_var(const char* name, const char* comp, const char* def, const char* doc, E Config::*field,
+               std::vector<std::pair<const char*, E>> values) {
   std::vector<std::string> names;
   for (auto& [n, v] : values) names.emplace_back(n);
-  return {name, comp, "enum: " + absl::StrJoin(names, "|"), def, doc,
+  return {name,
+          comp,
+          "enum: " + absl::StrJoin(names, "|"),
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             std::string lower = sluice::detail::lower(sluice::detail::trim(s));
             for (auto& [n, v] : values) {
@@ -147,9 +166,13 @@ Field enum_var(const char* name, const char* comp, const char* def, const char* 
           }};
 }
 
-Field string_var(const char* name, const char* comp, const char* type, const char* def,
-                 const char* doc, std::string Config::*field) {
-  return {name, comp, type, def, doc,
+Field string_var(const char* name, const char* comp, const char* type, const char* def, const char* doc,
+                 std::string Config::*field) {
+  return {name,
+          comp,
+          type,
+          def,
+          doc,
           [=](std::string_view s, Config& c) -> absl::Status {
             c.*field = std::string(s);
             return absl::OkStatus();
@@ -159,14 +182,14 @@ Field string_var(const char* name, const char* comp, const char* type, const cha
 
 std::vector<Field> core_vars() {
   return {
-      enum_var("SLUICE_LOG_LEVEL", "core", "warn",
-               "Log level: messages at this level and more severe go to stderr.",
+      enum_var("SLUICE_LOG_LEVEL", "core", "warn", "Log level: messages at this level and more severe go to stderr.",
                &Config::log_level,
-               {{"error", LogLevel::kError}, {"warn", LogLevel::kWarn},
-                {"info", LogLevel::kInfo}, {"debug", LogLevel::kDebug},
+               {{"error", LogLevel::kError},
+                {"warn", LogLevel::kWarn},
+                {"info", LogLevel::kInfo},
+                {"debug", LogLevel::kDebug},
                 {"trace", LogLevel::kTrace}}),
-      bool_var("SLUICE_STATS", "core", "n",
-               "Print every engine's counters to stderr when it is destroyed.",
+      bool_var("SLUICE_STATS", "core", "n", "Print every engine's counters to stderr when it is destroyed.",
                &Config::stats),
       {"SLUICE_STATS_TRIGGER", "core", "list: exit | signal:USR1 | signal:USR2 | timer:DURATION | none", "none",
        "When each engine writes its counters and its busiest peers' as one JSON line to "
@@ -211,9 +234,7 @@ std::vector<Field> am_vars() {
          c.eager_max = *v;
          return absl::OkStatus();
        },
-       [](const Config& c) {
-         return c.eager_max ? format_size(*c.eager_max) : std::string("auto");
-       }},
+       [](const Config& c) { return c.eager_max ? format_size(*c.eager_max) : std::string("auto"); }},
       bool_var("SLUICE_RNDV", "am", "y",
                "Rendezvous for large payloads. n: cut them into eager pieces copied through "
                "send and receive pool slots (the bounce-buffer baseline for benchmarks).",
@@ -295,8 +316,7 @@ std::vector<Field> mem_vars() {
       enum_var("SLUICE_HUGEPAGES", "mem", "try",
                "2 MiB huge pages for pool arenas: try (fall back to 4 KiB pages), yes (fail "
                "when none are available), no.",
-               &Config::hugepages,
-               {{"try", HugePages::kTry}, {"yes", HugePages::kYes}, {"no", HugePages::kNo}}),
+               &Config::hugepages, {{"try", HugePages::kTry}, {"yes", HugePages::kYes}, {"no", HugePages::kNo}}),
       {"SLUICE_NUMA", "mem", "auto | nic | node number", "auto",
        "NUMA node of an engine's pools: auto (node of the CPU running the engine), nic "
        "(node of its RDMA device, else auto), or a node number.",
@@ -330,8 +350,7 @@ std::vector<Field> liveness_vars() {
                    "A peer silent this long (no message, no heartbeat answer) is declared "
                    "dead; its operations complete with Unavailable.",
                    &Config::peer_timeout, true),
-      duration_var("SLUICE_HEARTBEAT", "flow", "1s",
-                   "Interval of heartbeats to peers that have been idle this long.",
+      duration_var("SLUICE_HEARTBEAT", "flow", "1s", "Interval of heartbeats to peers that have been idle this long.",
                    &Config::heartbeat, false),
       duration_var("SLUICE_CONNECT_TIMEOUT", "flow", "10s",
                    "Deadline for connecting and handshaking with a peer, and for bootstrap "
@@ -356,7 +375,9 @@ std::vector<Field> door_vars() {
                "a wrong key is still refused), off (anyone who reaches the port may connect: "
                "docs/security.md). auto: required when a key file is set, off otherwise.",
                &Config::auth,
-               {{"auto", AuthMode::kAuto}, {"off", AuthMode::kOff}, {"optional", AuthMode::kOptional},
+               {{"auto", AuthMode::kAuto},
+                {"off", AuthMode::kOff},
+                {"optional", AuthMode::kOptional},
                 {"required", AuthMode::kRequired}}),
       string_var("SLUICE_AUTH_KEY_FILE", "door", "path", "",
                  "File holding the secret that servers and their clients share: 16 bytes to "
@@ -400,22 +421,20 @@ std::vector<Field> boot_vars() {
        },
        [](const Config& c) { return c.boot; }},
       int_var<int>("SLUICE_RANK", "launcher", "-1",
-                   "This process's rank (set by sluice-run, or by hand with SLUICE_BOOT=file).",
-                   &Config::rank, -1, (1 << 24) - 2),
+                   "This process's rank (set by sluice-run, or by hand with SLUICE_BOOT=file).", &Config::rank, -1,
+                   (1 << 24) - 2),
       int_var<int>("SLUICE_SIZE", "launcher", "-1",
                    "Number of ranks in the job (set by sluice-run, or by hand with "
                    "SLUICE_BOOT=file).",
                    &Config::size, -1, (1 << 24) - 1),
-      int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1",
-                   "Rank among the processes on this host (set by sluice-run).",
+      int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1", "Rank among the processes on this host (set by sluice-run).",
                    &Config::local_rank, -1, (1 << 24) - 2),
       string_var("SLUICE_BOOT_ADDR", "launcher", "path | tcp:HOST:PORT", "",
                  "Where sluice-run's bootstrap service is: its Unix socket on sluice-run's host, "
                  "tcp:HOST:PORT on the others (set by sluice-run).",
                  &Config::boot_addr),
       string_var("SLUICE_BOOT_TOKEN", "launcher", "hex string", "",
-                 "Per-job secret every bootstrap request carries (set by sluice-run).",
-                 &Config::boot_token),
+                 "Per-job secret every bootstrap request carries (set by sluice-run).", &Config::boot_token),
   };
 }
 
@@ -439,8 +458,8 @@ std::vector<Field> testing_vars() {
 
 std::vector<Field> build_table() {
   std::vector<Field> all;
-  for (auto part : {core_vars(), am_vars(), flow_vars(), mem_vars(), liveness_vars(),
-                    door_vars(), transport_vars(), boot_vars(), testing_vars()}) {
+  for (auto part : {core_vars(), am_vars(), flow_vars(), mem_vars(), liveness_vars(), door_vars(), transport_vars(),
+                    boot_vars(), testing_vars()}) {
     for (auto& f : part) all.push_back(std::move(f));
   }
   return all;

@@ -49,7 +49,8 @@ class FaultTrigger {
   // Ends the process when this is the armed point's N-th pass.
   void pass(FaultPoint p) {
     if constexpr (kFaultPointsBuilt) {
-      if (point_ == p && --left_ == 0) [[unlikely]] die(p);
+      if (point_ == p && --left_ == 0) [[unlikely]]
+        die(p);
     }
   }
   // For a point that fails an operation (pool-grow): true on the armed point's N-th pass and

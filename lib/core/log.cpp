@@ -23,15 +23,12 @@ const char* level_name(LogLevel level) {
 }
 
 std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 }  // namespace
 
-void set_log_level(LogLevel level) {
-  g_log_level.store(static_cast<int>(level), std::memory_order_relaxed);
-}
+void set_log_level(LogLevel level) { g_log_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
 void set_log_rank(int rank) { g_log_rank.store(rank, std::memory_order_relaxed); }
 
@@ -39,11 +36,9 @@ void log_write(LogLevel level, const char* module, std::string_view message) {
   std::string line;
   int rank = g_log_rank.load(std::memory_order_relaxed);
   if (rank >= 0) {
-    line = absl::StrFormat("sluice[%d:%d] %s %s: %s\n", rank, getpid(), level_name(level),
-                           module, message);
+    line = absl::StrFormat("sluice[%d:%d] %s %s: %s\n", rank, getpid(), level_name(level), module, message);
   } else {
-    line = absl::StrFormat("sluice[%d] %s %s: %s\n", getpid(), level_name(level), module,
-                           message);
+    line = absl::StrFormat("sluice[%d] %s %s: %s\n", getpid(), level_name(level), module, message);
   }
   // One write so lines from several threads and processes do not interleave.
   std::fwrite(line.data(), 1, line.size(), stderr);

@@ -43,25 +43,23 @@ class RateLimit {
 
 }  // namespace sluice::detail
 
-#define SLUICE_LOG(level, module, ...)                                            \
-  do {                                                                            \
-    if (::sluice::detail::log_enabled(::sluice::LogLevel::level)) [[unlikely]] { \
-      ::sluice::detail::log_write(::sluice::LogLevel::level, module,              \
-                                  ::absl::StrFormat(__VA_ARGS__));                \
-    }                                                                             \
+#define SLUICE_LOG(level, module, ...)                                                                \
+  do {                                                                                                \
+    if (::sluice::detail::log_enabled(::sluice::LogLevel::level)) [[unlikely]] {                      \
+      ::sluice::detail::log_write(::sluice::LogLevel::level, module, ::absl::StrFormat(__VA_ARGS__)); \
+    }                                                                                                 \
   } while (0)
 
-#define SLUICE_LOG_RATE_LIMITED(level, module, ...)                                   \
-  do {                                                                                \
-    if (::sluice::detail::log_enabled(::sluice::LogLevel::level)) [[unlikely]] {     \
-      static ::sluice::detail::RateLimit sluice_rate_limit_;                          \
-      std::uint64_t sluice_suppressed_ = 0;                                           \
-      if (sluice_rate_limit_.allow(&sluice_suppressed_)) {                            \
-        std::string sluice_line_ = ::absl::StrFormat(__VA_ARGS__);                    \
-        if (sluice_suppressed_ != 0)                                                  \
-          ::absl::StrAppendFormat(&sluice_line_, " (%u similar lines suppressed)",   \
-                                  sluice_suppressed_);                                \
-        ::sluice::detail::log_write(::sluice::LogLevel::level, module, sluice_line_); \
-      }                                                                               \
-    }                                                                                 \
+#define SLUICE_LOG_RATE_LIMITED(level, module, ...)                                                     \
+  do {                                                                                                  \
+    if (::sluice::detail::log_enabled(::sluice::LogLevel::level)) [[unlikely]] {                        \
+      static ::sluice::detail::RateLimit sluice_rate_limit_;                                            \
+      std::uint64_t sluice_suppressed_ = 0;                                                             \
+      if (sluice_rate_limit_.allow(&sluice_suppressed_)) {                                              \
+        std::string sluice_line_ = ::absl::StrFormat(__VA_ARGS__);                                      \
+        if (sluice_suppressed_ != 0)                                                                    \
+          ::absl::StrAppendFormat(&sluice_line_, " (%u similar lines suppressed)", sluice_suppressed_); \
+        ::sluice::detail::log_write(::sluice::LogLevel::level, module, sluice_line_);                   \
+      }                                                                                                 \
+    }                                                                                                   \
   } while (0)

@@ -4,9 +4,9 @@
 #include <limits>
 #include <string>
 
-#include "core/strings.h"
 #include <absl/strings/str_format.h>
 #include <sluice/config.h>
+#include "core/strings.h"
 
 namespace sluice {
 namespace {
@@ -50,8 +50,7 @@ absl::StatusOr<Quantity> split_quantity(std::string_view text) {
   }
   if (!any_digit) return absl::InvalidArgumentError("not a number");
   q.has_fraction = frac_num != 0;
-  q.value = static_cast<double>(q.integer) +
-            static_cast<double>(frac_num) / static_cast<double>(frac_den);
+  q.value = static_cast<double>(q.integer) + static_cast<double>(frac_num) / static_cast<double>(frac_den);
   q.unit = sluice::detail::lower(s.substr(i));
   return q;
 }

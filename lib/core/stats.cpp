@@ -37,8 +37,7 @@ std::uint64_t Stats::value(std::string_view name) const {
 std::vector<Stats::Entry> Stats::snapshot() const {
   std::vector<Entry> out;
   out.reserve(entries_.size());
-  for (const auto& e : entries_)
-    out.push_back({e.name, e.is_hwm ? e.hwm.value() : e.counter.value()});
+  for (const auto& e : entries_) out.push_back({e.name, e.is_hwm ? e.hwm.value() : e.counter.value()});
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
   return out;
 }

@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<Key>> Key::load(const std::string& path, std::str
   }
   if ((st.st_mode & 077) != 0) {
     ::close(fd);
-    return fail(absl::StrFormat("mode %04o lets group or others read or write the key; chmod 600 it",
-                                st.st_mode & 07777));
+    return fail(
+        absl::StrFormat("mode %04o lets group or others read or write the key; chmod 600 it", st.st_mode & 07777));
   }
   if (st.st_size < static_cast<off_t>(kMinSecret) || st.st_size > static_cast<off_t>(kMaxSecret)) {
     ::close(fd);
@@ -76,8 +76,8 @@ absl::StatusOr<std::unique_ptr<Key>> Key::load(const std::string& path, std::str
 std::unique_ptr<Key> Key::from_secret(std::string_view secret) {
   init_sodium();
   std::unique_ptr<Key> key(new Key());
-  crypto_generichash(key->key_, sizeof(key->key_), reinterpret_cast<const unsigned char*>(secret.data()),
-                     secret.size(), nullptr, 0);
+  crypto_generichash(key->key_, sizeof(key->key_), reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                     nullptr, 0);
   return key;
 }
 
@@ -105,8 +105,8 @@ Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::ui
   return out;
 }
 
-bool Key::verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server,
-                 std::uint32_t slot, std::string_view address) const {
+bool Key::verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot,
+                 std::string_view address) const {
   Proof expected = prove(what, client, server, slot, address);
   return crypto_verify_32(reinterpret_cast<const unsigned char*>(proof.data()),
                           reinterpret_cast<const unsigned char*>(expected.data())) == 0;

@@ -40,8 +40,8 @@ class Key {
   Proof prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
               std::string_view address = {}) const;
   // Constant-time comparison with the proof this key makes.
-  bool verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server,
-              std::uint32_t slot = 0, std::string_view address = {}) const;
+  bool verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
+              std::string_view address = {}) const;
 
  private:
   Key() = default;

@@ -84,16 +84,16 @@ struct Door::Conn {
   std::size_t out_off = 0;
   bool want_out = false;  // EPOLLOUT is watched
   door::Nonce client_nonce{}, server_nonce{};
-  std::uint32_t our_slot = 0;      // client: ours, sent in the proof
-  std::uint32_t link_slot = 0;     // server, kClosing: the slot whose link this becomes
-  bool becomes_link = false;       // server, kClosing after ACCEPT
+  std::uint32_t our_slot = 0;   // client: ours, sent in the proof
+  std::uint32_t link_slot = 0;  // server, kClosing: the slot whose link this becomes
+  bool becomes_link = false;    // server, kClosing after ACCEPT
   bool peer_authenticated = false;
   AuthMode server_mode = AuthMode::kOff;  // client: what the server asked for
 };
 
 Door::Door(Owner* owner, DoorOptions options, Stats* stats) : owner_(owner), options_(std::move(options)) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  c_ = Counters{&stats->counter("door.accepted"),  &stats->counter("door.refused_auth"),
+  c_ = Counters{&stats->counter("door.accepted"),   &stats->counter("door.refused_auth"),
                 &stats->counter("door.bad_frames"), &stats->counter("door.timed_out"),
                 &stats->counter("door.evicted"),    &stats->counter("door.closed_early"),
                 &stats->counter("door.links_lost")};
@@ -127,8 +127,9 @@ absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slo
   if (dial_ != 0) return absl::FailedPreconditionError("connect() is already in progress");
   std::string name = absl::StrFormat("%s:%d", host, port);
   if (options_.worker_address.size() > door::kMaxAddress) {
-    return absl::InternalError(absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",
-                                               options_.worker_address.size(), door::kMaxAddress));
+    return absl::InternalError(
+        absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",
+                        options_.worker_address.size(), door::kMaxAddress));
   }
   SLUICE_ASSIGN_OR_RETURN(int fd, tcp_start_connect(host, port));
   no_delay(fd);
@@ -203,13 +204,13 @@ bool Door::poll(Clock::time_point now) {
     Conn& c = *it->second;
     if (c.client) {
       std::string step = c.step == Conn::Step::kConnecting ? "no TCP connection" : "no handshake";
-      end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within SLUICE_CONNECT_TIMEOUT=%s", step,
-                                                           c.name, format_duration(options_.connect_timeout))));
+      end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within SLUICE_CONNECT_TIMEOUT=%s", step, c.name,
+                                                           format_duration(options_.connect_timeout))));
       continue;
     }
     c_.timed_out->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed",
-                            c.name, format_duration(options_.handshake_timeout));
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed", c.name,
+                            format_duration(options_.handshake_timeout));
     bool admitted = c.becomes_link;  // its accept could not be written in time
     std::uint32_t slot = c.link_slot;
     drop(id);
@@ -269,8 +270,7 @@ void Door::drop(std::uint64_t id) {
   // waiting): closing with unread bytes resets the connection, and the reset can overtake
   // the REFUSE that tells the client why.
   std::byte scratch[4096];
-  for (int i = 0; i < 16 && ::recv(it->second->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; ++i) {
-  }
+  for (int i = 0; i < 16 && ::recv(it->second->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; ++i) {}
   ::close(it->second->fd);
   conns_.erase(it);
   if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
@@ -356,7 +356,8 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
   if ((events & EPOLLOUT) && !c.out.empty()) {
     if (!flush(c)) {
       if (c.client) {
-        end_dial(absl::UnavailableError(absl::StrFormat("server %s closed the connection during the handshake", c.name)));
+        end_dial(
+            absl::UnavailableError(absl::StrFormat("server %s closed the connection during the handshake", c.name)));
         return;
       }
       bool admitted = c.becomes_link;
@@ -388,8 +389,10 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
     case Read::kBad:
       c_.bad_frames->add();
       if (c.client) {
-        end_dial(absl::UnavailableError(absl::StrFormat("server %s sent a malformed %s (not a Sluice server, or "
-                                                        "another version of the handshake)", c.name, why)));
+        end_dial(
+            absl::UnavailableError(absl::StrFormat("server %s sent a malformed %s (not a Sluice server, or "
+                                                   "another version of the handshake)",
+                                                   c.name, why)));
       } else {
         SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: malformed %s; closed", c.name, why);
         refuse(c, absl::StatusCode::kInvalidArgument, "malformed " + why);
@@ -429,7 +432,8 @@ void Door::serve_frame(Conn& c) {
   const bool auth_on = options_.auth != AuthMode::kOff && options_.key != nullptr;
   if (c.step == Conn::Step::kWantClientHello) {
     door::ClientHello hello;
-    if (c.header.kind != Kind::kClientHello) return bad(absl::StrFormat("a %s frame first", door::to_string(c.header.kind)));
+    if (c.header.kind != Kind::kClientHello)
+      return bad(absl::StrFormat("a %s frame first", door::to_string(c.header.kind)));
     if (door::Parse p = door::decode(body, &hello); p != door::Parse::kOk)
       return bad(absl::StrFormat("malformed client hello: %s", door::to_string(p)));
     c.client_nonce = hello.nonce;
@@ -448,16 +452,20 @@ void Door::serve_frame(Conn& c) {
   }
   // kWantClientProof
   door::Credentials cred;
-  if (c.header.kind != Kind::kClientProof) return bad(absl::StrFormat("a %s frame instead of its proof", door::to_string(c.header.kind)));
+  if (c.header.kind != Kind::kClientProof)
+    return bad(absl::StrFormat("a %s frame instead of its proof", door::to_string(c.header.kind)));
   if (door::Parse p = door::decode(body, &cred); p != door::Parse::kOk)
     return bad(absl::StrFormat("malformed client proof: %s", door::to_string(p)));
   bool authenticated = false;
   if (auth_on) {
     if (cred.has_proof) {
-      if (!options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot, cred.address)) {
+      if (!options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot,
+                                cred.address)) {
         c_.refused_auth->add();
-        SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s refused: its proof does not match our key "
-                                "(SLUICE_AUTH_KEY_FILE differs, or a replayed handshake)", c.name);
+        SLUICE_LOG_RATE_LIMITED(kWarn, "door",
+                                "client %s refused: its proof does not match our key "
+                                "(SLUICE_AUTH_KEY_FILE differs, or a replayed handshake)",
+                                c.name);
         return refuse(c, absl::StatusCode::kPermissionDenied,
                       "authentication failed: the client's key is not the server's (SLUICE_AUTH_KEY_FILE)");
       }
@@ -544,8 +552,9 @@ void Door::dial_frame(Conn& c) {
     if (auth_on) {
       if (hello.has_proof) {
         if (!options_.key->verify(hello.proof, ProofOf::kServerHello, c.client_nonce, c.server_nonce))
-          return denied("could not prove that it holds our key (SLUICE_AUTH_KEY_FILE differs, or it is not the "
-                        "server meant)");
+          return denied(
+              "could not prove that it holds our key (SLUICE_AUTH_KEY_FILE differs, or it is not the "
+              "server meant)");
         c.peer_authenticated = true;
       } else if (options_.auth == AuthMode::kRequired) {
         return denied("does not authenticate, and SLUICE_AUTH=required here");
@@ -602,8 +611,9 @@ void Door::on_link_event(std::uint32_t slot, int fd) {
   std::byte buf[64];
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  std::string why = n == 0 ? "its connection to us closed" : n < 0 ? std::string("its connection failed: ") + std::strerror(errno)
-                                                                  : "sent bytes on its connection after the handshake";
+  std::string why = n == 0  ? "its connection to us closed"
+                    : n < 0 ? std::string("its connection failed: ") + std::strerror(errno)
+                            : "sent bytes on its connection after the handshake";
   c_.links_lost->add();
   close_link(slot);
   owner_->link_lost(slot, why);

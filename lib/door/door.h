@@ -41,7 +41,7 @@ struct DoorOptions {
   Duration handshake_timeout = std::chrono::seconds(3);
   std::size_t max_pending = 64;
   Duration connect_timeout = std::chrono::seconds(10);  // for messages only: the caller's deadline
-  std::string worker_address;                            // ours, given to the other side
+  std::string worker_address;                           // ours, given to the other side
 };
 
 class Door {
@@ -99,7 +99,6 @@ class Door {
   // Accepts, reads, writes and expires connections; calls the owner back. Returns whether
   // anything happened.
   bool poll(Clock::time_point now);
-
 
  private:
   struct Conn;

@@ -41,7 +41,8 @@ class SendCredits {
   std::int64_t reconcile(std::uint64_t peer_returned) {
     auto d = static_cast<std::int64_t>(peer_returned - returned_);
     returned_ = peer_returned;
-    if (d > 0) available_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(granted_, std::uint64_t{available_} + d));
+    if (d > 0)
+      available_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(granted_, std::uint64_t{available_} + d));
     else available_ -= static_cast<std::uint32_t>(std::min<std::uint64_t>(available_, static_cast<std::uint64_t>(-d)));
     return d;
   }

@@ -12,28 +12,24 @@
 
 namespace sluice::detail {
 
-absl::StatusOr<std::unique_ptr<Arena>> Arena::create(std::size_t length, HugePages huge,
-                                                     int node, const Topology* topo,
+absl::StatusOr<std::unique_ptr<Arena>> Arena::create(std::size_t length, HugePages huge, int node, const Topology* topo,
                                                      const TransportContext* ucx) {
   std::unique_ptr<Arena> a(new Arena());
   void* p = MAP_FAILED;
   if (huge != HugePages::kNo) {
     std::size_t len = (length + kHugePage - 1) / kHugePage * kHugePage;
-    p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
-             -1, 0);
+    p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
     if (p != MAP_FAILED) {
       a->length_ = len;
       a->huge_ = true;
     } else if (huge == HugePages::kYes) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "SLUICE_HUGEPAGES=yes: cannot map %s of 2M huge pages (%s); reserve some with "
-          "sysctl vm.nr_hugepages or set SLUICE_HUGEPAGES=try",
-          format_size(len), std::strerror(errno)));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("SLUICE_HUGEPAGES=yes: cannot map %s of 2M huge pages (%s); reserve some with "
+                          "sysctl vm.nr_hugepages or set SLUICE_HUGEPAGES=try",
+                          format_size(len), std::strerror(errno)));
     } else {
       static std::once_flag once;
-      std::call_once(once, [] {
-        SLUICE_LOG(kInfo, "mem", "no 2M huge pages available, pools use 4K pages");
-      });
+      std::call_once(once, [] { SLUICE_LOG(kInfo, "mem", "no 2M huge pages available, pools use 4K pages"); });
     }
   }
   if (p == MAP_FAILED) {

@@ -17,9 +17,8 @@ class Arena {
   // Maps at least `length` bytes (rounded up to the page size in use), with 2 MiB huge pages
   // per `huge`, binds them to `node` (-1: no binding), touches them and registers them with
   // `ucx` (when given; tests of placement may pass nullptr).
-  static absl::StatusOr<std::unique_ptr<Arena>> create(std::size_t length, HugePages huge,
-                                                       int node, const Topology* topo,
-                                                       const TransportContext* ucx);
+  static absl::StatusOr<std::unique_ptr<Arena>> create(std::size_t length, HugePages huge, int node,
+                                                       const Topology* topo, const TransportContext* ucx);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;

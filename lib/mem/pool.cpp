@@ -29,8 +29,7 @@ void SlotOwner::release(SlotDesc* d) {
   SlotDesc* head = remote_.load(std::memory_order_relaxed);
   do {
     d->next = head;
-  } while (!remote_.compare_exchange_weak(head, d, std::memory_order_release,
-                                          std::memory_order_relaxed));
+  } while (!remote_.compare_exchange_weak(head, d, std::memory_order_release, std::memory_order_relaxed));
 }
 
 void SlotOwner::drain_remote() {
@@ -53,20 +52,16 @@ absl::StatusOr<std::unique_ptr<Arena>> map_arena(const ArenaSource& source, std:
 }
 }  // namespace
 
-PoolClass::PoolClass(std::string name, std::size_t slot_size, Budget* budget,
-                     const ArenaSource* source, bool reserved_only)
-    : name_(std::move(name)),
-      slot_size_(slot_size),
-      budget_(budget),
-      source_(source),
-      reserved_only_(reserved_only) {}
+PoolClass::PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source,
+                     bool reserved_only)
+    : name_(std::move(name)), slot_size_(slot_size), budget_(budget), source_(source), reserved_only_(reserved_only) {}
 
 PoolClass::~PoolClass() {
   if (in_use() != 0) {
     drain_remote();
     if (in_use() != 0) {
-      SLUICE_LOG(kError, "mem", "%s pool class %s destroyed with %u slots still held",
-                 to_string(budget_->direction), name_, in_use());
+      SLUICE_LOG(kError, "mem", "%s pool class %s destroyed with %u slots still held", to_string(budget_->direction),
+                 name_, in_use());
     }
   }
 }
@@ -98,8 +93,8 @@ absl::Status PoolClass::grow() {
   auto arena = map_arena(*source_, bytes);
   map_failed_ = !arena.ok();
   if (!arena.ok()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot grow: %s",
-                            to_string(budget_->direction), name_, arena.status().message());
+    SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot grow: %s", to_string(budget_->direction), name_,
+                            arena.status().message());
     return arena.status();
   }
   std::size_t n = bytes / slot_size_;
@@ -118,9 +113,8 @@ absl::Status PoolClass::grow() {
   chunk_slots_.push_back(static_cast<std::uint32_t>(n));
   chunk_free_.push_back(static_cast<std::uint32_t>(n));
   ++growth_;
-  SLUICE_LOG(kInfo, "mem", "%s pool class %s grew to %u slots of %u B (%s of %s mapped)",
-             to_string(budget_->direction), name_, total_, slot_size_,
-             format_size(budget_->mapped), format_size(budget_->max));
+  SLUICE_LOG(kInfo, "mem", "%s pool class %s grew to %u slots of %u B (%s of %s mapped)", to_string(budget_->direction),
+             name_, total_, slot_size_, format_size(budget_->mapped), format_size(budget_->max));
   return absl::OkStatus();
 }
 
@@ -157,26 +151,27 @@ std::size_t PoolClass::trim() {
 void PoolClass::note_exhausted() {
   ++exhausted_;
   SLUICE_LOG_RATE_LIMITED(
-      kWarn, "mem",
-      "%s pool exhausted: class %s, %u/%u slots of %u B in use, hwm %u, %s%s of %s mapped; %s",
+      kWarn, "mem", "%s pool exhausted: class %s, %u/%u slots of %u B in use, hwm %u, %s%s of %s mapped; %s",
       to_string(budget_->direction), name_, in_use(), total_, slot_size_, high_water_,
-      reserved_ != 0 ? absl::StrFormat("%u reserved, ", reserved_) : std::string(),
-      format_size(budget_->mapped), format_size(budget_->max),
+      reserved_ != 0 ? absl::StrFormat("%u reserved, ", reserved_) : std::string(), format_size(budget_->mapped),
+      format_size(budget_->max),
       // Within the budget but unable to map more, raising the budget would not help.
-      map_failed_ ? std::string("it could not map more memory (see the line above)")
-                  : absl::StrCat("raise ", reserved_only_ ? "SLUICE_CREDITS or SLUICE_RECV_POOL_MAX"
-                                                          : budget_->variable));
+      map_failed_
+          ? std::string("it could not map more memory (see the line above)")
+          : absl::StrCat("raise ", reserved_only_ ? "SLUICE_CREDITS or SLUICE_RECV_POOL_MAX" : budget_->variable));
 }
 
 Result PoolClass::try_get(Slot* out) {
   Result r = try_take(out);
-  if (r != Result::kOk) [[unlikely]] note_exhausted();
+  if (r != Result::kOk) [[unlikely]]
+    note_exhausted();
   return r;
 }
 
 Result PoolClass::try_get_reserved(Slot* out) {
   Result r = take(out, true);
-  if (r != Result::kOk) [[unlikely]] note_exhausted();
+  if (r != Result::kOk) [[unlikely]]
+    note_exhausted();
   return r;
 }
 
@@ -193,12 +188,14 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
   // Slots released on other threads count as in use until drained: drain before refusing.
   bool held = false;  // this slot comes out of held-back capacity
   if (reserved_only_) {
-    if (in_use() >= reserved_) [[unlikely]] drain_remote();
+    if (in_use() >= reserved_) [[unlikely]]
+      drain_remote();
     if (free_ == nullptr) [[unlikely]] {
       drain_remote();
       if (free_ == nullptr && in_use() < reserved_) (void)grow();
     }
-    if (free_ == nullptr || in_use() >= reserved_) [[unlikely]] return Result::kExhausted;
+    if (free_ == nullptr || in_use() >= reserved_) [[unlikely]]
+      return Result::kExhausted;
   } else {
     // An ordinary taker leaves room, under the budget, for what is still owed to reserved
     // takers; owed slots need not be mapped yet, only be mappable.
@@ -258,11 +255,11 @@ absl::Status PoolClass::reserve(std::size_t n) {
   std::size_t others = budget_->mapped - mapped_bytes();
   std::size_t want = (reserved_ + n) * slot_size_;
   if (others + want > budget_->max) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s pool: cannot reserve %u more %u B slots (%u reserved, %s of %s in use by other "
-        "classes); raise %s",
-        to_string(budget_->direction), n, slot_size_, reserved_, format_size(others),
-        format_size(budget_->max), budget_->variable));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s pool: cannot reserve %u more %u B slots (%u reserved, %s of %s in use by other "
+                        "classes); raise %s",
+                        to_string(budget_->direction), n, slot_size_, reserved_, format_size(others),
+                        format_size(budget_->max), budget_->variable));
   }
   reserved_ += n;
   budget_->reserved_bytes = reserved_ * slot_size_;
@@ -275,8 +272,8 @@ void PoolClass::unreserve(std::size_t n) {
 }
 
 PoolClassStats PoolClass::stats() const {
-  return {name_,       budget_->direction, slot_size_, total_,   free_count_, max_slots(),
-          reserved_,   high_water_,        growth_,    exhausted_, cross_thread_};
+  return {name_,     budget_->direction, slot_size_, total_,     free_count_,  max_slots(),
+          reserved_, high_water_,        growth_,    exhausted_, cross_thread_};
 }
 
 LargeClass::LargeClass(std::string name, Budget* budget, const ArenaSource* source)
@@ -361,24 +358,23 @@ PoolClassStats LargeClass::stats() const {
   return {name_, budget_->direction, 0, entries_.size(), kept, 0, 0, high_water_, maps_, 0, cross_thread_};
 }
 
-absl::StatusOr<std::unique_ptr<Pool>> Pool::create(Direction dir, const Config& config,
-                                                   std::size_t eager_slot, ArenaSource source) {
+absl::StatusOr<std::unique_ptr<Pool>> Pool::create(Direction dir, const Config& config, std::size_t eager_slot,
+                                                   ArenaSource source) {
   Budget b{dir, dir == Direction::kSend ? config.send_pool_max : config.recv_pool_max,
            dir == Direction::kSend ? "SLUICE_SEND_POOL_MAX" : "SLUICE_RECV_POOL_MAX"};
   if (b.max < eager_slot) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s=%s is smaller than one eager slot (%u B)",
-                                                      b.variable, format_size(b.max), eager_slot));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s=%s is smaller than one eager slot (%u B)", b.variable, format_size(b.max), eager_slot));
   }
   std::unique_ptr<Pool> p(new Pool(b));
   p->source_ = source;
   const char* d = to_string(dir);
-  p->classes_.push_back(std::make_unique<PoolClass>(absl::StrFormat("%s.eager", d), eager_slot,
-                                                    &p->budget_, &p->source_,
-                                                    dir == Direction::kRecv));
+  p->classes_.push_back(std::make_unique<PoolClass>(absl::StrFormat("%s.eager", d), eager_slot, &p->budget_,
+                                                    &p->source_, dir == Direction::kRecv));
   for (std::size_t cls : config.pool_classes) {
     if (cls <= eager_slot || cls > b.max) continue;
-    p->classes_.push_back(std::make_unique<PoolClass>(
-        absl::StrFormat("%s.%s", d, format_size(cls)), cls, &p->budget_, &p->source_, false));
+    p->classes_.push_back(std::make_unique<PoolClass>(absl::StrFormat("%s.%s", d, format_size(cls)), cls, &p->budget_,
+                                                      &p->source_, false));
   }
   if (dir == Direction::kRecv) {
     // Only receive memory is ever unmapped while the engine lives: a send slot given back

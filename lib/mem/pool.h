@@ -29,8 +29,8 @@ struct Budget {
   std::size_t reserved_bytes = 0;  // receive reservations (eager class)
   std::size_t held_bytes = 0;      // in slots handed out now
   std::size_t high_water_bytes = 0;
-  std::uint64_t returns = 0;       // slots given back on the owner's thread, ever
-  Pool* pool = nullptr;            // reclaims unheld memory for a class that cannot grow (receive)
+  std::uint64_t returns = 0;  // slots given back on the owner's thread, ever
+  Pool* pool = nullptr;       // reclaims unheld memory for a class that cannot grow (receive)
 
   // Bytes a class may still map. Reservations not backed yet are owed to the eager receive
   // class (conservatively: all of them), so only the class holding them may map into them.
@@ -70,8 +70,7 @@ struct ArenaSource {
 
 class PoolClass final : public SlotOwner {
  public:
-  PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source,
-            bool reserved_only);
+  PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source, bool reserved_only);
   ~PoolClass() override;
 
   // Takes a slot. kExhausted when the class is empty and the budget (or, with reserved_only,
@@ -83,8 +82,7 @@ class PoolClass final : public SlotOwner {
   // A slot only if one is free now: no growth (a larger class lending a slot to a landing).
   Result try_take_free(Slot* out);
   // try_get, calling `progress` between attempts until `deadline`; kDeadlineExceeded then.
-  Result get(Slot* out, std::chrono::steady_clock::time_point deadline,
-             const std::function<void()>& progress);
+  Result get(Slot* out, std::chrono::steady_clock::time_point deadline, const std::function<void()>& progress);
 
   // Reservations, checked against the budget (ResourceExhausted when it cannot back `n` more
   // slots). In a reserved_only class (receive pool, eager class) only reserved capacity can be
@@ -175,8 +173,7 @@ class LargeClass final : public SlotOwner {
 // One direction's pool: an eager class and the large classes, sharing one budget.
 class Pool {
  public:
-  static absl::StatusOr<std::unique_ptr<Pool>> create(Direction dir, const Config& config,
-                                                      std::size_t eager_slot,
+  static absl::StatusOr<std::unique_ptr<Pool>> create(Direction dir, const Config& config, std::size_t eager_slot,
                                                       ArenaSource source);
   PoolClass& eager() { return *classes_.front(); }
   // The smallest class whose slots hold `bytes`, nullptr when none does.

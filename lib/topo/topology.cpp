@@ -89,9 +89,7 @@ bool Topology::has_node(int os_index) const {
   return false;
 }
 
-std::vector<int> Topology::cpus() const {
-  return bitmap_indexes(hwloc_topology_get_topology_cpuset(hw_->topo));
-}
+std::vector<int> Topology::cpus() const { return bitmap_indexes(hwloc_topology_get_topology_cpuset(hw_->topo)); }
 
 int Topology::node_of_cpu(int cpu) const {
   for (const auto& n : nodes_)
@@ -125,16 +123,14 @@ absl::Status Topology::bind_memory(void* addr, std::size_t len, int node) const 
   hwloc_bitmap_only(set.b, static_cast<unsigned>(node));
   if (hwloc_set_area_membind(hw_->topo, addr, len, set.b, HWLOC_MEMBIND_BIND,
                              HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT) != 0) {
-    return absl::InternalError(absl::StrFormat("cannot bind %u bytes to numa node %d: %s", len,
-                                               node, strerror(errno)));
+    return absl::InternalError(absl::StrFormat("cannot bind %u bytes to numa node %d: %s", len, node, strerror(errno)));
   }
   return absl::OkStatus();
 }
 
 int Topology::node_of_memory(const void* addr, std::size_t len) const {
   Bitmap set;
-  if (hwloc_get_area_memlocation(hw_->topo, addr, len, set.b, HWLOC_MEMBIND_BYNODESET) != 0)
-    return -1;
+  if (hwloc_get_area_memlocation(hw_->topo, addr, len, set.b, HWLOC_MEMBIND_BYNODESET) != 0) return -1;
   if (hwloc_bitmap_weight(set.b) != 1) return -1;
   return hwloc_bitmap_first(set.b);
 }
@@ -145,8 +141,7 @@ std::string Topology::report() const {
   for (const auto& n : nodes_) {
     std::string cpus;
     for (int c : n.cpus) absl::StrAppendFormat(&cpus, "%s%d", cpus.empty() ? "" : ",", c);
-    absl::StrAppendFormat(&out, "  node %d: cpus %s, memory %s\n", n.os_index, cpus,
-                          format_size(n.memory_bytes));
+    absl::StrAppendFormat(&out, "  node %d: cpus %s, memory %s\n", n.os_index, cpus, format_size(n.memory_bytes));
   }
   if (rdma_.empty()) {
     out += "rdma devices: none (shared memory and tcp only)\n";
@@ -159,31 +154,29 @@ std::string Topology::report() const {
 
 int current_cpu() { return sched_getcpu(); }
 
-absl::StatusOr<int> choose_numa_node(const NumaPolicy& policy, const Topology& topo,
-                                     int engine_cpu, const std::string& device) {
+absl::StatusOr<int> choose_numa_node(const NumaPolicy& policy, const Topology& topo, int engine_cpu,
+                                     const std::string& device) {
   auto auto_node = [&]() -> int {
     int node = topo.node_of_cpu(engine_cpu);
     if (node < 0 && !topo.nodes().empty()) node = topo.nodes().front().os_index;
     return node;
   };
   switch (policy.kind) {
-    case NumaPolicy::Kind::kAuto:
-      return auto_node();
+    case NumaPolicy::Kind::kAuto: return auto_node();
     case NumaPolicy::Kind::kNic: {
       for (const auto& d : topo.rdma_devices()) {
         if ((device.empty() || d.name == device) && d.numa_node >= 0) return d.numa_node;
       }
       static std::once_flag once;
-      std::call_once(once, [] {
-        SLUICE_LOG(kInfo, "topo", "SLUICE_NUMA=nic: no rdma device with a numa node, using auto");
-      });
+      std::call_once(once,
+                     [] { SLUICE_LOG(kInfo, "topo", "SLUICE_NUMA=nic: no rdma device with a numa node, using auto"); });
       return auto_node();
     }
     case NumaPolicy::Kind::kNode:
       if (!topo.has_node(policy.node)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SLUICE_NUMA=%d: numa node %d does not exist (this machine has %u node%s)",
-            policy.node, policy.node, topo.nodes().size(), topo.nodes().size() == 1 ? "" : "s"));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SLUICE_NUMA=%d: numa node %d does not exist (this machine has %u node%s)", policy.node,
+                            policy.node, topo.nodes().size(), topo.nodes().size() == 1 ? "" : "s"));
       }
       return policy.node;
   }

@@ -71,7 +71,7 @@ int current_cpu();
 // Chooses the NUMA node for an engine's pools (SLUICE_NUMA). `engine_cpu` is the CPU of the
 // engine's thread; `device` names the RDMA device it uses (empty: none / the first one).
 // Errors name SLUICE_NUMA and the node that does not exist.
-absl::StatusOr<int> choose_numa_node(const NumaPolicy& policy, const Topology& topo,
-                                     int engine_cpu, const std::string& device = {});
+absl::StatusOr<int> choose_numa_node(const NumaPolicy& policy, const Topology& topo, int engine_cpu,
+                                     const std::string& device = {});
 
 }  // namespace sluice::detail

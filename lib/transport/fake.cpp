@@ -202,9 +202,8 @@ PostResult send(FakeEp* ep, TransportOp* op, const void* buf, std::size_t len, T
     copy->send_op = nullptr;
     arrive(f, std::move(copy));
   }
-  bool behind = std::any_of(f.held.begin(), f.held.end(), [&](const MsgPtr& h) {
-    return h->from == m->from && h->to == m->to && h->tag == m->tag;
-  });
+  bool behind = std::any_of(f.held.begin(), f.held.end(),
+                            [&](const MsgPtr& h) { return h->from == m->from && h->to == m->to && h->tag == m->tag; });
   if ((acted && action == fake::Action::kHold) || behind) f.held.push_back(std::move(m));
   else arrive(f, std::move(m));
   return {large ? Post::kPending : Post::kDone};
@@ -383,8 +382,8 @@ Worker::~Worker() {
 
 absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg) {
   int id = -1;
-  auto [end, ec] = std::from_chars(address.data() + std::min<std::size_t>(5, address.size()),
-                                   address.data() + address.size(), id);
+  auto [end, ec] =
+      std::from_chars(address.data() + std::min<std::size_t>(5, address.size()), address.data() + address.size(), id);
   if (address.substr(0, 5) != "fake:" || ec != std::errc() || end != address.data() + address.size())
     return absl::InvalidArgumentError(absl::StrFormat("not a fake transport address: %s", address));
   FabricState& f = fabric();
@@ -507,8 +506,7 @@ bool Worker::arm() {
   std::lock_guard lock(f.mu);
   FakeWorker* w = worker_of(worker_);
   std::uint64_t v;
-  while (::read(w->efd, &v, sizeof(v)) > 0) {
-  }
+  while (::read(w->efd, &v, sizeof(v)) > 0) {}
   return w->inbox.empty() && w->completions.empty() && w->errors.empty();
 }
 

@@ -32,8 +32,7 @@ inline constexpr Tag kFullMask = ~Tag{0};
 const char* transport_error_name(int status);
 
 struct TransportOp;
-using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::size_t length,
-                                   Tag sender_tag);
+using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::size_t length, Tag sender_tag);
 
 struct TransportOp {
   TransportCallback on_complete = nullptr;
@@ -45,8 +44,8 @@ enum class Post { kDone, kPending, kError };
 struct PostResult {
   Post kind;
   absl::StatusCode code = absl::StatusCode::kOk;  // with kError
-  std::size_t length = 0;                           // with kDone receives
-  Tag sender_tag = 0;                               // with kDone receives
+  std::size_t length = 0;                         // with kDone receives
+  Tag sender_tag = 0;                             // with kDone receives
 };
 
 class Worker;
@@ -101,8 +100,7 @@ class Endpoint {
   bool valid() const { return ep_ != nullptr; }
   void* handle() const { return ep_; }
 
-  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
-                       void* memh) const;
+  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const;
   // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the
   // bytes (the buffer is free again, no callback follows); kError otherwise, with
   // kResourceExhausted when it could not right now (too large for UCX's inline send, or the
@@ -134,8 +132,7 @@ class Worker {
 
   // Endpoint towards a worker address, in peer error mode; `on_error(arg, status)` runs inside
   // progress() when UCX declares the endpoint failed.
-  absl::StatusOr<Endpoint> connect(std::string_view address, Endpoint::ErrorCallback on_error,
-                                      void* arg);
+  absl::StatusOr<Endpoint> connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg);
 
   // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
   // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
@@ -143,8 +140,7 @@ class Worker {
   // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
   // A receive that matches a message already waiting in UCX completes inside this call (its
   // callback runs before it returns, and the op holds no request afterwards).
-  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
-                       void* memh);
+  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void* memh);
   // A message that arrived with no posted receive to take it, removed from UCX's unexpected
   // queue by take_unexpected (ucp_tag_probe_nb), to be received with post_recv_message.
   struct Unexpected {
@@ -154,8 +150,7 @@ class Worker {
   };
   Unexpected take_unexpected(Tag tag, Tag mask);
   // Receives a taken message into buf (at least its length); completes like post_recv.
-  PostResult post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len,
-                               void* memh);
+  PostResult post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len, void* memh);
   // Cancels a pending operation; its callback then runs with kCancelled.
   void cancel(TransportOp* op);
   // Whether UCX holds an arrived message that matches (tag, mask) but no posted receive took
@@ -175,9 +170,8 @@ class Worker {
 
  private:
   Worker() = default;
-  static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params,
-                                                   Endpoint::ErrorCallback on_error,
-                                                   void* arg, const char* what);
+  static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
+                                                const char* what);
   void* worker_ = nullptr;
   int efd_ = -1;
   std::string address_;

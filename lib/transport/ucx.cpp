@@ -1,5 +1,5 @@
-#include "transport/transport.h"
 #include "transport/ucx.h"
+#include "transport/transport.h"
 
 #include "core/probe.h"
 
@@ -12,9 +12,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <deque>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 #include <absl/strings/str_format.h>
@@ -46,8 +46,7 @@ void send_trampoline(void* request, ucs_status_t status, void* user_data) {
   op->on_complete(op, ucx_status_code(status), 0, 0);
 }
 
-void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                     void* user_data) {
+void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   probe::stamp(probe::kRxCallback);
   auto* op = static_cast<TransportOp*>(user_data);
   // `info` lives in the request: read it before freeing.
@@ -76,8 +75,7 @@ void* const kPosting = reinterpret_cast<void*>(std::uintptr_t{1});
 // marked as being posted.
 ucp_request_param_t recv_param(TransportOp* op, void* memh) {
   ucp_request_param_t p;
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = recv_trampoline;
   p.user_data = op;
   if (memh != nullptr) {
@@ -115,8 +113,7 @@ bool cma_works() {
       _exit(n == sizeof(out) && out == 0x5c1e5c1e5c1e5c1eULL ? 0 : 1);
     }
     int wstatus = 0;
-    while (waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {}
     return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
   }();
   return works;
@@ -177,8 +174,8 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     if (tls.empty()) tls = "^cma";
   }
   if (!tls.empty()) {
-    SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()),
-                                      absl::StrFormat("SLUICE_TLS=%s", tls)));
+    SLUICE_RETURN_IF_ERROR(
+        ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()), absl::StrFormat("SLUICE_TLS=%s", tls)));
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -187,8 +184,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   ucp_context_h ctx = nullptr;
   ucs_status_t s = ucp_init(&params, cfg, &ctx);
   if (s != UCS_OK) {
-    return ucx_status(s, tls.empty() ? std::string("ucp_init")
-                                     : absl::StrFormat("ucp_init with SLUICE_TLS=%s", tls));
+    return ucx_status(s, tls.empty() ? std::string("ucp_init") : absl::StrFormat("ucp_init with SLUICE_TLS=%s", tls));
   }
   std::unique_ptr<TransportContext> out(new TransportContext());
   out->context_ = ctx;
@@ -222,8 +218,8 @@ absl::StatusOr<MemoryRegistration> MemoryRegistration::map(const TransportContex
   p.address = addr;
   p.length = len;
   ucp_mem_h memh = nullptr;
-  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_mem_map(ctx_of(ctx.handle()), &p, &memh),
-                                    absl::StrFormat("ucp_mem_map of %u bytes", len)));
+  SLUICE_RETURN_IF_ERROR(
+      ucx_status(ucp_mem_map(ctx_of(ctx.handle()), &p, &memh), absl::StrFormat("ucp_mem_map of %u bytes", len)));
   MemoryRegistration m;
   m.context_ = ctx.handle();
   m.memh_ = memh;
@@ -253,9 +249,7 @@ void MemoryRegistration::reset() {
 
 // ---- endpoint --------------------------------------------------------------------------
 
-Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) {
-  o.ep_ = nullptr;
-}
+Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) { o.ep_ = nullptr; }
 
 Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
   if (this != &o) {
@@ -277,8 +271,7 @@ Endpoint::~Endpoint() {
   }
 }
 
-PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag,
-                                  void* memh) const {
+PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = send_trampoline;
@@ -295,7 +288,8 @@ PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   probe::round_end();
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p);
-  if (r == nullptr) [[likely]] return {Post::kDone};
+  if (r == nullptr) [[likely]]
+    return {Post::kDone};
   if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
   // Not reached in 1.13.1 (FORCE_IMM_CMPL never returns a request); should a later UCX
   // return one, the caller's buffer is on its stack: finish the send before returning.
@@ -370,18 +364,15 @@ Worker::~Worker() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
 }
 
-
-absl::StatusOr<Endpoint> Worker::connect(std::string_view address,
-                                               Endpoint::ErrorCallback on_error, void* arg) {
+absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg) {
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
   return make_endpoint(worker_, &p, on_error, arg, "ucp_ep_create (worker address)");
 }
 
-absl::StatusOr<Endpoint> Worker::make_endpoint(void* worker, void* params,
-                                                    Endpoint::ErrorCallback on_error,
-                                                    void* arg, const char* what) {
+absl::StatusOr<Endpoint> Worker::make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
+                                               const char* what) {
   ucp_ep_params_t& p = *static_cast<ucp_ep_params_t*>(params);
   // The handler struct must outlive the endpoint; endpoints live as long as the engine that
   // owns `arg`, so it is kept in a process-lifetime arena of small structs.
@@ -404,8 +395,7 @@ absl::StatusOr<Endpoint> Worker::make_endpoint(void* worker, void* params,
   return out;
 }
 
-PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
-                                void* memh) {
+PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void* memh) {
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
   return from_recv_status_ptr(r, op);
@@ -418,11 +408,10 @@ Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {
   return {m, info.length, info.sender_tag};
 }
 
-PostResult Worker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf,
-                                        std::size_t len, void* memh) {
+PostResult Worker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len, void* memh) {
   ucp_request_param_t p = recv_param(op, memh);
-  ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_of(worker_), buf, len,
-                                            static_cast<ucp_tag_message_h>(msg.message), &p);
+  ucs_status_ptr_t r =
+      ucp_tag_msg_recv_nbx(worker_of(worker_), buf, len, static_cast<ucp_tag_message_h>(msg.message), &p);
   return from_recv_status_ptr(r, op);
 }
 
@@ -441,8 +430,7 @@ bool Worker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
 
 void Worker::signal() { ucp_worker_signal(worker_of(worker_)); }
 
-absl::Status Worker::wait_request(void* request,
-                                     std::chrono::steady_clock::time_point deadline) {
+absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time_point deadline) {
   if (request == nullptr) return absl::OkStatus();
   ucs_status_t s;
   while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {

@@ -53,12 +53,12 @@ using Proof = std::array<std::byte, kProofSize>;
 
 enum class Parse : std::uint8_t {
   kOk,
-  kTooShort,    // fewer bytes than the frame needs (read more)
+  kTooShort,  // fewer bytes than the frame needs (read more)
   kBadMagic,
   kBadVersion,
   kBadKind,
-  kBadLength,   // a body length outside its kind's bound
-  kBadField,    // a reserved byte set, a flag or mode out of range
+  kBadLength,  // a body length outside its kind's bound
+  kBadField,   // a reserved byte set, a flag or mode out of range
 };
 const char* to_string(Parse p);
 

@@ -33,8 +33,7 @@ Parse decode_full(std::span<const std::byte> bytes, Header* out) {
   h.aux = get<std::uint64_t>(p + 40);
   if (h.flags & kFlagCompact) return Parse::kBadFlags;  // a full header never has COMPACT
   if ((h.flags & kFlagRequest) && (h.flags & kFlagReply)) return Parse::kBadFlags;
-  if ((h.flags & kFlagCtrl) && (h.flags & (kFlagRndv | kFlagRequest | kFlagReply | kFlagFrag)))
-    return Parse::kBadFlags;
+  if ((h.flags & kFlagCtrl) && (h.flags & (kFlagRndv | kFlagRequest | kFlagReply | kFlagFrag))) return Parse::kBadFlags;
   if ((h.flags & kFlagFrag) && (h.flags & kFlagRndv)) return Parse::kBadFlags;
   std::size_t body = bytes.size() - kHeaderSize;
   if (h.flags & kFlagMore) {

@@ -105,9 +105,7 @@ inline std::size_t header_size(const Header& h) {
 }
 // Whether a message with these flags may take the compact header (its payload inline, no
 // reply buffer, not a fragment or control message).
-constexpr bool compactable(std::uint8_t flags) {
-  return (flags & ~(kFlagRequest | kFlagReply)) == 0;
-}
+constexpr bool compactable(std::uint8_t flags) { return (flags & ~(kFlagRequest | kFlagReply)) == 0; }
 // The full sequence of a compact header's low 32 bits: the one nearest `expected` (credits
 // keep every sequence a sender may still send within 2^31 of it).
 inline std::uint64_t extend_seq(std::uint64_t expected, std::uint32_t low) {
@@ -122,26 +120,26 @@ inline std::size_t coalesced_stride(const Header& h) {
 
 // HELLO body (the user header of a HELLO control message).
 struct Hello {
-  std::uint32_t rank = 0;       // sender's rank, or client id in client/server mode
+  std::uint32_t rank = 0;  // sender's rank, or client id in client/server mode
   std::uint32_t engine_id = 0;
   std::uint32_t eager_max = 0;
-  std::uint32_t credits = 0;    // credits granted to the receiver of this HELLO
-  std::uint32_t rpc_slots = 0;  // RPC request slots granted to the receiver
-  std::uint32_t reply_slot = 0; // slot the receiver puts in tags towards the sender
+  std::uint32_t credits = 0;     // credits granted to the receiver of this HELLO
+  std::uint32_t rpc_slots = 0;   // RPC request slots granted to the receiver
+  std::uint32_t reply_slot = 0;  // slot the receiver puts in tags towards the sender
   std::uint64_t incarnation = 0;
-  std::uint64_t rx_key = 0;     // id the receiver of this HELLO puts in its EAGER tags to us
+  std::uint64_t rx_key = 0;  // id the receiver of this HELLO puts in its EAGER tags to us
   bool operator==(const Hello&) const = default;
 };
 inline constexpr std::size_t kHelloSize = 40;
 
 enum class Parse : std::uint8_t {
   kOk,
-  kTooShort,     // fewer bytes than its header
+  kTooShort,  // fewer bytes than its header
   kBadMagic,
   kBadVersion,
-  kBadFlags,     // unknown flag bits or contradictory flags
-  kBadLength,    // lengths disagree with the bytes received
-  kBadField,     // a field outside its range (a HELLO's receive key)
+  kBadFlags,   // unknown flag bits or contradictory flags
+  kBadLength,  // lengths disagree with the bytes received
+  kBadField,   // a field outside its range (a HELLO's receive key)
 };
 const char* to_string(Parse p);
 
@@ -183,9 +181,8 @@ inline void encode(const Header& h, std::byte* out) {
   put<std::uint64_t>(out + 40, h.aux);
 }
 // Writes compact_size(flags) bytes; `flags` is compactable(): 0, REQUEST or REPLY.
-inline std::size_t encode_compact(std::uint8_t flags, std::uint16_t handler,
-                                  std::uint16_t user_header_len, std::uint16_t credits,
-                                  std::uint16_t status, std::uint64_t seq, std::uint64_t rpc_id,
+inline std::size_t encode_compact(std::uint8_t flags, std::uint16_t handler, std::uint16_t user_header_len,
+                                  std::uint16_t credits, std::uint16_t status, std::uint64_t seq, std::uint64_t rpc_id,
                                   std::byte* out) {
   put<std::uint16_t>(out + 0, kMagic);
   put<std::uint8_t>(out + 2, kVersion);
@@ -202,8 +199,8 @@ inline std::size_t encode_compact(std::uint8_t flags, std::uint16_t handler,
 // Writes a decoded header back in the form it came in (compact or full); returns its size.
 inline std::size_t encode_as_decoded(const Header& h, std::byte* out) {
   if (h.flags & kFlagCompact) {
-    return encode_compact(static_cast<std::uint8_t>(h.flags & ~kFlagCompact), h.handler,
-                          h.user_header_len, h.credits, h.status, h.seq, h.rpc_id, out);
+    return encode_compact(static_cast<std::uint8_t>(h.flags & ~kFlagCompact), h.handler, h.user_header_len, h.credits,
+                          h.status, h.seq, h.rpc_id, out);
   }
   encode(h, out);
   return kHeaderSize;
@@ -228,7 +225,8 @@ inline std::size_t inline_payload(const Header& h, std::size_t total) {
 Parse decode_full(std::span<const std::byte> bytes, Header* out);
 inline Parse decode(std::span<const std::byte> bytes, Header* out) {
   // The compact form inline (every small message takes it); the full one out of line.
-  if (bytes.size() < kCompactHeaderSize) [[unlikely]] return Parse::kTooShort;
+  if (bytes.size() < kCompactHeaderSize) [[unlikely]]
+    return Parse::kTooShort;
   const std::byte* p = bytes.data();
   auto flags = get<std::uint8_t>(p + 3);
   if (!(flags & kFlagCompact)) return decode_full(bytes, out);
@@ -274,7 +272,6 @@ Parse for_each_message(std::span<const std::byte> bytes, Fn&& fn) {
     offset += coalesced_stride(h);  // decode checked that a header fits there
   }
 }
-
 
 void encode_hello(const Hello& h, std::byte* out);  // writes kHelloSize bytes
 Parse decode_hello(std::span<const std::byte> bytes, Hello* out);

@@ -59,8 +59,8 @@ void BM_Pool_GetPut(benchmark::State& state) {
     std::free(p);
   }
   auto t2 = std::chrono::steady_clock::now();
-  state.counters["pool_vs_malloc"] = std::chrono::duration<double>(t1 - t0).count() /
-                                     std::chrono::duration<double>(t2 - t1).count();
+  state.counters["pool_vs_malloc"] =
+      std::chrono::duration<double>(t1 - t0).count() / std::chrono::duration<double>(t2 - t1).count();
 }
 BENCHMARK(BM_Pool_GetPut);
 
@@ -122,8 +122,7 @@ void BM_Pool_GetCrossThreadRelease(benchmark::State& state) {
   std::vector<Slot> batch;
   for (auto _ : state) {
     Slot s;
-    while (cls.try_get(&s) != Result::kOk) {
-    }
+    while (cls.try_get(&s) != Result::kOk) {}
     batch.push_back(std::move(s));
     if (batch.size() == 64) {
       std::lock_guard l(mu);

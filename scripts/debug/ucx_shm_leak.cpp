@@ -10,9 +10,9 @@
 // force close. Measured with UCX 1.13.1 (Debian 12), 2026-11-30: 10 still mapped after the
 // close in 4 of 4 runs; 0 in 3 of 3 runs when the client is killed without being stopped first
 // (no sends pending).
+#include <arpa/inet.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +35,8 @@ static void err_cb(void*, ucp_ep_h, ucs_status_t st) {
 }
 static void conn_cb(ucp_conn_request_h req, void*) {
   ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  p.field_mask =
+      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   p.conn_request = req;
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = err_cb;
@@ -65,7 +66,8 @@ static int mapped_of(int owner) {
     char key[32], id[32];
     int perms, cpid;
     unsigned long size;
-    if (sscanf(line.c_str(), "%31s %31s %d %lu %d", key, id, &perms, &size, &cpid) == 5 && cpid == owner) ids.insert(id);
+    if (sscanf(line.c_str(), "%31s %31s %d %lu %d", key, id, &perms, &size, &cpid) == 5 && cpid == owner)
+      ids.insert(id);
   }
   std::ifstream m("/proc/self/maps");
   int n = 0;
@@ -73,7 +75,9 @@ static int mapped_of(int owner) {
     if (line.find("SYSV") == std::string::npos) continue;
     char a[64], perms[8], off[16], dev[16];
     unsigned long inode;
-    if (sscanf(line.c_str(), "%63s %7s %15s %15s %lu", a, perms, off, dev, &inode) == 5 && ids.count(std::to_string(inode))) ++n;
+    if (sscanf(line.c_str(), "%63s %7s %15s %15s %lu", a, perms, off, dev, &inode) == 5 &&
+        ids.count(std::to_string(inode)))
+      ++n;
   }
   return n;
 }
@@ -116,7 +120,8 @@ int main(int argc, char** argv) {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
     rp.cb.recv = recv_cb;
     void* r = ucp_tag_recv_nbx(worker, &client_pid, sizeof(client_pid), 1, ~0ull, &rp);
-    while (r != nullptr && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
+    while (r != nullptr && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+      ucp_worker_progress(worker);
     fprintf(stderr, "server: client pid %d\n", client_pid);
     // Stream 4 KiB messages it never receives, at most 512 outstanding, until the ep fails.
     int peak = 0;
@@ -160,7 +165,8 @@ int main(int argc, char** argv) {
   int pid = getpid();
   ucp_request_param_t sp{};
   void* s = ucp_tag_send_nbx(ep, &pid, sizeof(pid), 1, &sp);
-  while (s != nullptr && !UCS_PTR_IS_ERR(s) && ucp_request_check_status(s) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  while (s != nullptr && !UCS_PTR_IS_ERR(s) && ucp_request_check_status(s) == UCS_INPROGRESS)
+    ucp_worker_progress(worker);
   printf("sent pid\n");
   fflush(stdout);
   // Progress (so the connection stays served) but receive nothing; the driver kills us.

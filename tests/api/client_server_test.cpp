@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -53,16 +53,22 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
   ASSERT_GT(*port, 0);
   std::atomic<bool> stop{false};
   std::vector<int> puts_from;  // source ids, server thread only
-  ASSERT_TRUE(server.engine->register_handler(kPut, [&](Message& m) {
-    puts_from.push_back(m.source());
-    // Answer every one-way message with a message back to its sender.
-    EXPECT_EQ(m.peer()->send_copy(kPut, {}, m.payload()), Result::kOk);
-  }).ok());
-  ASSERT_TRUE(server.engine->register_handler(kGet, [&](Message& m) {
-    std::uint64_t n;
-    std::memcpy(&n, m.payload().data(), sizeof(n));
-    EXPECT_EQ(m.reply({}, pattern(n, n)), Result::kOk);
-  }).ok());
+  ASSERT_TRUE(server.engine
+                  ->register_handler(kPut,
+                                     [&](Message& m) {
+                                       puts_from.push_back(m.source());
+                                       // Answer every one-way message with a message back to its sender.
+                                       EXPECT_EQ(m.peer()->send_copy(kPut, {}, m.payload()), Result::kOk);
+                                     })
+                  .ok());
+  ASSERT_TRUE(server.engine
+                  ->register_handler(kGet,
+                                     [&](Message& m) {
+                                       std::uint64_t n;
+                                       std::memcpy(&n, m.payload().data(), sizeof(n));
+                                       EXPECT_EQ(m.reply({}, pattern(n, n)), Result::kOk);
+                                     })
+                  .ok());
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
 
   constexpr int kClients = 3;
@@ -76,16 +82,20 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
       Peer* srv = *peer;
       EXPECT_EQ(srv->rank(), -1);
       int echoes = 0;
-      ASSERT_TRUE(client.engine->register_handler(kPut, [&](Message& m) {
-        int v;
-        std::memcpy(&v, m.payload().data(), sizeof(v));
-        EXPECT_EQ(v, c * 1000 + echoes);
-        ++echoes;
-      }).ok());
+      ASSERT_TRUE(client.engine
+                      ->register_handler(kPut,
+                                         [&](Message& m) {
+                                           int v;
+                                           std::memcpy(&v, m.payload().data(), sizeof(v));
+                                           EXPECT_EQ(v, c * 1000 + echoes);
+                                           ++echoes;
+                                         })
+                      .ok());
       for (int i = 0; i < 100; ++i) {
         int v = c * 1000 + i;
         Result r;
-        while ((r = srv->send_copy(kPut, {}, std::as_bytes(std::span(&v, 1)))) == Result::kWouldBlock) client.engine->progress();
+        while ((r = srv->send_copy(kPut, {}, std::as_bytes(std::span(&v, 1)))) == Result::kWouldBlock)
+          client.engine->progress();
         ASSERT_EQ(r, Result::kOk);
       }
       int replies = 0;
@@ -94,12 +104,15 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
       for (std::uint64_t n : {std::uint64_t{16}, std::uint64_t{1} << 20}) {
         CallOptions o;
         o.reply_buffer = bufs[static_cast<std::size_t>(k++)];  // one buffer per call in flight
-        ASSERT_EQ(srv->call(kGet, {}, std::as_bytes(std::span(&n, 1)), o, [&, n](absl::Status s, Message& r) {
-          ASSERT_TRUE(s.ok()) << s;
-          EXPECT_EQ(r.payload().size(), n);
-          EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n))) << "client " << c << " reply of " << n;
-          ++replies;
-        }), Result::kOk);
+        ASSERT_EQ(srv->call(kGet, {}, std::as_bytes(std::span(&n, 1)), o,
+                            [&, n](absl::Status s, Message& r) {
+                              ASSERT_TRUE(s.ok()) << s;
+                              EXPECT_EQ(r.payload().size(), n);
+                              EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n)))
+                                  << "client " << c << " reply of " << n;
+                              ++replies;
+                            }),
+                  Result::kOk);
       }
       ASSERT_TRUE(client.engine->run_until([&] { return echoes == 100 && replies == 2; }, Clock::now() + kLong));
       ++good;
@@ -144,7 +157,8 @@ struct KeyFile {
   explicit KeyFile(const std::string& secret, ::mode_t mode = 0600) {
     static int n = 0;
     path = (std::filesystem::temp_directory_path() /
-            ("sluice_key_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
+            ("sluice_key_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
+               .string();
     std::ofstream(path) << secret;
     ::chmod(path.c_str(), mode);
   }
@@ -155,15 +169,18 @@ struct KeyFile {
 // A call to `peer` that must succeed.
 void expect_call_succeeds(Engine& engine, Peer* peer) {
   bool done = false;
-  ASSERT_EQ(peer->call(kGet, {}, {}, {}, [&](absl::Status s, Message&) {
-    EXPECT_TRUE(s.ok()) << s;
-    done = true;
-  }), Result::kOk);
+  ASSERT_EQ(peer->call(kGet, {}, {}, {},
+                       [&](absl::Status s, Message&) {
+                         EXPECT_TRUE(s.ok()) << s;
+                         done = true;
+                       }),
+            Result::kOk);
   EXPECT_TRUE(engine.run_until([&] { return done; }, Clock::now() + kLong));
 }
 
 TEST_P(ClientServer, OnlyClientsWithTheServersKeyGetIn) {
-  KeyFile key("a secret both sides share\n"), same("a secret both sides share"), other("another secret, not the server's");
+  KeyFile key("a secret both sides share\n"), same("a secret both sides share"),
+      other("another secret, not the server's");
   Node server(GetParam(), key.path);
   auto port = server.engine->listen("127.0.0.1:0");
   ASSERT_TRUE(port.ok());
@@ -278,22 +295,27 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
   int served = 0;
   std::vector<Peer*> handles;          // each round's client as the server saw it
   std::vector<std::uint32_t> sources;  // and its index
-  ASSERT_TRUE(server.engine->register_handler(kGet, [&](Message& m) {
-    ++served;
-    handles.push_back(m.peer());
-    sources.push_back(m.source());
-    EXPECT_EQ(m.reply({}, m.payload()), Result::kOk);
-  }).ok());
+  ASSERT_TRUE(server.engine
+                  ->register_handler(kGet,
+                                     [&](Message& m) {
+                                       ++served;
+                                       handles.push_back(m.peer());
+                                       sources.push_back(m.source());
+                                       EXPECT_EQ(m.reply({}, m.payload()), Result::kOk);
+                                     })
+                  .ok());
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
   for (int round = 0; round < kRounds; ++round) {
     Node client(GetParam());
     auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
     ASSERT_TRUE(peer.ok()) << round << ": " << peer.status();
     bool done = false;
-    ASSERT_EQ((*peer)->call(kGet, {}, std::as_bytes(std::span(&round, 1)), {}, [&](absl::Status s, Message&) {
-      EXPECT_TRUE(s.ok()) << s;
-      done = true;
-    }), Result::kOk);
+    ASSERT_EQ((*peer)->call(kGet, {}, std::as_bytes(std::span(&round, 1)), {},
+                            [&](absl::Status s, Message&) {
+                              EXPECT_TRUE(s.ok()) << s;
+                              done = true;
+                            }),
+              Result::kOk);
     ASSERT_TRUE(client.engine->run_until([&] { return done; }, Clock::now() + kLong));
   }
   // The rest is read on the server's engine thread.
@@ -319,7 +341,7 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
   EXPECT_EQ(served, kRounds);
   EXPECT_GE(reused, kRounds / 2u) << "gone clients' slots served later ones";
   EXPECT_LE(table, 8u) << "the peer table stays small (a busy server may accept a client before "
-                           "the last one's slot is free again)";
+                          "the last one's slot is free again)";
   EXPECT_GT(checked, 0);
   EXPECT_EQ(reached_newcomer, 0) << "a gone client's Peer answers kUnavailable";
 }

@@ -92,17 +92,23 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
                     std::vector<std::uint32_t>* order, HandlerOptions options = {},
                     std::chrono::milliseconds receiver_pause = {}, int* would_block = nullptr) {
   std::size_t bad = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    Ledger l;
-    ASSERT_EQ(m.header().size(), sizeof(l));
-    std::memcpy(&l, m.header().data(), sizeof(l));
-    if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
-    order->push_back(l.seq);
-  }, std::move(options)).ok());
-  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, copy, would_block); }, [&](Engine& e) {
-    std::this_thread::sleep_for(receiver_pause);
-    ASSERT_TRUE(e.run_until([&] { return order->size() == payloads.size(); }, Clock::now() + kLong));
-  });
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(
+                      kData,
+                      [&](Message& m) {
+                        Ledger l;
+                        ASSERT_EQ(m.header().size(), sizeof(l));
+                        std::memcpy(&l, m.header().data(), sizeof(l));
+                        if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
+                        order->push_back(l.seq);
+                      },
+                      std::move(options))
+                  .ok());
+  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, copy, would_block); },
+           [&](Engine& e) {
+             std::this_thread::sleep_for(receiver_pause);
+             ASSERT_TRUE(e.run_until([&] { return order->size() == payloads.size(); }, Clock::now() + kLong));
+           });
   EXPECT_EQ(bad, 0u);
   ASSERT_EQ(order->size(), payloads.size());
   for (std::size_t i = 0; i < order->size(); ++i) ASSERT_EQ((*order)[i], i);
@@ -182,27 +188,29 @@ TEST_P(Messaging, SmallMessagesLeaveInlineAndStillCompleteFromProgress) {
   std::vector<std::size_t> sizes;
   ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) { sizes.push_back(m.payload().size()); }).ok());
   std::vector<std::byte> small(8, std::byte{1}), large(200, std::byte{2});
-  pair.run([&](Engine& e) {
-    bool done = false;
-    auto cb = [&](absl::Status s) {
-      EXPECT_TRUE(s.ok()) << s;
-      done = true;
-    };
-    ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);  // starts the handshake
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    std::uint64_t inline_before = e.stats().value("am.sent_inline");
-    done = false;
-    ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);
-    EXPECT_FALSE(done) << "a completion ran inside send()";
-    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1);
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    done = false;
-    ASSERT_EQ(e.peer(1)->send(kData, {}, large, cb), Result::kOk);
-    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1) << "200 bytes do not go inline";
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    ASSERT_EQ(e.peer(1)->send(kData, {}, small), Result::kOk);  // without a callback
-    EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 2);
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return sizes.size() == 4; }, Clock::now() + kLong)); });
+  pair.run(
+      [&](Engine& e) {
+        bool done = false;
+        auto cb = [&](absl::Status s) {
+          EXPECT_TRUE(s.ok()) << s;
+          done = true;
+        };
+        ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);  // starts the handshake
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        std::uint64_t inline_before = e.stats().value("am.sent_inline");
+        done = false;
+        ASSERT_EQ(e.peer(1)->send(kData, {}, small, cb), Result::kOk);
+        EXPECT_FALSE(done) << "a completion ran inside send()";
+        EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        done = false;
+        ASSERT_EQ(e.peer(1)->send(kData, {}, large, cb), Result::kOk);
+        EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 1) << "200 bytes do not go inline";
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        ASSERT_EQ(e.peer(1)->send(kData, {}, small), Result::kOk);  // without a callback
+        EXPECT_EQ(e.stats().value("am.sent_inline"), inline_before + 2);
+      },
+      [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return sizes.size() == 4; }, Clock::now() + kLong)); });
   EXPECT_THAT(sizes, ::testing::ElementsAre(8u, 8u, 200u, 8u));
 }
 
@@ -219,43 +227,52 @@ TEST_P(Messaging, EverySmallSizeArrivesIntactAndInlineUpToTheCompactHeaderLimit)
   };
   std::vector<Got> got;
   std::atomic<std::size_t> arrived{0};
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    got.push_back({{m.header().begin(), m.header().end()}, {m.payload().begin(), m.payload().end()}});
-    arrived.store(got.size(), std::memory_order_release);
-  }).ok());
+  ASSERT_TRUE(
+      pair.engine(1)
+          .register_handler(
+              kData,
+              [&](Message& m) {
+                got.push_back({{m.header().begin(), m.header().end()}, {m.payload().begin(), m.payload().end()}});
+                arrived.store(got.size(), std::memory_order_release);
+              })
+          .ok());
   struct Sent {
     std::vector<std::byte> header, payload;
     bool inlined;
   };
   std::vector<Sent> sent;
   std::size_t completed = 0;
-  pair.run([&](Engine& e) {
-    bool first = false;  // its completion: the handshake is over
-    ASSERT_EQ(send_when_taken(e, {}, [&](absl::Status) { first = true; }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
-    std::uint64_t seed = 1;
-    for (std::size_t uh : {std::size_t{0}, std::size_t{5}}) {
-      for (std::size_t size = 0; size <= kCompactRoom + 4; ++size) {
-        Sent s{pattern(uh, seed++), pattern(size, seed++), false};
-        std::uint64_t before = e.stats().value("am.sent_inline");
-        Result r;
-        ASSERT_TRUE(e.run_until([&] {
-          return (r = e.peer(1)->send(kData, s.header, s.payload, [&](absl::Status st) { completed += st.ok(); })) !=
-                 Result::kWouldBlock;
-        }, Clock::now() + kLong));
-        ASSERT_EQ(r, Result::kOk);
-        s.inlined = e.stats().value("am.sent_inline") == before + 1;
-        sent.push_back(std::move(s));
-        // The next one only once this one is in: UCX's shared-memory queue never fills (it
-        // refuses an immediate send then, and the message rightly takes the pool path).
-        ASSERT_TRUE(e.run_until([&] { return arrived.load(std::memory_order_acquire) == sent.size() + 1; },
-                                Clock::now() + kLong));
-      }
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == sent.size(); }, Clock::now() + kLong));
-  }, [&](Engine& e) {
-    ASSERT_TRUE(e.run_until([&] { return got.size() == 1 + 2 * (kCompactRoom + 5); }, Clock::now() + kLong));
-  });
+  pair.run(
+      [&](Engine& e) {
+        bool first = false;  // its completion: the handshake is over
+        ASSERT_EQ(send_when_taken(e, {}, [&](absl::Status) { first = true; }), Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
+        std::uint64_t seed = 1;
+        for (std::size_t uh : {std::size_t{0}, std::size_t{5}}) {
+          for (std::size_t size = 0; size <= kCompactRoom + 4; ++size) {
+            Sent s{pattern(uh, seed++), pattern(size, seed++), false};
+            std::uint64_t before = e.stats().value("am.sent_inline");
+            Result r;
+            ASSERT_TRUE(e.run_until(
+                [&] {
+                  return (r = e.peer(1)->send(kData, s.header, s.payload,
+                                              [&](absl::Status st) { completed += st.ok(); })) != Result::kWouldBlock;
+                },
+                Clock::now() + kLong));
+            ASSERT_EQ(r, Result::kOk);
+            s.inlined = e.stats().value("am.sent_inline") == before + 1;
+            sent.push_back(std::move(s));
+            // The next one only once this one is in: UCX's shared-memory queue never fills (it
+            // refuses an immediate send then, and the message rightly takes the pool path).
+            ASSERT_TRUE(e.run_until([&] { return arrived.load(std::memory_order_acquire) == sent.size() + 1; },
+                                    Clock::now() + kLong));
+          }
+        }
+        ASSERT_TRUE(e.run_until([&] { return completed == sent.size(); }, Clock::now() + kLong));
+      },
+      [&](Engine& e) {
+        ASSERT_TRUE(e.run_until([&] { return got.size() == 1 + 2 * (kCompactRoom + 5); }, Clock::now() + kLong));
+      });
   ASSERT_EQ(got.size(), sent.size() + 1);
   for (std::size_t i = 0; i < sent.size(); ++i) {
     const Sent& s = sent[i];
@@ -282,45 +299,52 @@ TEST_P(Messaging, SendsWaitingForCreditsShareSlotsUpToHalfTheGrant) {
     std::vector<Message> kept;
     std::vector<std::uint32_t> got;
     std::atomic<bool> keep{true}, counted{false};
-    ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-      std::uint32_t i;
-      ASSERT_EQ(m.payload().size(), sizeof(i));
-      std::memcpy(&i, m.payload().data(), sizeof(i));
-      got.push_back(i);
-      if (keep) kept.push_back(std::move(m));
-    }).ok());
+    ASSERT_TRUE(pair.engine(1)
+                    .register_handler(kData,
+                                      [&](Message& m) {
+                                        std::uint32_t i;
+                                        ASSERT_EQ(m.payload().size(), sizeof(i));
+                                        std::memcpy(&i, m.payload().data(), sizeof(i));
+                                        got.push_back(i);
+                                        if (keep) kept.push_back(std::move(m));
+                                      })
+                    .ok());
     std::atomic<int> delivered{0};
-    pair.run([&](Engine& e) {
-      int completed = 0;
-      auto cb = [&](absl::Status s) {
-        EXPECT_TRUE(s.ok()) << s;
-        ++completed;
-      };
-      for (std::uint32_t i = 0; i < 48; ++i) {
-        ASSERT_EQ(e.peer(1)->send(kData, {}, bytes_of(i), cb), Result::kOk);
-        if (i == 0) {  // the handshake first: before it, nothing is granted to coalesce into
-          ASSERT_TRUE(e.run_until([&] { return delivered.load() == 1; }, Clock::now() + kLong));
-        }
-      }
-      ASSERT_TRUE(e.run_until([&] { return completed == 8; }, Clock::now() + kLong));
-      PoolStats ps = e.pool_stats(Direction::kSend);
-      std::size_t in_use = ps.classes[0].slots_total - ps.classes[0].slots_free;
-      if (coalesce) {
-        EXPECT_EQ(in_use, 10u) << "40 waiting sends, 4 to a slot";
-      } else {
-        EXPECT_EQ(in_use, 40u);
-      }
-      counted = true;
-      ASSERT_TRUE(e.run_until([&] { return completed == 48; }, Clock::now() + kLong));
-    }, [&](Engine& e) {
-      ASSERT_TRUE(e.run_until([&] {
-        delivered = static_cast<int>(got.size());
-        return counted.load();
-      }, Clock::now() + kLong));
-      keep = false;
-      kept.clear();  // the credits go back: the waiting sends leave
-      ASSERT_TRUE(e.run_until([&] { return got.size() == 48; }, Clock::now() + kLong));
-    });
+    pair.run(
+        [&](Engine& e) {
+          int completed = 0;
+          auto cb = [&](absl::Status s) {
+            EXPECT_TRUE(s.ok()) << s;
+            ++completed;
+          };
+          for (std::uint32_t i = 0; i < 48; ++i) {
+            ASSERT_EQ(e.peer(1)->send(kData, {}, bytes_of(i), cb), Result::kOk);
+            if (i == 0) {  // the handshake first: before it, nothing is granted to coalesce into
+              ASSERT_TRUE(e.run_until([&] { return delivered.load() == 1; }, Clock::now() + kLong));
+            }
+          }
+          ASSERT_TRUE(e.run_until([&] { return completed == 8; }, Clock::now() + kLong));
+          PoolStats ps = e.pool_stats(Direction::kSend);
+          std::size_t in_use = ps.classes[0].slots_total - ps.classes[0].slots_free;
+          if (coalesce) {
+            EXPECT_EQ(in_use, 10u) << "40 waiting sends, 4 to a slot";
+          } else {
+            EXPECT_EQ(in_use, 40u);
+          }
+          counted = true;
+          ASSERT_TRUE(e.run_until([&] { return completed == 48; }, Clock::now() + kLong));
+        },
+        [&](Engine& e) {
+          ASSERT_TRUE(e.run_until(
+              [&] {
+                delivered = static_cast<int>(got.size());
+                return counted.load();
+              },
+              Clock::now() + kLong));
+          keep = false;
+          kept.clear();  // the credits go back: the waiting sends leave
+          ASSERT_TRUE(e.run_until([&] { return got.size() == 48; }, Clock::now() + kLong));
+        });
     ASSERT_EQ(got.size(), 48u);
     for (std::uint32_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], i);
   }
@@ -340,29 +364,35 @@ TEST_P(Messaging, SendCopyFreesTheCallersBufferAtOnce) {
   std::vector<std::uint32_t> crcs;
   std::vector<std::uint32_t> got;
   std::size_t bad = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    std::uint32_t i;
-    std::memcpy(&i, m.header().data(), sizeof(i));
-    if (crc32c(m.payload()) != crcs[i]) ++bad;
-    got.push_back(i);
-  }).ok());
-  for (int i = 0; i < kCount; ++i) crcs.push_back(crc32c(pattern(static_cast<std::size_t>(i) * 977, static_cast<std::uint64_t>(i))));
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      std::uint32_t i;
+                                      std::memcpy(&i, m.header().data(), sizeof(i));
+                                      if (crc32c(m.payload()) != crcs[i]) ++bad;
+                                      got.push_back(i);
+                                    })
+                  .ok());
+  for (int i = 0; i < kCount; ++i)
+    crcs.push_back(crc32c(pattern(static_cast<std::size_t>(i) * 977, static_cast<std::uint64_t>(i))));
   int completed = 0;
-  pair.run([&](Engine& e) {
-    for (std::uint32_t i = 0; i < kCount; ++i) {
-      buf = pattern(i * 977, i);
-      Result r;
-      while ((r = e.peer(1)->send_copy(kData, bytes_of(i), buf, [&](absl::Status s) {
-                EXPECT_TRUE(s.ok());
-                ++completed;
-              })) == Result::kWouldBlock) {
-        e.progress();
-      }
-      ASSERT_EQ(r, Result::kOk);
-      std::fill(buf.begin(), buf.end(), std::byte{0xEE});  // reuse at once
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong)); });
+  pair.run(
+      [&](Engine& e) {
+        for (std::uint32_t i = 0; i < kCount; ++i) {
+          buf = pattern(i * 977, i);
+          Result r;
+          while ((r = e.peer(1)->send_copy(kData, bytes_of(i), buf, [&](absl::Status s) {
+                   EXPECT_TRUE(s.ok());
+                   ++completed;
+                 })) == Result::kWouldBlock) {
+            e.progress();
+          }
+          ASSERT_EQ(r, Result::kOk);
+          std::fill(buf.begin(), buf.end(), std::byte{0xEE});  // reuse at once
+        }
+        ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+      },
+      [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong)); });
   EXPECT_EQ(bad, 0u);
 }
 
@@ -390,7 +420,10 @@ TEST_P(Messaging, ZeroCopyIntoTheApplicationsBufferAndIdenticalBytesWithoutIt) {
 TEST_P(Messaging, EagerAndRendezvousFromOnePeerStayInOrder) {
   RankPair pair(config());
   std::vector<std::vector<std::byte>> payloads;
-  for (int i = 0; i < 60; ++i) payloads.push_back(pattern(i % 3 == 0 ? (std::size_t{256} << 10) + static_cast<std::size_t>(i) : static_cast<std::size_t>(i) * 11, static_cast<std::uint64_t>(i)));
+  for (int i = 0; i < 60; ++i)
+    payloads.push_back(
+        pattern(i % 3 == 0 ? (std::size_t{256} << 10) + static_cast<std::size_t>(i) : static_cast<std::size_t>(i) * 11,
+                static_cast<std::uint64_t>(i)));
   std::vector<std::uint32_t> order;
   send_and_check(pair, payloads, false, &order);
 }
@@ -405,26 +438,28 @@ TEST_P(Messaging, ClosingEngineDeliversWhatItSentAndThePeerClosesWithoutFailure)
   for (int i = 0; i < kCount; ++i) payloads.push_back(pattern(i % 4 == 3 ? 256 << 10 : 100, i));
   std::vector<std::uint32_t> got;
   std::size_t bad = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    std::uint32_t i;
-    std::memcpy(&i, m.header().data(), sizeof(i));
-    if (i >= kCount || m.payload().size() != payloads[i].size() ||
-        std::memcmp(m.payload().data(), payloads[i].data(), payloads[i].size()) != 0)
-      ++bad;
-    got.push_back(i);
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      std::uint32_t i;
+                                      std::memcpy(&i, m.header().data(), sizeof(i));
+                                      if (i >= kCount || m.payload().size() != payloads[i].size() ||
+                                          std::memcmp(m.payload().data(), payloads[i].data(), payloads[i].size()) != 0)
+                                        ++bad;
+                                      got.push_back(i);
+                                    })
+                  .ok());
   std::atomic<int> completed_ok{0};
   Engine& e0 = pair.engine(0);
   std::thread receiver([&] {
     Engine& e1 = pair.engine(1);
-    e1.run_until([&] { return got.size() == kCount && !e1.peer(0)->alive(); },
-                 Clock::now() + kLong);
+    e1.run_until([&] { return got.size() == kCount && !e1.peer(0)->alive(); }, Clock::now() + kLong);
   });
   for (std::uint32_t i = 0; i < kCount; ++i) {
     Result r;
     while ((r = e0.peer(1)->send(kData, bytes_of(i), payloads[i], [&](absl::Status s) {
-              if (s.ok()) ++completed_ok;
-            })) == Result::kWouldBlock)
+             if (s.ok()) ++completed_ok;
+           })) == Result::kWouldBlock)
       e0.progress();
     ASSERT_EQ(r, Result::kOk);
   }
@@ -455,34 +490,38 @@ TEST_P(Messaging, KeptLargeMessagesStayWithinTheReceiveBudgetAndTheRestWait) {
   std::vector<std::uint32_t> order;
   std::vector<Message> kept;
   std::size_t bad = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    Ledger l;
-    std::memcpy(&l, m.header().data(), sizeof(l));
-    if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
-    order.push_back(l.seq);
-    kept.push_back(std::move(m));
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      Ledger l;
+                                      std::memcpy(&l, m.header().data(), sizeof(l));
+                                      if (m.payload().size() != l.size || crc32c(m.payload()) != l.crc) ++bad;
+                                      order.push_back(l.seq);
+                                      kept.push_back(std::move(m));
+                                    })
+                  .ok());
   std::size_t rss_before = rss_bytes(), rss_peak = rss_before;
   int stalls = 0;
-  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, false); }, [&](Engine& e) {
-    auto deadline = Clock::now() + kLong;
-    while (order.size() < kCount && Clock::now() < deadline) {
-      // Until nothing more lands for 300 ms.
-      std::size_t before;
-      do {
-        before = order.size();
-        e.run_until([&] { return order.size() == kCount; }, Clock::now() + std::chrono::milliseconds(300));
-      } while (order.size() != before && order.size() < kCount);
-      if (order.size() == kCount) break;
-      ++stalls;
-      rss_peak = std::max(rss_peak, rss_bytes());
-      EXPECT_GT(e.stats().value("am.landings_waiting"), 0u) << "stuck with " << order.size() << " delivered";
-      EXPECT_LE(e.pool_stats(Direction::kRecv).mapped_bytes, c.recv_pool_max);
-      kept.clear();  // the waiting payloads land now
-    }
-    EXPECT_GT(e.stats().value("am.landing_waits"), 0u);
-    EXPECT_LE(e.pool_stats(Direction::kRecv).high_water_bytes, c.recv_pool_max);
-  });
+  pair.run([&](Engine& e) { send_with_ledgers(e, payloads, false); },
+           [&](Engine& e) {
+             auto deadline = Clock::now() + kLong;
+             while (order.size() < kCount && Clock::now() < deadline) {
+               // Until nothing more lands for 300 ms.
+               std::size_t before;
+               do {
+                 before = order.size();
+                 e.run_until([&] { return order.size() == kCount; }, Clock::now() + std::chrono::milliseconds(300));
+               } while (order.size() != before && order.size() < kCount);
+               if (order.size() == kCount) break;
+               ++stalls;
+               rss_peak = std::max(rss_peak, rss_bytes());
+               EXPECT_GT(e.stats().value("am.landings_waiting"), 0u) << "stuck with " << order.size() << " delivered";
+               EXPECT_LE(e.pool_stats(Direction::kRecv).mapped_bytes, c.recv_pool_max);
+               kept.clear();  // the waiting payloads land now
+             }
+             EXPECT_GT(e.stats().value("am.landing_waits"), 0u);
+             EXPECT_LE(e.pool_stats(Direction::kRecv).high_water_bytes, c.recv_pool_max);
+           });
   EXPECT_GT(stalls, 0) << "64 MiB kept against a 16 MiB budget must wait";
   ASSERT_EQ(order.size(), kCount);
   for (std::size_t i = 0; i < kCount; ++i) EXPECT_EQ(order[i], i);
@@ -507,24 +546,29 @@ TEST_P(Volume, ManySmallMessagesCheckedInOrder) {
   RankPair pair(c);
   const std::uint32_t count = std::string(GetParam().tls).empty() ? 1'000'000 : 200'000;
   std::uint32_t next = 0, bad = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    std::uint32_t v, crc;
-    std::memcpy(&v, m.payload().data(), 4);
-    std::memcpy(&crc, m.payload().data() + 4, 4);
-    if (v != next || crc != crc32c(m.payload().first(4))) ++bad;
-    ++next;
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      std::uint32_t v, crc;
+                                      std::memcpy(&v, m.payload().data(), 4);
+                                      std::memcpy(&crc, m.payload().data() + 4, 4);
+                                      if (v != next || crc != crc32c(m.payload().first(4))) ++bad;
+                                      ++next;
+                                    })
+                  .ok());
   std::uint32_t done = 0;
-  pair.run([&](Engine& e) {
-    std::array<std::byte, 8> buf;
-    for (std::uint32_t i = 0; i < count; ++i) {
-      std::memcpy(buf.data(), &i, 4);
-      std::uint32_t crc = crc32c(std::span(buf).first(4));
-      std::memcpy(buf.data() + 4, &crc, 4);
-      ASSERT_EQ(send_when_taken(e, buf, [&](absl::Status s) { done += s.ok(); }), Result::kOk);
-    }
-    ASSERT_TRUE(e.run_until([&] { return done == count; }, Clock::now() + kLong));
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return next == count; }, Clock::now() + kLong)); });
+  pair.run(
+      [&](Engine& e) {
+        std::array<std::byte, 8> buf;
+        for (std::uint32_t i = 0; i < count; ++i) {
+          std::memcpy(buf.data(), &i, 4);
+          std::uint32_t crc = crc32c(std::span(buf).first(4));
+          std::memcpy(buf.data() + 4, &crc, 4);
+          ASSERT_EQ(send_when_taken(e, buf, [&](absl::Status s) { done += s.ok(); }), Result::kOk);
+        }
+        ASSERT_TRUE(e.run_until([&] { return done == count; }, Clock::now() + kLong));
+      },
+      [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return next == count; }, Clock::now() + kLong)); });
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(next, count);
 }
@@ -543,8 +587,7 @@ TEST(Messaging, APauseOfBothSidesLongerThanThePeerTimeoutIsNoDeath) {
   RankPair pair(config);
   constexpr HandlerId kCount = 30;
   std::atomic<int> got{0};
-  for (int r : {0, 1})
-    ASSERT_TRUE(pair.engine(r).register_handler(kCount, [&](Message&) { ++got; }).ok());
+  for (int r : {0, 1}) ASSERT_TRUE(pair.engine(r).register_handler(kCount, [&](Message&) { ++got; }).ok());
   auto side = [&](Engine& e) {
     int other = 1 - e.rank();
     ASSERT_EQ(e.peer(other)->send(kCount, {}, bytes_of(1)), Result::kOk);
@@ -570,29 +613,37 @@ TEST(Messaging, ManyHandlersEachGetTheirOwn) {
   constexpr int kHandlers = 200;
   std::vector<int> hits(kHandlers);
   for (int h = 0; h < kHandlers; ++h) {
-    ASSERT_TRUE(pair.engine(1).register_handler(static_cast<HandlerId>(h + 10), [&, h](Message& m) {
-      int v;
-      std::memcpy(&v, m.payload().data(), sizeof(v));
-      EXPECT_EQ(v, h);
-      ++hits[static_cast<std::size_t>(h)];
-    }).ok());
+    ASSERT_TRUE(pair.engine(1)
+                    .register_handler(static_cast<HandlerId>(h + 10),
+                                      [&, h](Message& m) {
+                                        int v;
+                                        std::memcpy(&v, m.payload().data(), sizeof(v));
+                                        EXPECT_EQ(v, h);
+                                        ++hits[static_cast<std::size_t>(h)];
+                                      })
+                    .ok());
   }
-  pair.run([&](Engine& e) {
-    for (int round = 0; round < 5; ++round) {
-      for (int h = 0; h < kHandlers; ++h) {
-        Result r;
-        while ((r = e.peer(1)->send(static_cast<HandlerId>(h + 10), {}, bytes_of(h))) == Result::kWouldBlock) e.progress();
-        ASSERT_EQ(r, Result::kOk);
-      }
-    }
-    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
-  }, [&](Engine& e) {
-    e.run_until([&] {
-      for (int x : hits)
-        if (x != 5) return false;
-      return true;
-    }, Clock::now() + kLong);
-  });
+  pair.run(
+      [&](Engine& e) {
+        for (int round = 0; round < 5; ++round) {
+          for (int h = 0; h < kHandlers; ++h) {
+            Result r;
+            while ((r = e.peer(1)->send(static_cast<HandlerId>(h + 10), {}, bytes_of(h))) == Result::kWouldBlock)
+              e.progress();
+            ASSERT_EQ(r, Result::kOk);
+          }
+        }
+        e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+      },
+      [&](Engine& e) {
+        e.run_until(
+            [&] {
+              for (int x : hits)
+                if (x != 5) return false;
+              return true;
+            },
+            Clock::now() + kLong);
+      });
   for (int h = 0; h < kHandlers; ++h) EXPECT_EQ(hits[static_cast<std::size_t>(h)], 5) << h;
 }
 
@@ -610,40 +661,44 @@ TEST(Messaging, HandlerMayKeepMessagesAndCreditsReturnOnRelease) {
     std::memcpy(&v, k.payload().data(), sizeof(v));
     bad += v != next++;
   };
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    ++seen;
-    if (!ring_mode) {
-      kept.push_back(std::move(m));
-      return;
-    }
-    ring.push_back(std::move(m));
-    if (ring.size() > 4) {
-      check(ring.front());
-      ring.pop_front();
-    }
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      ++seen;
+                                      if (!ring_mode) {
+                                        kept.push_back(std::move(m));
+                                        return;
+                                      }
+                                      ring.push_back(std::move(m));
+                                      if (ring.size() > 4) {
+                                        check(ring.front());
+                                        ring.pop_front();
+                                      }
+                                    })
+                  .ok());
   constexpr int kCount = 100;
-  pair.run([&](Engine& e) { send_numbers(e, kCount); }, [&](Engine& e) {
-    // With all 8 credits held, nothing more can arrive.
-    e.run_until([&] { return seen == 8; }, Clock::now() + kLong);
-    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
-    EXPECT_EQ(seen, 8);
-    EXPECT_EQ(kept.size(), 8u);
-    for (std::size_t i = 0; i < kept.size(); ++i) {
-      int v;
-      std::memcpy(&v, kept[i].payload().data(), sizeof(v));
-      EXPECT_EQ(v, static_cast<int>(i)) << "kept messages stay valid";
-    }
-    // The rest waited for those credits, so they arrive coalesced, several to a tagged
-    // message whose receive slot goes back as soon as they are handled. Each kept one copied
-    // its bytes out when the handler moved it: checked only 4 messages later, after that
-    // slot has been reused.
-    ring_mode = true;
-    kept.clear();
-    ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong));
-    for (const Message& k : ring) check(k);
-    ring.clear();
-  });
+  pair.run([&](Engine& e) { send_numbers(e, kCount); },
+           [&](Engine& e) {
+             // With all 8 credits held, nothing more can arrive.
+             e.run_until([&] { return seen == 8; }, Clock::now() + kLong);
+             e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+             EXPECT_EQ(seen, 8);
+             EXPECT_EQ(kept.size(), 8u);
+             for (std::size_t i = 0; i < kept.size(); ++i) {
+               int v;
+               std::memcpy(&v, kept[i].payload().data(), sizeof(v));
+               EXPECT_EQ(v, static_cast<int>(i)) << "kept messages stay valid";
+             }
+             // The rest waited for those credits, so they arrive coalesced, several to a tagged
+             // message whose receive slot goes back as soon as they are handled. Each kept one copied
+             // its bytes out when the handler moved it: checked only 4 messages later, after that
+             // slot has been reused.
+             ring_mode = true;
+             kept.clear();
+             ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong));
+             for (const Message& k : ring) check(k);
+             ring.clear();
+           });
   EXPECT_EQ(seen, kCount);
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(next, kCount);
@@ -660,21 +715,26 @@ TEST(Messaging, AHandlerThatProgressesTheEngineKeepsItsMessageIntact) {
   RankPair pair(c);
   std::vector<int> seen;
   int intact_after_progress = -1;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    int v;
-    std::memcpy(&v, m.payload().data(), sizeof(v));
-    seen.push_back(v);
-    if (seen.size() != 2) return;
-    auto until = Clock::now() + std::chrono::milliseconds(200);
-    while (Clock::now() < until) pair.engine(1).progress();
-    std::memcpy(&v, m.payload().data(), sizeof(v));
-    intact_after_progress = v;
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      int v;
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      seen.push_back(v);
+                                      if (seen.size() != 2) return;
+                                      auto until = Clock::now() + std::chrono::milliseconds(200);
+                                      while (Clock::now() < until) pair.engine(1).progress();
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      intact_after_progress = v;
+                                    })
+                  .ok());
   constexpr int kCount = 10;
-  pair.run([&](Engine& e) {
-    send_numbers(e, 1);
-    send_numbers(e, kCount);
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen.size() == kCount + 1; }, Clock::now() + kLong)); });
+  pair.run(
+      [&](Engine& e) {
+        send_numbers(e, 1);
+        send_numbers(e, kCount);
+      },
+      [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen.size() == kCount + 1; }, Clock::now() + kLong)); });
   EXPECT_EQ(intact_after_progress, 0);
   std::vector<int> expected{0};
   for (int i = 0; i < kCount; ++i) expected.push_back(i);
@@ -685,16 +745,18 @@ TEST(Messaging, AHandlerThatProgressesTheEngineKeepsItsMessageIntact) {
 TEST(Messaging, AReleasedMessageMayStillBeMoved) {
   RankPair pair;
   int moved_valid = -1;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    m.release();
-    Message kept = std::move(m);
-    moved_valid = kept.valid();
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      m.release();
+                                      Message kept = std::move(m);
+                                      moved_valid = kept.valid();
+                                    })
+                  .ok());
   pair.run([&](Engine& e) { send_numbers(e, 1); },
            [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return moved_valid != -1; }, Clock::now() + kLong)); });
   EXPECT_EQ(moved_valid, 0);
 }
-
 
 TEST(Messaging, AMessageReleasedOnAnotherThreadStillReturnsItsCredit) {
   // Two credits, 20 messages: every handler hands its Message to a thread of its own, which
@@ -706,16 +768,20 @@ TEST(Messaging, AMessageReleasedOnAnotherThreadStillReturnsItsCredit) {
   RankPair pair(c);
   std::vector<std::thread> releasers;
   int seen = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    ++seen;
-    auto held = std::make_shared<Message>(std::move(m));
-    releasers.emplace_back([held]() mutable {
-      held->release();
-      held.reset();
-    });
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      ++seen;
+                                      auto held = std::make_shared<Message>(std::move(m));
+                                      releasers.emplace_back([held]() mutable {
+                                        held->release();
+                                        held.reset();
+                                      });
+                                    })
+                  .ok());
   constexpr int kCount = 20;
-  pair.run([&](Engine& e) { send_numbers(e, kCount); }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong)); });
+  pair.run([&](Engine& e) { send_numbers(e, kCount); },
+           [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return seen == kCount; }, Clock::now() + kLong)); });
   for (auto& t : releasers) t.join();
   EXPECT_EQ(seen, kCount);
 }
@@ -727,41 +793,46 @@ TEST(Messaging, SlowReceiverKeepsBothSidesBounded) {
   c.recv_pool_max = 8 << 20;
   RankPair pair(c);
   std::vector<int> got;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    int v;
-    std::memcpy(&v, m.payload().data(), sizeof(v));
-    got.push_back(v);
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      int v;
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      got.push_back(v);
+                                    })
+                  .ok());
   constexpr int kCount = 5000;
   int would_block = 0, completed = 0;
   std::array<std::byte, 4096> payload{};
   std::size_t rss_before = rss_bytes();
   std::size_t rss_peak = rss_before;
-  pair.run([&](Engine& e) {
-    for (int i = 0; i < kCount;) {
-      std::memcpy(payload.data(), &i, sizeof(i));
-      Result r = e.peer(1)->send_copy(kData, {}, payload, [&](absl::Status s) { completed += s.ok(); });
-      if (r == Result::kWouldBlock) {
-        ++would_block;
-        if (would_block % 4096 == 0) rss_peak = std::max(rss_peak, rss_bytes());
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
-    }
-    ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
-    EXPECT_GT(would_block, 0) << "a full queue answers WouldBlock";
-    EXPECT_LE(e.stats().value("flow.send_queue_hwm"), 64u);
-    EXPECT_LE(e.pool_stats(Direction::kSend).high_water_bytes, c.send_pool_max);
-  }, [&](Engine& e) {
-    // The receiver stops consuming for 5 s, then drains.
-    std::this_thread::sleep_for(std::chrono::seconds(5));
-    ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong));
-    auto ps = e.pool_stats(Direction::kRecv);
-    EXPECT_LE(ps.high_water_bytes, ps.budget_bytes);
-    EXPECT_LE(ps.high_water_bytes, (16 + 16 + 1) * ps.classes[0].slot_size) << "posted + credits";
-  });
+  pair.run(
+      [&](Engine& e) {
+        for (int i = 0; i < kCount;) {
+          std::memcpy(payload.data(), &i, sizeof(i));
+          Result r = e.peer(1)->send_copy(kData, {}, payload, [&](absl::Status s) { completed += s.ok(); });
+          if (r == Result::kWouldBlock) {
+            ++would_block;
+            if (would_block % 4096 == 0) rss_peak = std::max(rss_peak, rss_bytes());
+            e.progress();
+            continue;
+          }
+          ASSERT_EQ(r, Result::kOk);
+          ++i;
+        }
+        ASSERT_TRUE(e.run_until([&] { return completed == kCount; }, Clock::now() + kLong));
+        EXPECT_GT(would_block, 0) << "a full queue answers WouldBlock";
+        EXPECT_LE(e.stats().value("flow.send_queue_hwm"), 64u);
+        EXPECT_LE(e.pool_stats(Direction::kSend).high_water_bytes, c.send_pool_max);
+      },
+      [&](Engine& e) {
+        // The receiver stops consuming for 5 s, then drains.
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+        ASSERT_TRUE(e.run_until([&] { return got.size() == kCount; }, Clock::now() + kLong));
+        auto ps = e.pool_stats(Direction::kRecv);
+        EXPECT_LE(ps.high_water_bytes, ps.budget_bytes);
+        EXPECT_LE(ps.high_water_bytes, (16 + 16 + 1) * ps.classes[0].slot_size) << "posted + credits";
+      });
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
   // 5,000 messages of 4 KiB were offered while the receiver slept: the process grew by far
@@ -778,15 +849,17 @@ TEST(Messaging, APeerTheBudgetCannotBackIsRefusedNotOvercommitted) {
   c.pool_chunk = 3 * 8256;
   c.pool_classes = {};
   RankPair pair(c);
-  pair.run([&](Engine& e) {
-    int v = 1;
-    EXPECT_EQ(e.peer(1)->send(1, {}, bytes_of(v)), Result::kUnavailable);
-    EXPECT_FALSE(e.peer(1)->alive());
-  }, [&](Engine& e) {
-    (void)e.peer(0);
-    EXPECT_TRUE(e.run_until([&] { return !e.peer(0)->alive(); }, Clock::now() + kLong))
-        << "the refusal reaches the other side";
-  });
+  pair.run(
+      [&](Engine& e) {
+        int v = 1;
+        EXPECT_EQ(e.peer(1)->send(1, {}, bytes_of(v)), Result::kUnavailable);
+        EXPECT_FALSE(e.peer(1)->alive());
+      },
+      [&](Engine& e) {
+        (void)e.peer(0);
+        EXPECT_TRUE(e.run_until([&] { return !e.peer(0)->alive(); }, Clock::now() + kLong))
+            << "the refusal reaches the other side";
+      });
   for (int r = 0; r < 2; ++r) {
     auto ps = pair.engine(r).pool_stats(Direction::kRecv);
     EXPECT_LE(ps.mapped_bytes, ps.budget_bytes);
@@ -845,27 +918,34 @@ TEST(Messaging, SendFromARegisteredSendSlot) {
   RankPair pair;
   std::uint32_t crc = 0;
   std::size_t got = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message& m) {
-    crc = crc32c(m.payload());
-    got = m.payload().size();
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kData,
+                                    [&](Message& m) {
+                                      crc = crc32c(m.payload());
+                                      got = m.payload().size();
+                                    })
+                  .ok());
   const std::size_t n = std::size_t{900} << 10;  // rendezvous, from a 1M send-pool slot
   auto data = pattern(n, 77);
-  pair.run([&](Engine& e) {
-    Slot slot;
-    ASSERT_EQ(e.try_get_send_slot(n, &slot), Result::kOk);
-    ASSERT_GE(slot.size(), n);
-    ASSERT_NE(slot.memh(), nullptr);
-    std::memcpy(slot.data(), data.data(), n);
-    bool done = false;
-    EXPECT_EQ(e.peer(1)->send(kData, {}, slot, slot.size() + 1), Result::kInvalidArgument);
-    ASSERT_EQ(e.peer(1)->send(kData, {}, slot, n, [&](absl::Status s) {
-      EXPECT_TRUE(s.ok()) << s;
-      done = true;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    EXPECT_EQ(e.stats().value("am.rndv_sent"), 1u);
-  }, [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got == n; }, Clock::now() + kLong)); });
+  pair.run(
+      [&](Engine& e) {
+        Slot slot;
+        ASSERT_EQ(e.try_get_send_slot(n, &slot), Result::kOk);
+        ASSERT_GE(slot.size(), n);
+        ASSERT_NE(slot.memh(), nullptr);
+        std::memcpy(slot.data(), data.data(), n);
+        bool done = false;
+        EXPECT_EQ(e.peer(1)->send(kData, {}, slot, slot.size() + 1), Result::kInvalidArgument);
+        ASSERT_EQ(e.peer(1)->send(kData, {}, slot, n,
+                                  [&](absl::Status s) {
+                                    EXPECT_TRUE(s.ok()) << s;
+                                    done = true;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        EXPECT_EQ(e.stats().value("am.rndv_sent"), 1u);
+      },
+      [&](Engine& e) { ASSERT_TRUE(e.run_until([&] { return got == n; }, Clock::now() + kLong)); });
   EXPECT_EQ(crc, crc32c(data));
 }
 

@@ -31,44 +31,59 @@ const auto kLong = std::chrono::seconds(60);
 // Rank 1 serves until rank 0 says it is done (a flag shared through the test).
 struct Server {
   std::atomic<bool> stop{false};
-  void serve(Engine& e) { e.run_until([&] { return stop.load(); }, Clock::now() + kLong); }
+  void serve(Engine& e) {
+    e.run_until([&] { return stop.load(); }, Clock::now() + kLong);
+  }
 };
 
 TEST(Rpc, EchoAndErrors) {
   RankPair pair;
   Server server;
   Engine& s = pair.engine(1);
-  ASSERT_TRUE(s.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); }).ok());
+  ASSERT_TRUE(
+      s.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); }).ok());
   ASSERT_TRUE(s.register_handler(kThrow, [](Message&) { throw std::runtime_error("disk on fire"); }).ok());
-  pair.run([&](Engine& e) {
-    int done = 0;
-    std::string text = "hello";
-    ASSERT_EQ(e.peer(1)->call(kEcho, bytes_of(7), std::as_bytes(std::span(text)), {}, [&](absl::Status st, Message& r) {
-      ASSERT_TRUE(st.ok()) << st;
-      EXPECT_EQ(std::string(reinterpret_cast<const char*>(r.payload().data()), r.payload().size()), "hello");
-      int h;
-      std::memcpy(&h, r.header().data(), sizeof(h));
-      EXPECT_EQ(h, 7);
-      ++done;
-    }), Result::kOk);
-    ASSERT_EQ(e.peer(1)->call(kThrow, {}, {}, {}, [&](absl::Status st, Message& r) {
-      EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
-      EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("disk on fire"));
-      EXPECT_FALSE(r.valid());
-      ++done;
-    }), Result::kOk);
-    ASSERT_EQ(e.peer(1)->call(999, {}, {}, {}, [&](absl::Status st, Message&) {
-      EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
-      ++done;
-    }), Result::kOk);
-    // The server goes on after the throw.
-    ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, [&](absl::Status st, Message&) {
-      EXPECT_TRUE(st.ok());
-      ++done;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return done == 4; }, Clock::now() + kLong));
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        int done = 0;
+        std::string text = "hello";
+        ASSERT_EQ(e.peer(1)->call(kEcho, bytes_of(7), std::as_bytes(std::span(text)), {},
+                                  [&](absl::Status st, Message& r) {
+                                    ASSERT_TRUE(st.ok()) << st;
+                                    EXPECT_EQ(std::string(reinterpret_cast<const char*>(r.payload().data()),
+                                                          r.payload().size()),
+                                              "hello");
+                                    int h;
+                                    std::memcpy(&h, r.header().data(), sizeof(h));
+                                    EXPECT_EQ(h, 7);
+                                    ++done;
+                                  }),
+                  Result::kOk);
+        ASSERT_EQ(e.peer(1)->call(kThrow, {}, {}, {},
+                                  [&](absl::Status st, Message& r) {
+                                    EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+                                    EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("disk on fire"));
+                                    EXPECT_FALSE(r.valid());
+                                    ++done;
+                                  }),
+                  Result::kOk);
+        ASSERT_EQ(e.peer(1)->call(999, {}, {}, {},
+                                  [&](absl::Status st, Message&) {
+                                    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+                                    ++done;
+                                  }),
+                  Result::kOk);
+        // The server goes on after the throw.
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {},
+                                  [&](absl::Status st, Message&) {
+                                    EXPECT_TRUE(st.ok());
+                                    ++done;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done == 4; }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
   EXPECT_EQ(pair.engine(1).stats().value("am.handler_errors"), 1u);
 }
 
@@ -80,39 +95,45 @@ TEST(Rpc, SmallCallsAroundTheCompactHeaderLimitRoundTripIntactAndInline) {
   constexpr std::size_t kRoom = 92 - 24;
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) {
-    EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk);
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); })
+                  .ok());
   std::size_t fitting = 0, calls = 0;
-  pair.run([&](Engine& e) {
-    bool warm = false;  // the handshake first
-    ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, [&](absl::Status st, Message&) { warm = st.ok(); }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return warm; }, Clock::now() + kLong));
-    std::uint64_t seed = 1;
-    for (std::size_t uh : {std::size_t{0}, std::size_t{3}}) {
-      for (std::size_t size = 0; size <= kRoom + 4; ++size) {
-        auto header = pattern(uh, seed++);
-        auto payload = pattern(size, seed++);
-        std::uint64_t before = e.stats().value("am.sent_inline");
-        bool back = false;
-        ASSERT_EQ(e.peer(1)->call(kEcho, header, payload, {}, [&](absl::Status st, Message& r) {
-          ASSERT_TRUE(st.ok()) << st;
-          EXPECT_TRUE(std::equal(r.header().begin(), r.header().end(), header.begin(), header.end()))
-              << "user header " << uh << ", payload " << size;
-          EXPECT_TRUE(std::equal(r.payload().begin(), r.payload().end(), payload.begin(), payload.end()))
-              << "user header " << uh << ", payload " << size;
-          back = true;
-        }), Result::kOk);
-        bool fits = uh + size <= kRoom;
-        EXPECT_EQ(e.stats().value("am.sent_inline"), before + (fits ? 1 : 0))
-            << "request: user header " << uh << ", payload " << size;
-        ASSERT_TRUE(e.run_until([&] { return back; }, Clock::now() + kLong));
-        fitting += fits;
-        ++calls;
-      }
-    }
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        bool warm = false;  // the handshake first
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, [&](absl::Status st, Message&) { warm = st.ok(); }), Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return warm; }, Clock::now() + kLong));
+        std::uint64_t seed = 1;
+        for (std::size_t uh : {std::size_t{0}, std::size_t{3}}) {
+          for (std::size_t size = 0; size <= kRoom + 4; ++size) {
+            auto header = pattern(uh, seed++);
+            auto payload = pattern(size, seed++);
+            std::uint64_t before = e.stats().value("am.sent_inline");
+            bool back = false;
+            ASSERT_EQ(
+                e.peer(1)->call(
+                    kEcho, header, payload, {},
+                    [&](absl::Status st, Message& r) {
+                      ASSERT_TRUE(st.ok()) << st;
+                      EXPECT_TRUE(std::equal(r.header().begin(), r.header().end(), header.begin(), header.end()))
+                          << "user header " << uh << ", payload " << size;
+                      EXPECT_TRUE(std::equal(r.payload().begin(), r.payload().end(), payload.begin(), payload.end()))
+                          << "user header " << uh << ", payload " << size;
+                      back = true;
+                    }),
+                Result::kOk);
+            bool fits = uh + size <= kRoom;
+            EXPECT_EQ(e.stats().value("am.sent_inline"), before + (fits ? 1 : 0))
+                << "request: user header " << uh << ", payload " << size;
+            ASSERT_TRUE(e.run_until([&] { return back; }, Clock::now() + kLong));
+            fitting += fits;
+            ++calls;
+          }
+        }
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
   // The replies: the warm-up call's, and one per fitting call, left inline; no other did.
   EXPECT_EQ(pair.engine(1).stats().value("am.sent_inline"), 1 + fitting);
   EXPECT_EQ(pair.engine(1).stats().value("rpc.replies"), 1 + calls);
@@ -121,41 +142,53 @@ TEST(Rpc, SmallCallsAroundTheCompactHeaderLimitRoundTripIntactAndInline) {
 TEST(Rpc, ReplyLandsInTheCallersBuffer) {
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kBig, [](Message& m) {
-    std::uint64_t n;
-    std::memcpy(&n, m.header().data(), sizeof(n));
-    auto data = pattern(n, n);
-    EXPECT_EQ(m.reply({}, data), Result::kOk);
-  }).ok());
-  pair.run([&](Engine& e) {
-    for (std::uint64_t n : {std::uint64_t{0}, std::uint64_t{16}, std::uint64_t{8192}, std::uint64_t{8193}, std::uint64_t{1} << 20, std::uint64_t{9} << 20}) {
-      std::vector<std::byte> buf(std::size_t{9} << 20);
-      bool done = false;
-      CallOptions o;
-      o.reply_buffer = buf;
-      ASSERT_EQ(e.peer(1)->call(kBig, bytes_of(n), {}, o, [&](absl::Status st, Message& r) {
-        ASSERT_TRUE(st.ok()) << st << " n=" << n;
-        EXPECT_EQ(r.payload().size(), n);
-        EXPECT_EQ(static_cast<const void*>(r.payload().data()), static_cast<const void*>(buf.data())) << "landed in place";
-        EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n)));
-        done = true;
-      }), Result::kOk);
-      ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
-    }
-    // A reply larger than the buffer is refused, not truncated.
-    std::vector<std::byte> small(100);
-    std::uint64_t n = 101;
-    bool done = false;
-    CallOptions o;
-    o.reply_buffer = small;
-    ASSERT_EQ(e.peer(1)->call(kBig, bytes_of(n), {}, o, [&](absl::Status st, Message&) {
-      EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
-      done = true;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    EXPECT_EQ(e.posted_exact_receives(), 0u);
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kBig,
+                                    [](Message& m) {
+                                      std::uint64_t n;
+                                      std::memcpy(&n, m.header().data(), sizeof(n));
+                                      auto data = pattern(n, n);
+                                      EXPECT_EQ(m.reply({}, data), Result::kOk);
+                                    })
+                  .ok());
+  pair.run(
+      [&](Engine& e) {
+        for (std::uint64_t n : {std::uint64_t{0}, std::uint64_t{16}, std::uint64_t{8192}, std::uint64_t{8193},
+                                std::uint64_t{1} << 20, std::uint64_t{9} << 20}) {
+          std::vector<std::byte> buf(std::size_t{9} << 20);
+          bool done = false;
+          CallOptions o;
+          o.reply_buffer = buf;
+          ASSERT_EQ(e.peer(1)->call(
+                        kBig, bytes_of(n), {}, o,
+                        [&](absl::Status st, Message& r) {
+                          ASSERT_TRUE(st.ok()) << st << " n=" << n;
+                          EXPECT_EQ(r.payload().size(), n);
+                          EXPECT_EQ(static_cast<const void*>(r.payload().data()), static_cast<const void*>(buf.data()))
+                              << "landed in place";
+                          EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n)));
+                          done = true;
+                        }),
+                    Result::kOk);
+          ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+        }
+        // A reply larger than the buffer is refused, not truncated.
+        std::vector<std::byte> small(100);
+        std::uint64_t n = 101;
+        bool done = false;
+        CallOptions o;
+        o.reply_buffer = small;
+        ASSERT_EQ(e.peer(1)->call(kBig, bytes_of(n), {}, o,
+                                  [&](absl::Status st, Message&) {
+                                    EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+                                    done = true;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
 }
 
 TEST(Rpc, AsynchronousReplyFromAnotherThreadThroughPost) {
@@ -164,26 +197,30 @@ TEST(Rpc, AsynchronousReplyFromAnotherThreadThroughPost) {
   std::vector<std::thread> workers;
   Engine& s = pair.engine(1);
   ASSERT_TRUE(s.register_handler(kSlow, [&](Message& m) {
-    auto held = std::make_shared<Message>(std::move(m));
-    workers.emplace_back([&s, held] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      s.post([held] { EXPECT_EQ(held->reply({}, held->payload()), Result::kOk); });
-    });
-  }).ok());
-  pair.run([&](Engine& e) {
-    int done = 0;
-    for (int i = 0; i < 10; ++i) {
-      ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {}, [&, i](absl::Status st, Message& r) {
-        ASSERT_TRUE(st.ok()) << st;
-        int v;
-        std::memcpy(&v, r.payload().data(), sizeof(v));
-        EXPECT_EQ(v, i);
-        ++done;
-      }), Result::kOk);
-    }
-    ASSERT_TRUE(e.run_until([&] { return done == 10; }, Clock::now() + kLong));
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+                 auto held = std::make_shared<Message>(std::move(m));
+                 workers.emplace_back([&s, held] {
+                   std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                   s.post([held] { EXPECT_EQ(held->reply({}, held->payload()), Result::kOk); });
+                 });
+               }).ok());
+  pair.run(
+      [&](Engine& e) {
+        int done = 0;
+        for (int i = 0; i < 10; ++i) {
+          ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {},
+                                    [&, i](absl::Status st, Message& r) {
+                                      ASSERT_TRUE(st.ok()) << st;
+                                      int v;
+                                      std::memcpy(&v, r.payload().data(), sizeof(v));
+                                      EXPECT_EQ(v, i);
+                                      ++done;
+                                    }),
+                    Result::kOk);
+        }
+        ASSERT_TRUE(e.run_until([&] { return done == 10; }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
   for (auto& t : workers) t.join();
 }
 
@@ -193,77 +230,86 @@ TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
   std::vector<Message> parked;
   ASSERT_TRUE(pair.engine(1).register_handler(kSlow, [&](Message& m) { parked.push_back(std::move(m)); }).ok());
   std::atomic<bool> expired{false};
-  pair.run([&](Engine& e) {
-    bool done = false;
-    auto t0 = Clock::now();
-    CallOptions o;
-    o.timeout = std::chrono::milliseconds(100);
-    ASSERT_EQ(e.peer(1)->call(kSlow, {}, {}, o, [&](absl::Status st, Message&) {
-      EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
-      done = true;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(100));
-    expired = true;
-    ASSERT_TRUE(e.run_until([&] { return e.stats().value("rpc.late_replies") == 1; }, Clock::now() + kLong));
-    server.stop = true;
-  }, [&](Engine& e) {
-    e.run_until([&] { return expired.load(); }, Clock::now() + kLong);
-    for (auto& m : parked) EXPECT_EQ(m.reply({}, {}), Result::kOk);
-    parked.clear();
-    server.serve(e);
-  });
+  pair.run(
+      [&](Engine& e) {
+        bool done = false;
+        auto t0 = Clock::now();
+        CallOptions o;
+        o.timeout = std::chrono::milliseconds(100);
+        ASSERT_EQ(e.peer(1)->call(kSlow, {}, {}, o,
+                                  [&](absl::Status st, Message&) {
+                                    EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+                                    done = true;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(100));
+        expired = true;
+        ASSERT_TRUE(e.run_until([&] { return e.stats().value("rpc.late_replies") == 1; }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) {
+        e.run_until([&] { return expired.load(); }, Clock::now() + kLong);
+        for (auto& m : parked) EXPECT_EQ(m.reply({}, {}), Result::kOk);
+        parked.clear();
+        server.serve(e);
+      });
 }
 
 TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
   RankPair pair;
   Server server;
   ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply({}, m.payload()); }).ok());
-  pair.run([&](Engine& e) {
-    std::mt19937 rng(4242);
-    std::printf("seed 4242\n");
-    constexpr int kIters = 10000;
-    std::vector<int> completions(kIters);
-    std::vector<std::byte> buf(64);
-    int finished = 0, cancelled = 0;
-    for (int i = 0; i < kIters; ++i) {
-      CallId id = 0;
-      CallOptions o;
-      if (i % 2) o.reply_buffer = buf;
-      Result r;
-      while ((r = e.peer(1)->call(kEcho, {}, bytes_of(i), o, [&, i](absl::Status st, Message&) {
-               ++completions[static_cast<std::size_t>(i)];
-               ++finished;
-               cancelled += st.code() == absl::StatusCode::kCancelled;
-             }, &id)) == Result::kWouldBlock) {
-        e.progress();
-      }
-      ASSERT_EQ(r, Result::kOk);
-      // Cancel at once, after a random number of progress calls, or after the reply came (so
-      // that both outcomes occur whatever the machine's load).
-      switch (rng() % 4) {
-        case 0: break;
-        case 1:
-          e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
-          break;
-        default:
-          for (int k = 0, spins = static_cast<int>(rng() % 40); k < spins; ++k) e.progress();
-      }
-      e.cancel(id);
-      if (rng() % 3 == 0) e.cancel(id);  // twice: still one completion
-      if (i % 2) {
-        // The caller's buffer is reused only after the completion.
-        e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
-      }
-    }
-    ASSERT_TRUE(e.run_until([&] { return finished == kIters; }, Clock::now() + kLong));
-    e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(200));
-    for (int i = 0; i < kIters; ++i) ASSERT_EQ(completions[static_cast<std::size_t>(i)], 1) << i;
-    EXPECT_GT(cancelled, 0);
-    EXPECT_LT(cancelled, kIters);
-    EXPECT_EQ(e.posted_exact_receives(), 0u);
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        std::mt19937 rng(4242);
+        std::printf("seed 4242\n");
+        constexpr int kIters = 10000;
+        std::vector<int> completions(kIters);
+        std::vector<std::byte> buf(64);
+        int finished = 0, cancelled = 0;
+        for (int i = 0; i < kIters; ++i) {
+          CallId id = 0;
+          CallOptions o;
+          if (i % 2) o.reply_buffer = buf;
+          Result r;
+          while ((r = e.peer(1)->call(
+                      kEcho, {}, bytes_of(i), o,
+                      [&, i](absl::Status st, Message&) {
+                        ++completions[static_cast<std::size_t>(i)];
+                        ++finished;
+                        cancelled += st.code() == absl::StatusCode::kCancelled;
+                      },
+                      &id)) == Result::kWouldBlock) {
+            e.progress();
+          }
+          ASSERT_EQ(r, Result::kOk);
+          // Cancel at once, after a random number of progress calls, or after the reply came (so
+          // that both outcomes occur whatever the machine's load).
+          switch (rng() % 4) {
+            case 0: break;
+            case 1:
+              e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
+              break;
+            default:
+              for (int k = 0, spins = static_cast<int>(rng() % 40); k < spins; ++k) e.progress();
+          }
+          e.cancel(id);
+          if (rng() % 3 == 0) e.cancel(id);  // twice: still one completion
+          if (i % 2) {
+            // The caller's buffer is reused only after the completion.
+            e.run_until([&] { return completions[static_cast<std::size_t>(i)] > 0; }, Clock::now() + kLong);
+          }
+        }
+        ASSERT_TRUE(e.run_until([&] { return finished == kIters; }, Clock::now() + kLong));
+        e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(200));
+        for (int i = 0; i < kIters; ++i) ASSERT_EQ(completions[static_cast<std::size_t>(i)], 1) << i;
+        EXPECT_GT(cancelled, 0);
+        EXPECT_LT(cancelled, kIters);
+        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
 }
 
 TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
@@ -273,33 +319,42 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
   Server server;
   std::vector<Message> parked;
   std::size_t most = 0;
-  ASSERT_TRUE(pair.engine(1).register_handler(kSlow, [&](Message& m) {
-    parked.push_back(std::move(m));
-    most = std::max(most, parked.size());
-  }).ok());
-  pair.run([&](Engine& e) {
-    int ok = 0, other = 0;
-    for (int i = 0; i < 50; ++i) {
-      ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {}, [&](absl::Status st, Message&) {
-        if (st.ok()) ++ok;
-        else ++other;
-      }), Result::kOk);
-    }
-    ASSERT_TRUE(e.run_until([&] { return ok + other == 50; }, Clock::now() + kLong));
-    EXPECT_EQ(ok, 50);
-    EXPECT_EQ(other, 0) << "no call refused for a slot";
-    server.stop = true;
-  }, [&](Engine& e) {
-    e.run_until([&] {
-      // Reply slowly, one at a time, a little after each arrives.
-      if (!parked.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        EXPECT_EQ(parked.front().reply({}, {}), Result::kOk);
-        parked.erase(parked.begin());
-      }
-      return server.stop.load();
-    }, Clock::now() + kLong);
-  });
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kSlow,
+                                    [&](Message& m) {
+                                      parked.push_back(std::move(m));
+                                      most = std::max(most, parked.size());
+                                    })
+                  .ok());
+  pair.run(
+      [&](Engine& e) {
+        int ok = 0, other = 0;
+        for (int i = 0; i < 50; ++i) {
+          ASSERT_EQ(e.peer(1)->call(kSlow, {}, bytes_of(i), {},
+                                    [&](absl::Status st, Message&) {
+                                      if (st.ok()) ++ok;
+                                      else ++other;
+                                    }),
+                    Result::kOk);
+        }
+        ASSERT_TRUE(e.run_until([&] { return ok + other == 50; }, Clock::now() + kLong));
+        EXPECT_EQ(ok, 50);
+        EXPECT_EQ(other, 0) << "no call refused for a slot";
+        server.stop = true;
+      },
+      [&](Engine& e) {
+        e.run_until(
+            [&] {
+              // Reply slowly, one at a time, a little after each arrives.
+              if (!parked.empty()) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                EXPECT_EQ(parked.front().reply({}, {}), Result::kOk);
+                parked.erase(parked.begin());
+              }
+              return server.stop.load();
+            },
+            Clock::now() + kLong);
+      });
   EXPECT_LE(most, 2u);
   EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
 }
@@ -317,32 +372,35 @@ TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
     RankPair pair(c);
     Server server;
     std::vector<std::byte> block = pattern(256 << 10, 7);
-    ASSERT_TRUE(pair.engine(1).register_handler(kBig, [&](Message& m) {
-      EXPECT_EQ(m.reply({}, block), Result::kOk);
-    }).ok());
+    ASSERT_TRUE(
+        pair.engine(1).register_handler(kBig, [&](Message& m) { EXPECT_EQ(m.reply({}, block), Result::kOk); }).ok());
     constexpr int kCalls = 16;
     std::vector<std::vector<std::byte>> into(kCalls, std::vector<std::byte>(block.size()));
-    pair.run([&](Engine& e) {
-      int ok = 0, other = 0;
-      for (int round = 0; round < 20; ++round) {
-        for (int i = 0; i < kCalls; ++i) {
-          CallOptions o;
-          o.reply_buffer = into[static_cast<std::size_t>(i)];
-          ASSERT_EQ(e.peer(1)->call(kBig, {}, {}, o, [&, i](absl::Status st, Message& r) {
-            if (st.ok() && r.payload().size() == block.size() &&
-                std::memcmp(r.payload().data(), block.data(), block.size()) == 0) {
-              ++ok;
-            } else {
-              ++other;
-              ADD_FAILURE() << "call " << i << ": " << st;
+    pair.run(
+        [&](Engine& e) {
+          int ok = 0, other = 0;
+          for (int round = 0; round < 20; ++round) {
+            for (int i = 0; i < kCalls; ++i) {
+              CallOptions o;
+              o.reply_buffer = into[static_cast<std::size_t>(i)];
+              ASSERT_EQ(e.peer(1)->call(kBig, {}, {}, o,
+                                        [&, i](absl::Status st, Message& r) {
+                                          if (st.ok() && r.payload().size() == block.size() &&
+                                              std::memcmp(r.payload().data(), block.data(), block.size()) == 0) {
+                                            ++ok;
+                                          } else {
+                                            ++other;
+                                            ADD_FAILURE() << "call " << i << ": " << st;
+                                          }
+                                        }),
+                        Result::kOk);
             }
-          }), Result::kOk);
-        }
-        ASSERT_TRUE(e.run_until([&] { return ok + other == (round + 1) * kCalls; }, Clock::now() + kLong));
-      }
-      EXPECT_EQ(other, 0);
-      server.stop = true;
-    }, [&](Engine& e) { server.serve(e); });
+            ASSERT_TRUE(e.run_until([&] { return ok + other == (round + 1) * kCalls; }, Clock::now() + kLong));
+          }
+          EXPECT_EQ(other, 0);
+          server.stop = true;
+        },
+        [&](Engine& e) { server.serve(e); });
     EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
   }
 }
@@ -361,60 +419,73 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   std::vector<Message> kept;
   bool keep = true;
   int flood_seen = 0;
-  ASSERT_TRUE(pair.engine(0).register_handler(kFlood, [&](Message& m) {
-    ++flood_seen;
-    if (keep) kept.push_back(std::move(m));
-  }).ok());
+  ASSERT_TRUE(pair.engine(0)
+                  .register_handler(kFlood,
+                                    [&](Message& m) {
+                                      ++flood_seen;
+                                      if (keep) kept.push_back(std::move(m));
+                                    })
+                  .ok());
   std::atomic<bool> server_full{false}, replied{false}, stop{false};
   std::atomic<Result> reply_result{Result::kInvalidArgument};
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [&](Message& m) {
-    reply_result.store(m.reply(m.header(), m.payload()));
-    replied = true;
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kEcho,
+                                    [&](Message& m) {
+                                      reply_result.store(m.reply(m.header(), m.payload()));
+                                      replied = true;
+                                    })
+                  .ok());
   int sent = 0;
-  pair.run([&](Engine& e) {
-    ASSERT_TRUE(e.run_until([&] { return server_full.load(); }, Clock::now() + kLong));
-    std::string text = "still answered";
-    bool done = false;
-    absl::Status status;
-    std::string echoed;
-    ASSERT_EQ(e.peer(1)->call(kEcho, {}, std::as_bytes(std::span(text)), {}, [&](absl::Status st, Message& r) {
-      status = st;
-      if (st.ok()) echoed.assign(reinterpret_cast<const char*>(r.payload().data()), r.payload().size());
-      done = true;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return replied.load(); }, Clock::now() + kLong));
-    keep = false;
-    kept.clear();  // credits go back: the queued sends and then the reply flow
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    EXPECT_TRUE(status.ok()) << status;
-    EXPECT_EQ(echoed, text);
-    ASSERT_TRUE(e.run_until([&] { return flood_seen == sent; }, Clock::now() + kLong));
-    stop = true;
-  }, [&](Engine& e) {
-    std::vector<std::byte> small(100);
-    // Send until the pool has stayed full for 200 ms: the slots of sends that complete (those
-    // the client's credits let through) are taken again, the rest wait in the queue.
-    Result r = Result::kOk;
-    auto last_ok = Clock::now();
-    while (Clock::now() - last_ok < std::chrono::milliseconds(200)) {
-      r = e.peer(0)->send_copy(kFlood, {}, small);
-      if (r == Result::kOk) {
-        ++sent;
-        last_ok = Clock::now();
-      }
-      e.progress();
-    }
-    EXPECT_EQ(r, Result::kWouldBlock);
-    PoolStats ps = e.pool_stats(Direction::kSend);
-    // Queued small sends share a slot, up to half the grant each (coalescing at enqueue).
-    std::size_t per_slot = std::max<std::size_t>(1, c.credits / 2);
-    EXPECT_GE((ps.classes[0].slots_total - ps.classes[0].slots_free) * per_slot, static_cast<std::size_t>(sent) - c.credits)
-        << "the queued sends (all but those the credits let through) hold the send pool";
-    EXPECT_LT(sent, 1000) << "the pool ran out, not the send queue";
-    server_full = true;
-    e.run_until([&] { return stop.load(); }, Clock::now() + kLong);
-  });
+  pair.run(
+      [&](Engine& e) {
+        ASSERT_TRUE(e.run_until([&] { return server_full.load(); }, Clock::now() + kLong));
+        std::string text = "still answered";
+        bool done = false;
+        absl::Status status;
+        std::string echoed;
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, std::as_bytes(std::span(text)), {},
+                                  [&](absl::Status st, Message& r) {
+                                    status = st;
+                                    if (st.ok())
+                                      echoed.assign(reinterpret_cast<const char*>(r.payload().data()),
+                                                    r.payload().size());
+                                    done = true;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return replied.load(); }, Clock::now() + kLong));
+        keep = false;
+        kept.clear();  // credits go back: the queued sends and then the reply flow
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        EXPECT_TRUE(status.ok()) << status;
+        EXPECT_EQ(echoed, text);
+        ASSERT_TRUE(e.run_until([&] { return flood_seen == sent; }, Clock::now() + kLong));
+        stop = true;
+      },
+      [&](Engine& e) {
+        std::vector<std::byte> small(100);
+        // Send until the pool has stayed full for 200 ms: the slots of sends that complete (those
+        // the client's credits let through) are taken again, the rest wait in the queue.
+        Result r = Result::kOk;
+        auto last_ok = Clock::now();
+        while (Clock::now() - last_ok < std::chrono::milliseconds(200)) {
+          r = e.peer(0)->send_copy(kFlood, {}, small);
+          if (r == Result::kOk) {
+            ++sent;
+            last_ok = Clock::now();
+          }
+          e.progress();
+        }
+        EXPECT_EQ(r, Result::kWouldBlock);
+        PoolStats ps = e.pool_stats(Direction::kSend);
+        // Queued small sends share a slot, up to half the grant each (coalescing at enqueue).
+        std::size_t per_slot = std::max<std::size_t>(1, c.credits / 2);
+        EXPECT_GE((ps.classes[0].slots_total - ps.classes[0].slots_free) * per_slot,
+                  static_cast<std::size_t>(sent) - c.credits)
+            << "the queued sends (all but those the credits let through) hold the send pool";
+        EXPECT_LT(sent, 1000) << "the pool ran out, not the send queue";
+        server_full = true;
+        e.run_until([&] { return stop.load(); }, Clock::now() + kLong);
+      });
   EXPECT_EQ(reply_result.load(), Result::kOk);
 }
 
@@ -435,66 +506,75 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
   };
   Engine& s = pair.engine(1);
   ASSERT_TRUE(s.register_handler(kZero, [&](Message& m) {
-    std::uint64_t n;
-    std::memcpy(&n, m.header().data(), sizeof(n));
-    EXPECT_EQ(m.reply({}, store[n], done_cb), Result::kOk);
-  }).ok());
+                 std::uint64_t n;
+                 std::memcpy(&n, m.header().data(), sizeof(n));
+                 EXPECT_EQ(m.reply({}, store[n], done_cb), Result::kOk);
+               }).ok());
   ASSERT_TRUE(s.register_handler(kFromSlot, [&](Message& m) {
-    std::uint64_t n;
-    std::memcpy(&n, m.header().data(), sizeof(n));
-    auto slot = std::make_shared<Slot>();
-    ASSERT_EQ(s.try_get_send_slot(n, slot.get()), Result::kOk);
-    std::memcpy(slot->data(), store[n].data(), n);
-    EXPECT_EQ(m.reply({}, *slot, n, [&, slot](absl::Status st) { done_cb(st); }), Result::kOk);
-  }).ok());
+                 std::uint64_t n;
+                 std::memcpy(&n, m.header().data(), sizeof(n));
+                 auto slot = std::make_shared<Slot>();
+                 ASSERT_EQ(s.try_get_send_slot(n, slot.get()), Result::kOk);
+                 std::memcpy(slot->data(), store[n].data(), n);
+                 EXPECT_EQ(m.reply({}, *slot, n, [&, slot](absl::Status st) { done_cb(st); }), Result::kOk);
+               }).ok());
   ASSERT_TRUE(s.register_handler(kCopy, [&](Message& m) {
-    std::vector<std::byte> temporary = store[std::uint64_t{1} << 20];
-    EXPECT_EQ(m.reply_copy({}, temporary), Result::kOk);  // free to go once it returns
-  }).ok());
+                 std::vector<std::byte> temporary = store[std::uint64_t{1} << 20];
+                 EXPECT_EQ(m.reply_copy({}, temporary), Result::kOk);  // free to go once it returns
+               }).ok());
   int calls = 0;
-  pair.run([&](Engine& e) {
-    std::vector<std::byte> buf(std::size_t{9} << 20);
-    auto call = [&](HandlerId h, std::uint64_t n, bool into_buffer) {
-      bool done = false;
-      CallOptions o;
-      if (into_buffer) o.reply_buffer = buf;
-      ASSERT_EQ(e.peer(1)->call(h, bytes_of(n), {}, o, [&](absl::Status st, Message& r) {
-        ASSERT_TRUE(st.ok()) << st << " n=" << n;
-        EXPECT_EQ(r.payload().size(), n);
-        if (into_buffer) {
-          EXPECT_EQ(static_cast<const void*>(r.payload().data()), static_cast<const void*>(buf.data()));
+  pair.run(
+      [&](Engine& e) {
+        std::vector<std::byte> buf(std::size_t{9} << 20);
+        auto call = [&](HandlerId h, std::uint64_t n, bool into_buffer) {
+          bool done = false;
+          CallOptions o;
+          if (into_buffer) o.reply_buffer = buf;
+          ASSERT_EQ(e.peer(1)->call(h, bytes_of(n), {}, o,
+                                    [&](absl::Status st, Message& r) {
+                                      ASSERT_TRUE(st.ok()) << st << " n=" << n;
+                                      EXPECT_EQ(r.payload().size(), n);
+                                      if (into_buffer) {
+                                        EXPECT_EQ(static_cast<const void*>(r.payload().data()),
+                                                  static_cast<const void*>(buf.data()));
+                                      }
+                                      EXPECT_EQ(crc32c(r.payload()), crc32c(store[n])) << n;
+                                      done = true;
+                                    }),
+                    Result::kOk);
+          ++calls;
+          ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+        };
+        for (auto n : sizes) {
+          call(kZero, n, true);
+          call(kZero, n, false);
+          if (n <= (std::uint64_t{4} << 20)) call(kFromSlot, n, true);  // the largest send class: 4 MiB
         }
-        EXPECT_EQ(crc32c(r.payload()), crc32c(store[n])) << n;
-        done = true;
-      }), Result::kOk);
-      ++calls;
-      ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
-    };
-    for (auto n : sizes) {
-      call(kZero, n, true);
-      call(kZero, n, false);
-      if (n <= (std::uint64_t{4} << 20)) call(kFromSlot, n, true);  // the largest send class: 4 MiB
-    }
-    ASSERT_TRUE(e.run_until([&] { return completions == calls; }, Clock::now() + kLong));
-    server.stop = true;
-  }, [&](Engine& e) {
-    server.serve(e);
-    EXPECT_EQ(e.stats().value("am.copied_bytes"), 0u) << "no zero-copy reply was copied";
-  });
+        ASSERT_TRUE(e.run_until([&] { return completions == calls; }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) {
+        server.serve(e);
+        EXPECT_EQ(e.stats().value("am.copied_bytes"), 0u) << "no zero-copy reply was copied";
+      });
   EXPECT_EQ(completions, calls);
   EXPECT_EQ(failed, 0);
   // The copying variant, for comparison: counted.
   Server again;
-  pair.run([&](Engine& e) {
-    bool done = false;
-    ASSERT_EQ(e.peer(1)->call(kCopy, {}, {}, {}, [&](absl::Status st, Message& r) {
-      EXPECT_TRUE(st.ok()) << st;
-      EXPECT_EQ(crc32c(r.payload()), crc32c(store[std::uint64_t{1} << 20]));
-      done = true;
-    }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-    again.stop = true;
-  }, [&](Engine& e) { again.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        bool done = false;
+        ASSERT_EQ(e.peer(1)->call(kCopy, {}, {}, {},
+                                  [&](absl::Status st, Message& r) {
+                                    EXPECT_TRUE(st.ok()) << st;
+                                    EXPECT_EQ(crc32c(r.payload()), crc32c(store[std::uint64_t{1} << 20]));
+                                    done = true;
+                                  }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
+        again.stop = true;
+      },
+      [&](Engine& e) { again.serve(e); });
   EXPECT_EQ(pair.engine(1).stats().value("am.copied_bytes"), std::uint64_t{1} << 20);
 }
 
@@ -506,43 +586,52 @@ TEST(Rpc, ReplyFromTheRequestsOwnPayloadIsNotCopied) {
   constexpr HandlerId kBump = 29;
   std::atomic<int> completions{0}, failed{0};  // the server thread counts, the client waits
   std::vector<Result> results;
-  ASSERT_TRUE(pair.engine(1).register_handler(kBump, [&](Message& m) {
-    for (std::byte& b : m.payload()) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
-    results.push_back(m.reply_with_payload(m.header(), [&](absl::Status st) {
-      ++completions;
-      failed += !st.ok();
-    }));
-    EXPECT_FALSE(m.valid()) << "the request went with its reply";
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kBump,
+                                    [&](Message& m) {
+                                      for (std::byte& b : m.payload())
+                                        b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
+                                      results.push_back(m.reply_with_payload(m.header(), [&](absl::Status st) {
+                                        ++completions;
+                                        failed += !st.ok();
+                                      }));
+                                      EXPECT_FALSE(m.valid()) << "the request went with its reply";
+                                    })
+                  .ok());
   const std::vector<std::size_t> sizes = {0, 16, 8192, 8193, std::size_t{1} << 20, std::size_t{9} << 20};
-  pair.run([&](Engine& e) {
-    std::vector<std::byte> buf(std::size_t{9} << 20);
-    for (bool into_buffer : {true, false}) {
-      for (std::size_t n : sizes) {
-        auto data = pattern(n, n + 1);
-        auto want = data;
-        for (std::byte& b : want) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
-        bool done = false;
-        CallOptions o;
-        if (into_buffer) o.reply_buffer = buf;
-        ASSERT_EQ(e.peer(1)->call(kBump, bytes_of(n), data, o, [&](absl::Status st, Message& r) {
-          ASSERT_TRUE(st.ok()) << st << " n=" << n;
-          EXPECT_EQ(r.header().size(), sizeof(std::size_t));
-          EXPECT_EQ(crc32c(r.payload()), crc32c(want)) << n;
-          done = true;
-        }), Result::kOk);
-        ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
-      }
-    }
-    ASSERT_TRUE(e.run_until([&] { return completions == 2 * static_cast<int>(sizes.size()); }, Clock::now() + kLong));
-    server.stop = true;
-  }, [&](Engine& e) {
-    server.serve(e);
-    EXPECT_EQ(e.stats().value("am.copied_bytes"), 0u);
-    PoolStats rs = e.pool_stats(Direction::kRecv);
-    for (std::size_t k = 1; k < rs.classes.size(); ++k)
-      EXPECT_EQ(rs.classes[k].slots_free, rs.classes[k].slots_total) << "every request's landing slot came back";
-  });
+  pair.run(
+      [&](Engine& e) {
+        std::vector<std::byte> buf(std::size_t{9} << 20);
+        for (bool into_buffer : {true, false}) {
+          for (std::size_t n : sizes) {
+            auto data = pattern(n, n + 1);
+            auto want = data;
+            for (std::byte& b : want) b = static_cast<std::byte>(static_cast<unsigned>(b) + 1);
+            bool done = false;
+            CallOptions o;
+            if (into_buffer) o.reply_buffer = buf;
+            ASSERT_EQ(e.peer(1)->call(kBump, bytes_of(n), data, o,
+                                      [&](absl::Status st, Message& r) {
+                                        ASSERT_TRUE(st.ok()) << st << " n=" << n;
+                                        EXPECT_EQ(r.header().size(), sizeof(std::size_t));
+                                        EXPECT_EQ(crc32c(r.payload()), crc32c(want)) << n;
+                                        done = true;
+                                      }),
+                      Result::kOk);
+            ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+          }
+        }
+        ASSERT_TRUE(
+            e.run_until([&] { return completions == 2 * static_cast<int>(sizes.size()); }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) {
+        server.serve(e);
+        EXPECT_EQ(e.stats().value("am.copied_bytes"), 0u);
+        PoolStats rs = e.pool_stats(Direction::kRecv);
+        for (std::size_t k = 1; k < rs.classes.size(); ++k)
+          EXPECT_EQ(rs.classes[k].slots_free, rs.classes[k].slots_total) << "every request's landing slot came back";
+      });
   EXPECT_EQ(results, std::vector<Result>(2 * sizes.size(), Result::kOk));
   EXPECT_EQ(failed, 0);
 }
@@ -575,36 +664,40 @@ TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
   RankPair pair(config);
   Server server;
   ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());
-  pair.run([&](Engine& e) {
-    for (std::size_t n : {std::size_t{8}, std::size_t{64} << 10}) {
-      for (bool into_buffer : {false, true}) {
-        if (n == 8 && into_buffer) continue;
-        auto data = pattern(n, 7);
-        std::vector<std::vector<std::byte>> buffers(config.credits, std::vector<std::byte>(n));
-        std::vector<int> free_buffers;
-        for (int k = 0; k < static_cast<int>(config.credits); ++k) free_buffers.push_back(k);
-        int bad = 0;
-        // The first full window also completes the handshake; stalls are counted after it.
-        std::uint64_t stalls_before = 0;
-        windowed_calls(e, 1000, static_cast<int>(config.credits), [&](int i, std::function<void()> done) {
-          if (i == static_cast<int>(config.credits)) stalls_before = e.stats().value("flow.credit_stalls");
-          CallOptions o;
-          int k = free_buffers.back();
-          free_buffers.pop_back();
-          if (into_buffer) o.reply_buffer = buffers[k];
-          ASSERT_EQ(e.peer(1)->call(kEcho, {}, data, o, [&, k, done](absl::Status st, Message& r) {
-            bad += !st.ok() || r.payload().size() != n;
-            free_buffers.push_back(k);
-            done();
-          }), Result::kOk);
-        });
-        EXPECT_EQ(bad, 0);
-        EXPECT_EQ(e.stats().value("flow.credit_stalls") - stalls_before, 0u)
-            << n << " bytes, reply buffer " << into_buffer;
-      }
-    }
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        for (std::size_t n : {std::size_t{8}, std::size_t{64} << 10}) {
+          for (bool into_buffer : {false, true}) {
+            if (n == 8 && into_buffer) continue;
+            auto data = pattern(n, 7);
+            std::vector<std::vector<std::byte>> buffers(config.credits, std::vector<std::byte>(n));
+            std::vector<int> free_buffers;
+            for (int k = 0; k < static_cast<int>(config.credits); ++k) free_buffers.push_back(k);
+            int bad = 0;
+            // The first full window also completes the handshake; stalls are counted after it.
+            std::uint64_t stalls_before = 0;
+            windowed_calls(e, 1000, static_cast<int>(config.credits), [&](int i, std::function<void()> done) {
+              if (i == static_cast<int>(config.credits)) stalls_before = e.stats().value("flow.credit_stalls");
+              CallOptions o;
+              int k = free_buffers.back();
+              free_buffers.pop_back();
+              if (into_buffer) o.reply_buffer = buffers[k];
+              ASSERT_EQ(e.peer(1)->call(kEcho, {}, data, o,
+                                        [&, k, done](absl::Status st, Message& r) {
+                                          bad += !st.ok() || r.payload().size() != n;
+                                          free_buffers.push_back(k);
+                                          done();
+                                        }),
+                        Result::kOk);
+            });
+            EXPECT_EQ(bad, 0);
+            EXPECT_EQ(e.stats().value("flow.credit_stalls") - stalls_before, 0u)
+                << n << " bytes, reply buffer " << into_buffer;
+          }
+        }
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
 }
 
 // More small calls in flight than the server grants slots: those that wait for a slot leave
@@ -616,28 +709,34 @@ TEST(Rpc, CallsBeyondTheServersSlotsLeaveInlineWhenASlotFrees) {
   RankPair pair(config);
   Server server;
   ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());
-  pair.run([&](Engine& e) {
-    const int total = 2000, window = 32;
-    int bad = 0;
-    // One call first: the handshake's messages are not inline sends.
-    bool first = false;
-    ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(-1), {}, [&](absl::Status st, Message&) { first = st.ok(); }), Result::kOk);
-    ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
-    std::uint64_t inline_before = e.stats().value("am.sent_inline"), sent_before = e.stats().value("am.msgs_sent");
-    windowed_calls(e, total, window, [&](int i, std::function<void()> done) {
-      ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(i), {}, [&, i, done](absl::Status st, Message& r) {
-        int v = -1;
-        if (r.payload().size() == sizeof(v)) std::memcpy(&v, r.payload().data(), sizeof(v));
-        bad += !st.ok() || v != i;
-        done();
-      }), Result::kOk);
-    });
-    EXPECT_EQ(bad, 0);
-    std::uint64_t sent = e.stats().value("am.msgs_sent") - sent_before;
-    EXPECT_GE(sent, static_cast<std::uint64_t>(total));
-    EXPECT_EQ(e.stats().value("am.sent_inline") - inline_before, sent) << "every request left inline";
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        const int total = 2000, window = 32;
+        int bad = 0;
+        // One call first: the handshake's messages are not inline sends.
+        bool first = false;
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(-1), {}, [&](absl::Status st, Message&) { first = st.ok(); }),
+                  Result::kOk);
+        ASSERT_TRUE(e.run_until([&] { return first; }, Clock::now() + kLong));
+        std::uint64_t inline_before = e.stats().value("am.sent_inline"), sent_before = e.stats().value("am.msgs_sent");
+        windowed_calls(e, total, window, [&](int i, std::function<void()> done) {
+          ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(i), {},
+                                    [&, i, done](absl::Status st, Message& r) {
+                                      int v = -1;
+                                      if (r.payload().size() == sizeof(v))
+                                        std::memcpy(&v, r.payload().data(), sizeof(v));
+                                      bad += !st.ok() || v != i;
+                                      done();
+                                    }),
+                    Result::kOk);
+        });
+        EXPECT_EQ(bad, 0);
+        std::uint64_t sent = e.stats().value("am.msgs_sent") - sent_before;
+        EXPECT_GE(sent, static_cast<std::uint64_t>(total));
+        EXPECT_EQ(e.stats().value("am.sent_inline") - inline_before, sent) << "every request left inline";
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
 }
 
 // Bounce mode cannot announce a reply buffer with a request cut into pieces: refused at once,
@@ -646,14 +745,16 @@ TEST(Rpc, BounceModeRefusesALargeRequestWithAReplyBuffer) {
   Config c;
   c.rndv = false;
   RankPair pair(c);
-  pair.run([&](Engine& e) {
-    std::vector<std::byte> request(64 << 10), reply(64 << 10);
-    CallOptions o;
-    o.reply_buffer = reply;
-    EXPECT_EQ(e.peer(1)->call(kEcho, {}, request, o, [](absl::Status, Message&) { ADD_FAILURE(); }),
-              Result::kInvalidArgument);
-    EXPECT_EQ(e.stats().value("rpc.calls"), 0u);
-  }, [](Engine&) {});
+  pair.run(
+      [&](Engine& e) {
+        std::vector<std::byte> request(64 << 10), reply(64 << 10);
+        CallOptions o;
+        o.reply_buffer = reply;
+        EXPECT_EQ(e.peer(1)->call(kEcho, {}, request, o, [](absl::Status, Message&) { ADD_FAILURE(); }),
+                  Result::kInvalidArgument);
+        EXPECT_EQ(e.stats().value("rpc.calls"), 0u);
+      },
+      [](Engine&) {});
 }
 
 // A copying reply never answers kWouldBlock: from a 2 MiB send pool whose 1 MiB class cannot grow, eight
@@ -667,27 +768,34 @@ TEST(Rpc, CopyingRepliesNeverWouldBlockWhenTheSendPoolIsExhausted) {
   constexpr HandlerId kCopy = 28;
   const auto data = pattern(std::size_t{1} << 20, 77);
   std::vector<Result> results;
-  ASSERT_TRUE(pair.engine(1).register_handler(kCopy, [&](Message& m) {
-    std::vector<std::byte> temporary = data;
-    results.push_back(m.reply_copy({}, temporary));
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kCopy,
+                                    [&](Message& m) {
+                                      std::vector<std::byte> temporary = data;
+                                      results.push_back(m.reply_copy({}, temporary));
+                                    })
+                  .ok());
   constexpr int kCalls = 8;
-  pair.run([&](Engine& e) {
-    std::vector<std::vector<std::byte>> bufs(kCalls, std::vector<std::byte>(data.size()));
-    int done = 0, good = 0;
-    for (int i = 0; i < kCalls; ++i) {
-      CallOptions o;
-      o.reply_buffer = bufs[static_cast<std::size_t>(i)];
-      ASSERT_EQ(e.peer(1)->call(kCopy, {}, {}, o, [&](absl::Status st, Message& r) {
-        EXPECT_TRUE(st.ok()) << st;
-        good += st.ok() && crc32c(r.payload()) == crc32c(data);
-        ++done;
-      }), Result::kOk);
-    }
-    ASSERT_TRUE(e.run_until([&] { return done == kCalls; }, Clock::now() + kLong));
-    EXPECT_EQ(good, kCalls);
-    server.stop = true;
-  }, [&](Engine& e) { server.serve(e); });
+  pair.run(
+      [&](Engine& e) {
+        std::vector<std::vector<std::byte>> bufs(kCalls, std::vector<std::byte>(data.size()));
+        int done = 0, good = 0;
+        for (int i = 0; i < kCalls; ++i) {
+          CallOptions o;
+          o.reply_buffer = bufs[static_cast<std::size_t>(i)];
+          ASSERT_EQ(e.peer(1)->call(kCopy, {}, {}, o,
+                                    [&](absl::Status st, Message& r) {
+                                      EXPECT_TRUE(st.ok()) << st;
+                                      good += st.ok() && crc32c(r.payload()) == crc32c(data);
+                                      ++done;
+                                    }),
+                    Result::kOk);
+        }
+        ASSERT_TRUE(e.run_until([&] { return done == kCalls; }, Clock::now() + kLong));
+        EXPECT_EQ(good, kCalls);
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
   EXPECT_EQ(results, std::vector<Result>(kCalls, Result::kOk)) << "reply_copy never answered kWouldBlock";
   EXPECT_EQ(pair.engine(1).stats().value("am.copied_bytes"), kCalls * data.size());
 }

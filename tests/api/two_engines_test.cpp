@@ -1,7 +1,7 @@
 // Two engines in one process (two ranks of an in-process group), over the real UCX transports.
 #include <atomic>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <vector>
 
@@ -13,38 +13,41 @@
 namespace sluice {
 namespace {
 
-using testing_support::RankPair;
 using testing_support::bytes_of;
+using testing_support::RankPair;
 
 TEST(TwoEngines, EagerMessagesArriveInOrderWithIntactBytes) {
   RankPair pair;
   constexpr int kCount = 20000;
   std::vector<int> got;
-  ASSERT_TRUE(pair.engine(1).register_handler(7, [&](Message& m) {
-    int v;
-    ASSERT_EQ(m.payload().size(), sizeof(v));
-    std::memcpy(&v, m.payload().data(), sizeof(v));
-    got.push_back(v);
-  }).ok());
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(7,
+                                    [&](Message& m) {
+                                      int v;
+                                      ASSERT_EQ(m.payload().size(), sizeof(v));
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      got.push_back(v);
+                                    })
+                  .ok());
   int completed = 0;
-  pair.run([&](Engine& e) {
-    Peer* p = e.peer(1);
-    for (int i = 0; i < kCount;) {
-      Result r = p->send(7, {}, bytes_of(i), [&](absl::Status s) {
-        EXPECT_TRUE(s.ok()) << s;
-        ++completed;
-      });
-      if (r == Result::kWouldBlock) {
-        e.progress();
-        continue;
-      }
-      ASSERT_EQ(r, Result::kOk);
-      ++i;
-    }
-    e.run_until([&] { return completed == kCount; }, Clock::now() + std::chrono::seconds(30));
-  }, [&](Engine& e) {
-    e.run_until([&] { return got.size() == kCount; }, Clock::now() + std::chrono::seconds(30));
-  });
+  pair.run(
+      [&](Engine& e) {
+        Peer* p = e.peer(1);
+        for (int i = 0; i < kCount;) {
+          Result r = p->send(7, {}, bytes_of(i), [&](absl::Status s) {
+            EXPECT_TRUE(s.ok()) << s;
+            ++completed;
+          });
+          if (r == Result::kWouldBlock) {
+            e.progress();
+            continue;
+          }
+          ASSERT_EQ(r, Result::kOk);
+          ++i;
+        }
+        e.run_until([&] { return completed == kCount; }, Clock::now() + std::chrono::seconds(30));
+      },
+      [&](Engine& e) { e.run_until([&] { return got.size() == kCount; }, Clock::now() + std::chrono::seconds(30)); });
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
   for (int i = 0; i < kCount; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
   EXPECT_EQ(completed, kCount);
@@ -107,8 +110,7 @@ std::pair<double, double> run_until_woken_by_post(Engine& e) {
   double cpu = thread_cpu_seconds() - cpu0;
   poster.join();
   EXPECT_TRUE(ok);
-  return {std::chrono::duration<double>(t1 - posted_at).count(),
-          cpu / std::chrono::duration<double>(t1 - t0).count()};
+  return {std::chrono::duration<double>(t1 - posted_at).count(), cpu / std::chrono::duration<double>(t1 - t0).count()};
 }
 
 TEST(TwoEngines, RunUntilSleepsWhenIdleAndPostWakesIt) {

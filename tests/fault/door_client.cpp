@@ -66,20 +66,21 @@ int main(int argc, char** argv) {
       std::uint64_t id = next_id;
       std::size_t call = completions.size();
       completions.push_back(0);
-      Result r = peer->call(kWrite, std::as_bytes(std::span(&id, 1)), block, {}, [&, call, id](absl::Status s, Message&) {
-        if (++completions[call] > 1) ++out.twice;
-        --in_flight;
-        if (s.ok()) {
-          ++out.ok;
-          if (!failed) acked_before_failure = static_cast<std::int64_t>(id);
-        } else if (absl::IsUnavailable(s)) {
-          ++out.unavailable;
-          failed = true;
-        } else {
-          ++out.other;
-          std::fprintf(stderr, "door_client: %s\n", s.ToString().c_str());
-        }
-      });
+      Result r =
+          peer->call(kWrite, std::as_bytes(std::span(&id, 1)), block, {}, [&, call, id](absl::Status s, Message&) {
+            if (++completions[call] > 1) ++out.twice;
+            --in_flight;
+            if (s.ok()) {
+              ++out.ok;
+              if (!failed) acked_before_failure = static_cast<std::int64_t>(id);
+            } else if (absl::IsUnavailable(s)) {
+              ++out.unavailable;
+              failed = true;
+            } else {
+              ++out.other;
+              std::fprintf(stderr, "door_client: %s\n", s.ToString().c_str());
+            }
+          });
       if (r == Result::kOk) {
         ++in_flight;
         ++next_id;
@@ -100,10 +101,11 @@ int main(int argc, char** argv) {
       CallOptions o;
       o.reply_buffer = buf;
       Result r = peer->call(kRead, std::as_bytes(std::span(&id, 1)), {}, o, [&](absl::Status s, Message& m) {
-        outcome = !s.ok() ? std::string(absl::StatusCodeToString(s.code()))
-                  : m.payload().size() == block.size() && std::memcmp(m.payload().data(), block.data(), block.size()) == 0
-                      ? "ok"
-                      : "corrupt";
+        outcome =
+            !s.ok() ? std::string(absl::StatusCodeToString(s.code()))
+            : m.payload().size() == block.size() && std::memcmp(m.payload().data(), block.data(), block.size()) == 0
+                ? "ok"
+                : "corrupt";
       });
       if (r != Result::kOk) return std::string("not sent: ") + to_string(r);
       e.run_until([&] { return outcome != "pending"; }, Clock::now() + std::chrono::seconds(30));
@@ -116,7 +118,8 @@ int main(int argc, char** argv) {
       written = s.ok();
       new_block = s.ok() ? "pending" : std::string(absl::StatusCodeToString(s.code()));
     });
-    if (r == Result::kOk) e.run_until([&] { return new_block != "unchecked"; }, Clock::now() + std::chrono::seconds(30));
+    if (r == Result::kOk)
+      e.run_until([&] { return new_block != "unchecked"; }, Clock::now() + std::chrono::seconds(30));
     if (written) new_block = read(id);
   }
   std::printf("result connects=%d ok=%d unavailable=%d other=%d twice=%d outstanding=%d old_block=%s new_block=%s\n",

@@ -104,15 +104,18 @@ int main(int argc, char** argv) {
       sink_out.erase(buffer.data()) == 1 ? ++sink_returned : ++sink_stray;
     };
   }
-  (void)e.register_handler(1, [&](Message& m) {
-    if (me == 0 && m.source() == 1 && !m.payload().empty()) sink_delivered += sink_out.erase(m.payload().data());
-    m.source() == 0 ? ++from0 : ++from1;
-    std::uint64_t seq = ~std::uint64_t{0};
-    if (m.header().size() == sizeof(seq)) std::memcpy(&seq, m.header().data(), sizeof(seq));
-    auto& want = expect[static_cast<std::size_t>(m.source())];
-    if (seq != want) ++misordered;
-    want = seq + 1;
-  }, std::move(options));
+  (void)e.register_handler(
+      1,
+      [&](Message& m) {
+        if (me == 0 && m.source() == 1 && !m.payload().empty()) sink_delivered += sink_out.erase(m.payload().data());
+        m.source() == 0 ? ++from0 : ++from1;
+        std::uint64_t seq = ~std::uint64_t{0};
+        if (m.header().size() == sizeof(seq)) std::memcpy(&seq, m.header().data(), sizeof(seq));
+        auto& want = expect[static_cast<std::size_t>(m.source())];
+        if (seq != want) ++misordered;
+        want = seq + 1;
+      },
+      std::move(options));
   // Sends with the next sequence number towards `to` in the header (copied by send()); the
   // number is used up only when the send is taken.
   auto send_seq = [&](int to, std::span<const std::byte> payload, SendCallback cb = {}) {
@@ -199,9 +202,8 @@ int main(int argc, char** argv) {
   };
   std::string held_call = "none";
   if (const char* hold = std::getenv("PEER_FAULT_HOLD_CALL"); hold != nullptr && std::string(hold) == "1") {
-    Result r = e.peer(1)->call(3, {}, {}, CallOptions{}, [&](absl::Status s, Message&) {
-      held_call = absl::StatusCodeToString(s.code());
-    });
+    Result r = e.peer(1)->call(3, {}, {}, CallOptions{},
+                               [&](absl::Status s, Message&) { held_call = absl::StatusCodeToString(s.code()); });
     held_call = r == Result::kOk ? "pending" : sluice::to_string(r);
   }
   bool dead = false;
@@ -247,23 +249,24 @@ int main(int argc, char** argv) {
   // large class may stay held by a payload that never completed.
   auto rs = e.pool_stats(Direction::kRecv);
   std::size_t held_landing = 0;
-  for (std::size_t k = 1; k < rs.classes.size(); ++k) held_landing += rs.classes[k].slots_total - rs.classes[k].slots_free;
+  for (std::size_t k = 1; k < rs.classes.size(); ++k)
+    held_landing += rs.classes[k].slots_total - rs.classes[k].slots_free;
   std::size_t held_eager = rs.classes[0].slots_total - rs.classes[0].slots_free;
   const Stats& st = e.stats();
   double detect = dead ? Secs(first_failure - last_ok).count() : -1;
-  std::printf("result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
-              "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
-              "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
-              "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
-              "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
-              "sink_stray=%ld held_call=%s\n",
-              dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
-              dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held,
-              e.posted_exact_receives(), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
-              static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager,
-              first_failure_wall, last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")),
-              misordered, gap1, dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(),
-              sink_stray, held_call.c_str());
+  std::printf(
+      "result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
+      "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
+      "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
+      "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
+      "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
+      "sink_stray=%ld held_call=%s\n",
+      dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
+      dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held, e.posted_exact_receives(),
+      static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
+      static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager, first_failure_wall,
+      last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")), misordered, gap1,
+      dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(), sink_stray, held_call.c_str());
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&

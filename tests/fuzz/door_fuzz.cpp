@@ -47,9 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case Kind::kAccept:
         round_trip<Credentials>(frame, body, [&](const Credentials& m, auto* out) { encode(h.kind, m, out); });
         break;
-      case Kind::kRefuse:
-        round_trip<Refuse>(frame, body, [](const Refuse& m, auto* out) { encode(m, out); });
-        break;
+      case Kind::kRefuse: round_trip<Refuse>(frame, body, [](const Refuse& m, auto* out) { encode(m, out); }); break;
     }
     rest = rest.subspan(frame.size());
   }

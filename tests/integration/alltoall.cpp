@@ -46,10 +46,10 @@ bool send_until_accepted(Engine& e, int me, int to, const char* what, const std:
 // What one source sent us and what arrived from it, for the mixed-load run.
 struct Flow {
   std::uint32_t next_small = 0, next_big = 0;  // ledger sequence expected next
-  bool done = false;                            // its count of what it sent has arrived
-  std::uint32_t sent_small = 0, sent_big = 0;   // that count
-  Clock::time_point last{};                     // its last small message's delivery
-  Clock::duration longest_gap{};                // between two of those, while it sent
+  bool done = false;                           // its count of what it sent has arrived
+  std::uint32_t sent_small = 0, sent_big = 0;  // that count
+  Clock::time_point last{};                    // its last small message's delivery
+  Clock::duration longest_gap{};               // between two of those, while it sent
 };
 
 struct Counts {
@@ -102,7 +102,8 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
   (void)e.register_handler(4, [&](Message&) { ++finished; });
   auto cb = [&](absl::Status s) {
     ++completions;
-    if (!s.ok() && failures++ == 0) std::fprintf(stderr, "alltoall: rank %d: send failed: %s\n", me, s.ToString().c_str());
+    if (!s.ok() && failures++ == 0)
+      std::fprintf(stderr, "alltoall: rank %d: send failed: %s\n", me, s.ToString().c_str());
   };
   std::vector<Counts> sent(static_cast<std::size_t>(n), Counts{0, 0});
   int sends = 0;
@@ -110,9 +111,8 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
     Counts& c = sent[static_cast<std::size_t>(to)];
     auto payload = pattern(kSmall, c.small);
     Ledger l{static_cast<std::uint32_t>(me), c.small, payload.size(), crc32c(payload)};
-    if (!send_until_accepted(e, me, to, "send", [&] {
-          return e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb);
-        }))
+    if (!send_until_accepted(e, me, to, "send",
+                             [&] { return e.peer(to)->send_copy(1, std::as_bytes(std::span(&l, 1)), payload, cb); }))
       return false;
     ++c.small;
     ++sends;
@@ -122,9 +122,8 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
     Counts& c = sent[static_cast<std::size_t>(to)];
     int which = static_cast<int>(c.big % 2);
     Ledger l{static_cast<std::uint32_t>(me), c.big, kBig, big_crc[which]};
-    if (!send_until_accepted(e, me, to, "send", [&] {
-          return e.peer(to)->send(5, std::as_bytes(std::span(&l, 1)), bigs[which], cb);
-        }))
+    if (!send_until_accepted(e, me, to, "send",
+                             [&] { return e.peer(to)->send(5, std::as_bytes(std::span(&l, 1)), bigs[which], cb); }))
       return false;
     ++c.big;
     ++sends;
@@ -142,7 +141,8 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
   for (int k = 1; k < n; ++k) {
     int to = (me + k) % n;
     Counts c = sent[static_cast<std::size_t>(to)];
-    if (!send_until_accepted(e, me, to, "send", [&] { return e.peer(to)->send(6, std::as_bytes(std::span(&c, 1)), {}); }))
+    if (!send_until_accepted(e, me, to, "send",
+                             [&] { return e.peer(to)->send(6, std::as_bytes(std::span(&c, 1)), {}); }))
       return 1;
   }
   auto all_in = [&] {
@@ -167,15 +167,18 @@ int mixed_load(Engine& e, int me, int n, int seconds) {
   }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(longest).count();
   const Stats& st = e.stats();
-  std::printf("mixed: rank %d: received %llu small and %llu large, longest small-message gap %lld ms, "
-              "flow.would_block %llu flow.credit_stalls %llu\n",
-              me, static_cast<unsigned long long>(small_in), static_cast<unsigned long long>(big_in),
-              static_cast<long long>(ms), static_cast<unsigned long long>(st.value("flow.would_block")),
-              static_cast<unsigned long long>(st.value("flow.credit_stalls")));
+  std::printf(
+      "mixed: rank %d: received %llu small and %llu large, longest small-message gap %lld ms, "
+      "flow.would_block %llu flow.credit_stalls %llu\n",
+      me, static_cast<unsigned long long>(small_in), static_cast<unsigned long long>(big_in),
+      static_cast<long long>(ms), static_cast<unsigned long long>(st.value("flow.would_block")),
+      static_cast<unsigned long long>(st.value("flow.credit_stalls")));
   if (!ok || bad != 0 || failures != 0 || longest > stall_bound) {
-    std::fprintf(stderr, "alltoall: rank %d: mixed load %s: bad %d, failures %d, longest small-message gap %lld ms (bound %lld)\n",
-                 me, ok ? "checks failed" : "timed out", bad, failures, static_cast<long long>(ms),
-                 static_cast<long long>(stall_bound.count()));
+    std::fprintf(
+        stderr,
+        "alltoall: rank %d: mixed load %s: bad %d, failures %d, longest small-message gap %lld ms (bound %lld)\n", me,
+        ok ? "checks failed" : "timed out", bad, failures, static_cast<long long>(ms),
+        static_cast<long long>(stall_bound.count()));
     return 1;
   }
   std::printf("alltoall: rank %d of %d ok (mixed load, %d s)\n", me, n, seconds);
@@ -204,7 +207,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   int me = (*ctx)->rank(), n = (*ctx)->size();
-  if (print_env) std::printf("rank %d %s=%s\n", me, print_env, std::getenv(print_env) ? std::getenv(print_env) : "(unset)");
+  if (print_env)
+    std::printf("rank %d %s=%s\n", me, print_env, std::getenv(print_env) ? std::getenv(print_env) : "(unset)");
   std::fflush(stdout);
   if (me == exit_rank) return exit_code;
   if (me == hang_rank) {
@@ -255,8 +259,8 @@ int main(int argc, char** argv) {
     for (int k = 1; k < n; ++k) {
       int to = (me + k) % n;
       // Sizes around every boundary: empty, tiny, a cache line, the eager limit -1/0/+1.
-      static const std::size_t kSizes[] = {0, 1, 63, 64, 8192 - sizeof(Ledger) - 1, 8192 - sizeof(Ledger),
-                                           8192 - sizeof(Ledger) + 1, 200};
+      static const std::size_t kSizes[] = {
+          0, 1, 63, 64, 8192 - sizeof(Ledger) - 1, 8192 - sizeof(Ledger), 8192 - sizeof(Ledger) + 1, 200};
       static const std::size_t kSmall[] = {0, 1, 8, 17, 32, 63, 64, 40};
       auto payload = pattern(small ? kSmall[i % 8] : kSizes[i % 8], static_cast<std::uint64_t>(i));
       Ledger l{static_cast<std::uint32_t>(me), static_cast<std::uint32_t>(i), payload.size(), crc32c(payload)};
@@ -277,9 +281,9 @@ int main(int argc, char** argv) {
         }))
       return 1;
   }
-  bool ok = e.run_until([&] {
-    return received == count * (n - 1) && big == n - 1 && replies == n - 1 && completions == expected_sends;
-  }, Clock::now() + std::chrono::seconds(120));
+  bool ok = e.run_until(
+      [&] { return received == count * (n - 1) && big == n - 1 && replies == n - 1 && completions == expected_sends; },
+      Clock::now() + std::chrono::seconds(120));
   // Stay up (progressing) until every rank says it needs nothing more from us.
   for (int k = 1; k < n; ++k) {
     int to = (me + k) % n;

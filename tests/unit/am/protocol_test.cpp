@@ -152,11 +152,11 @@ TEST_F(ProtocolTest, CompactAndFullHeadersMixInOneOrderedStream) {
   expect_hello();
   rogue_.hello(8);
   rogue_.compact_data(1, 5, 1);
-  rogue_.data(3, 5, 3);              // full header, early
+  rogue_.data(3, 5, 3);  // full header, early
   rogue_.compact_data(2, 5, 2);
-  rogue_.compact_data(3, 5, 333);    // compact duplicate of a full one
-  rogue_.data(2, 5, 222);            // full duplicate of a compact one
-  rogue_.compact_data(4, 5, 4, 1);   // returns a credit too
+  rogue_.compact_data(3, 5, 333);   // compact duplicate of a full one
+  rogue_.data(2, 5, 222);           // full duplicate of a compact one
+  rogue_.compact_data(4, 5, 4, 1);  // returns a credit too
   ASSERT_TRUE(pump([&] { return delivered_.size() >= 4 && stat("am.duplicates_dropped") >= 2; }));
   EXPECT_EQ(delivered_, (std::vector<std::uint32_t>{1, 2, 3, 4}));
   EXPECT_EQ(stat("am.duplicates_dropped"), 2u);
@@ -295,9 +295,9 @@ TEST_F(ProtocolTest, AReplyIntoABufferTheCallDidNotGiveFailsTheCallNotTheConnect
   rogue_.hello(8);
   std::optional<absl::Status> result;
   std::uint32_t v = 7;
-  ASSERT_EQ(engine_->peer(1)->call(6, {}, std::as_bytes(std::span(&v, 1)), {},
-                                   [&](absl::Status s, Message&) { result = s; }),
-            Result::kOk);
+  ASSERT_EQ(
+      engine_->peer(1)->call(6, {}, std::as_bytes(std::span(&v, 1)), {}, [&](absl::Status s, Message&) { result = s; }),
+      Result::kOk);
   ASSERT_TRUE(pump([&] { return rogue_.received().size() >= 2; }));  // data message 1, then the call
   const Received& request = rogue_.received()[1];
   ASSERT_TRUE(request.header.flags & wire::kFlagRequest);

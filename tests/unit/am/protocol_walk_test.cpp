@@ -51,7 +51,17 @@ Totals& totals = *static_cast<Totals*>(::testing::AddGlobalTestEnvironment(new T
 class ProtocolWalk : public ProtocolTest, public ::testing::WithParamInterface<std::uint64_t> {
  protected:
   enum Kind {
-    kNext, kCompactNext, kEarly, kStale, kResend, kBatch, kBadLength, kUnknownHandler, kCredit, kOddFlags, kKinds
+    kNext,
+    kCompactNext,
+    kEarly,
+    kStale,
+    kResend,
+    kBatch,
+    kBadLength,
+    kUnknownHandler,
+    kCredit,
+    kOddFlags,
+    kKinds
   };
   static constexpr int kWeights[kKinds] = {30, 12, 8, 3, 6, 10, 2, 3, 5, 3};
 
@@ -166,7 +176,9 @@ class ProtocolWalk : public ProtocolTest, public ::testing::WithParamInterface<s
     ASSERT_LE(eager.slots_total - eager.slots_free, eager.reserved);
   }
 
-  void pump_a_little() { pump_for([] { return false; }, std::chrono::microseconds(300)); }
+  void pump_a_little() {
+    pump_for([] { return false; }, std::chrono::microseconds(300));
+  }
 
   std::mt19937_64 rng_;
   std::uint64_t granted_ = 0, spent_ = 0;
@@ -204,7 +216,8 @@ TEST_P(ProtocolWalk, RandomFramesDeliverEachMessageOnceInOrder) {
   EXPECT_TRUE(pump([&] {
     check_invariants();
     return first_gap() > last;
-  })) << "seed " << seed << ": delivered up to " << expect_ - 1 << " of " << last;
+  })) << "seed "
+      << seed << ": delivered up to " << expect_ - 1 << " of " << last;
   ASSERT_NO_FATAL_FAILURE(check_invariants()) << "seed " << seed;
   totals.numbers += last;
   totals.parse_errors += stat("wire.parse_errors");

@@ -34,7 +34,8 @@ class Rogue {
     ASSERT_TRUE(boot.fence().ok());
     auto addr = boot.get(0, "sluice.engine.0");
     ASSERT_TRUE(addr.ok());
-    ep_ = std::move(*worker_->connect(*addr, [](void*, int) {}, nullptr));
+    ep_ = std::move(*worker_->connect(
+        *addr, [](void*, int) {}, nullptr));
     for (auto& r : rx_) post(r);
   }
 
@@ -65,8 +66,7 @@ class Rogue {
   // Data messages with sequences first, first+1, ... (payload: the sequence times 10), coalesced
   // into one tagged message; the message at `corrupt` gets a bad magic, the one at `ctrl` is
   // made a CREDIT control message (which no sender may coalesce).
-  void coalesced(std::uint64_t first, std::size_t count, std::size_t corrupt = SIZE_MAX,
-                 std::size_t ctrl = SIZE_MAX) {
+  void coalesced(std::uint64_t first, std::size_t count, std::size_t corrupt = SIZE_MAX, std::size_t ctrl = SIZE_MAX) {
     Bytes out;
     std::uint64_t seq = first;
     for (std::size_t i = 0; i < count; ++i) {
@@ -175,17 +175,17 @@ class Rogue {
       Rx* rx = reinterpret_cast<Rx*>(reinterpret_cast<char*>(op) - offsetof(Rx, op));
       if (code != absl::StatusCode::kOk) return;
       // One tagged message may hold several coalesced messages: each is one received.
-      wire::Parse pr = wire::for_each_message(std::span<const std::byte>(rx->buf).first(len),
-                                              [&](const wire::Header& h, std::span<const std::byte> bytes) {
-        Received m{};
-        m.header = h;
-        m.body.assign(bytes.begin() + static_cast<std::ptrdiff_t>(wire::header_size(h)), bytes.end());
-        m.tag = tag;
-        rx->self->credits_returned_ += h.credits;  // heartbeats carry them too
-        bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
-        if (!heartbeat) rx->self->got_.push_back(std::move(m));
-        return true;
-      });
+      wire::Parse pr = wire::for_each_message(
+          std::span<const std::byte>(rx->buf).first(len), [&](const wire::Header& h, std::span<const std::byte> bytes) {
+            Received m{};
+            m.header = h;
+            m.body.assign(bytes.begin() + static_cast<std::ptrdiff_t>(wire::header_size(h)), bytes.end());
+            m.tag = tag;
+            rx->self->credits_returned_ += h.credits;  // heartbeats carry them too
+            bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
+            if (!heartbeat) rx->self->got_.push_back(std::move(m));
+            return true;
+          });
       EXPECT_EQ(pr, wire::Parse::kOk);
       rx->self->post(*rx);
     };
@@ -217,12 +217,15 @@ class ProtocolTest : public ::testing::Test {
     rogue.join();
     ASSERT_TRUE(eng.ok()) << eng.status();
     engine_ = std::move(*eng);
-    ASSERT_TRUE(engine_->register_handler(5, [&](Message& m) {
-      std::uint32_t v;
-      std::memcpy(&v, m.payload().data(), sizeof(v));
-      delivered_.push_back(v);
-      if (keep_) kept_.push_back(std::move(m));
-    }).ok());
+    ASSERT_TRUE(engine_
+                    ->register_handler(5,
+                                       [&](Message& m) {
+                                         std::uint32_t v;
+                                         std::memcpy(&v, m.payload().data(), sizeof(v));
+                                         delivered_.push_back(v);
+                                         if (keep_) kept_.push_back(std::move(m));
+                                       })
+                    .ok());
   }
   void TearDown() override {
     kept_.clear();
@@ -233,7 +236,9 @@ class ProtocolTest : public ::testing::Test {
   // Progresses both sides until `done` or 5 s.
   bool pump(const std::function<bool()>& done) { return pump_for(done, std::chrono::seconds(5)); }
   // Progresses both sides for a while, to show that nothing more happens.
-  void settle() { pump_for([] { return false; }, std::chrono::milliseconds(200)); }
+  void settle() {
+    pump_for([] { return false; }, std::chrono::milliseconds(200));
+  }
   bool pump_for(const std::function<bool()>& done, Clock::duration limit) {
     auto deadline = Clock::now() + limit;
     while (!done()) {

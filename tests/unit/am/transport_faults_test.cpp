@@ -83,19 +83,23 @@ TEST_F(TransportFaults, AHelloThatArrivesAfterItsSendersDataIsWaitedForNotLost) 
   // sends its data on rank 0's EAGER tag, and that arrives first. It waits for the HELLO and
   // is delivered in order.
   make();
-  Fabric::on_send([](const Packet& p) {
-    wire::Header h;
-    wire::Hello hello;
-    return is_ctrl(p, wire::kHello) && header_of(p, &h) &&
-           wire::decode_hello(p.bytes.subspan(wire::kHeaderSize, h.user_header_len), &hello) == wire::Parse::kOk &&
-           hello.rank == 1;
-  }, Action::kHold);
+  Fabric::on_send(
+      [](const Packet& p) {
+        wire::Header h;
+        wire::Hello hello;
+        return is_ctrl(p, wire::kHello) && header_of(p, &h) &&
+               wire::decode_hello(p.bytes.subspan(wire::kHeaderSize, h.user_header_len), &hello) == wire::Parse::kOk &&
+               hello.rank == 1;
+      },
+      Action::kHold);
   std::vector<int> got0, got1;
-  ASSERT_TRUE(e(0).register_handler(kPlain, [&](Message& m) {
-    int v;
-    std::memcpy(&v, m.payload().data(), sizeof(v));
-    got0.push_back(v);
-  }).ok());
+  ASSERT_TRUE(e(0).register_handler(kPlain,
+                                    [&](Message& m) {
+                                      int v;
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      got0.push_back(v);
+                                    })
+                  .ok());
   ASSERT_TRUE(e(1).register_handler(kPlain, [&](Message&) { got1.push_back(0); }).ok());
   ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(0)), Result::kOk);
   for (int i = 1; i <= 3; ++i) ASSERT_EQ(e(1).peer(0)->send_copy(kPlain, {}, bytes_of(i)), Result::kOk);
@@ -123,7 +127,9 @@ TEST_F(TransportFaults, ALinkThatFailsBetweenTheAnnouncementAndThePayloadGivesTh
     EXPECT_EQ(buffer.data(), block.data());
     ++returned;
   };
-  ASSERT_TRUE(e(1).register_handler(kSink, [&](Message&) { ++handled; }, o).ok());
+  ASSERT_TRUE(e(1).register_handler(
+                      kSink, [&](Message&) { ++handled; }, o)
+                  .ok());
   std::vector<std::byte> payload(64 * 1024, std::byte{7});
   std::optional<absl::Status> done;
   ASSERT_EQ(e(0).peer(1)->send(kSink, {}, payload, [&](absl::Status s) { done = s; }), Result::kOk);
@@ -140,18 +146,19 @@ TEST_F(TransportFaults, ALinkThatFailsBetweenTheAnnouncementAndThePayloadGivesTh
 TEST_F(TransportFaults, AReplyThatArrivesAfterItsCallWasCancelledIsCountedAndDropped) {
   make();
   // Replies are held until the caller has cancelled.
-  Fabric::on_send([](const Packet& p) {
-    wire::Header h;
-    return header_of(p, &h) && (h.flags & wire::kFlagReply);
-  }, Action::kHold);
-  ASSERT_TRUE(e(1).register_handler(kMethod, [&](Message& m) {
-    ASSERT_EQ(m.reply_copy({}, m.payload()), Result::kOk);
-  }).ok());
+  Fabric::on_send(
+      [](const Packet& p) {
+        wire::Header h;
+        return header_of(p, &h) && (h.flags & wire::kFlagReply);
+      },
+      Action::kHold);
+  ASSERT_TRUE(
+      e(1).register_handler(kMethod, [&](Message& m) { ASSERT_EQ(m.reply_copy({}, m.payload()), Result::kOk); }).ok());
   std::vector<absl::StatusCode> first;
   CallId id = 0;
-  ASSERT_EQ(e(0).peer(1)->call(kMethod, {}, bytes_of(41), {}, [&](absl::Status s, Message&) {
-    first.push_back(s.code());
-  }, &id), Result::kOk);
+  ASSERT_EQ(e(0).peer(1)->call(
+                kMethod, {}, bytes_of(41), {}, [&](absl::Status s, Message&) { first.push_back(s.code()); }, &id),
+            Result::kOk);
   ASSERT_TRUE(pump([&] { return Fabric::held() == 1; }));
   e(0).cancel(id);
   EXPECT_EQ(first, std::vector<absl::StatusCode>{absl::StatusCode::kCancelled});
@@ -160,10 +167,12 @@ TEST_F(TransportFaults, AReplyThatArrivesAfterItsCallWasCancelledIsCountedAndDro
   EXPECT_EQ(first.size(), 1u) << "the callback ran once";
   // The slot and the credit the late reply brought back are usable: the next call completes.
   int value = 0;
-  ASSERT_EQ(e(0).peer(1)->call(kMethod, {}, bytes_of(42), {}, [&](absl::Status s, Message& m) {
-    ASSERT_TRUE(s.ok()) << s;
-    std::memcpy(&value, m.payload().data(), sizeof(value));
-  }), Result::kOk);
+  ASSERT_EQ(e(0).peer(1)->call(kMethod, {}, bytes_of(42), {},
+                               [&](absl::Status s, Message& m) {
+                                 ASSERT_TRUE(s.ok()) << s;
+                                 std::memcpy(&value, m.payload().data(), sizeof(value));
+                               }),
+            Result::kOk);
   ASSERT_TRUE(pump([&] { return value == 42; }));
 }
 

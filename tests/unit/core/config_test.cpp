@@ -79,14 +79,20 @@ TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
     const char* value;
     const char* allowed;
   };
-  for (const Case& k : {Case{"SLUICE_CREDITS", "1", "int [2, 65535]"}, Case{"SLUICE_CREDITS", "70000", "int [2, 65535]"},
-                        Case{"SLUICE_CREDITS", "abc", "int"}, Case{"SLUICE_SEND_POOL_MAX", "4X", "size"},
-                        Case{"SLUICE_PEER_TIMEOUT", "10", "duration"}, Case{"SLUICE_STATS", "maybe", "bool"},
+  for (const Case& k : {Case{"SLUICE_CREDITS", "1", "int [2, 65535]"},
+                        Case{"SLUICE_CREDITS", "70000", "int [2, 65535]"},
+                        Case{"SLUICE_CREDITS", "abc", "int"},
+                        Case{"SLUICE_SEND_POOL_MAX", "4X", "size"},
+                        Case{"SLUICE_PEER_TIMEOUT", "10", "duration"},
+                        Case{"SLUICE_STATS", "maybe", "bool"},
                         Case{"SLUICE_LOG_LEVEL", "loud", "error|warn|info|debug|trace"},
-                        Case{"SLUICE_HUGEPAGES", "always", "try|yes|no"}, Case{"SLUICE_NUMA", "-1", "auto | nic"},
-                        Case{"SLUICE_RECV_POOL_MAX", "0", "size"}, Case{"SLUICE_BOOT", "magic", "auto"},
+                        Case{"SLUICE_HUGEPAGES", "always", "try|yes|no"},
+                        Case{"SLUICE_NUMA", "-1", "auto | nic"},
+                        Case{"SLUICE_RECV_POOL_MAX", "0", "size"},
+                        Case{"SLUICE_BOOT", "magic", "auto"},
                         Case{"SLUICE_POOL_CLASSES", "64K,x", "list of sizes"},
-                        Case{"SLUICE_FAULT_AT", "rndv", "rndv-announce"}, Case{"SLUICE_FAULT_AT", "hello:0", "NAME[:N]"},
+                        Case{"SLUICE_FAULT_AT", "rndv", "rndv-announce"},
+                        Case{"SLUICE_FAULT_AT", "hello:0", "NAME[:N]"},
                         Case{"SLUICE_FAULT_AT", "hello:x", "NAME[:N]"},
                         Case{"SLUICE_STATS_TRIGGER", "sometimes", "timer:DURATION"},
                         Case{"SLUICE_STATS_TRIGGER", "timer:5ms", "below 10ms"},
@@ -154,7 +160,8 @@ TEST(Config, CrossFieldChecksNameBothVariables) {
     ScopedConfigOverride pt("SLUICE_PEER_TIMEOUT", "2s");
     auto c = Config::from_env();
     ASSERT_FALSE(c.ok());
-    EXPECT_THAT(std::string(c.status().message()), HasSubstr("SLUICE_HEARTBEAT=5s must be shorter than SLUICE_PEER_TIMEOUT=2s"));
+    EXPECT_THAT(std::string(c.status().message()),
+                HasSubstr("SLUICE_HEARTBEAT=5s must be shorter than SLUICE_PEER_TIMEOUT=2s"));
   }
   {
     ScopedConfigOverride chunk("SLUICE_POOL_CHUNK", "8M");
@@ -189,11 +196,11 @@ TEST(ConfigTable, SuggestsTheClosestName) {
 TEST(ConfigTable, DeclaresEveryVariableOfTheDesign) {
   std::vector<std::string> names;
   for (const auto& v : describe(Config())) names.push_back(v.name);
-  for (const char* want : {"SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS",
-                           "SLUICE_RX_POSTED", "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK",
-                           "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS",
-                           "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS",
-                           "SLUICE_BOOT"}) {
+  for (const char* want :
+       {"SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS", "SLUICE_RX_POSTED",
+        "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK", "SLUICE_HUGEPAGES", "SLUICE_NUMA",
+        "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS", "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT",
+        "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT"}) {
     EXPECT_THAT(names, ::testing::Contains(want));
   }
   for (const auto& v : describe(Config())) {

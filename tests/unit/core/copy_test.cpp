@@ -11,8 +11,20 @@ namespace sluice::detail {
 namespace {
 
 TEST(CopyPayload, CopiesEveryByteAndNothingElseForEverySizeAndPlacement) {
-  const std::size_t sizes[] = {0, 1, 15, 16, 63, 64, 65, 2047, 2048, 2049, 4096 + 7, 65536 + 13,
-                               std::size_t{1} << 20, (std::size_t{1} << 20) + 1};
+  const std::size_t sizes[] = {0,
+                               1,
+                               15,
+                               16,
+                               63,
+                               64,
+                               65,
+                               2047,
+                               2048,
+                               2049,
+                               4096 + 7,
+                               65536 + 13,
+                               std::size_t{1} << 20,
+                               (std::size_t{1} << 20) + 1};
   const std::size_t gaps[] = {0, 1, 8, 15, 16, 31, 32, 63, 4095};
   const std::size_t guard = 64;
   std::vector<std::uint8_t> src_mem((std::size_t{1} << 20) + 8192), dst_mem((std::size_t{1} << 20) + 3 * 4096);

@@ -21,9 +21,7 @@ std::vector<std::byte> frame_of(const Credentials& c, Kind k = Kind::kClientProo
   return out;
 }
 
-std::span<const std::byte> body_of(const std::vector<std::byte>& f) {
-  return std::span(f).subspan(kFrameHeaderSize);
-}
+std::span<const std::byte> body_of(const std::vector<std::byte>& f) { return std::span(f).subspan(kFrameHeaderSize); }
 
 // A frame header claiming `len` body bytes for `kind`.
 std::vector<std::byte> header(std::uint8_t kind, std::uint32_t len) {
@@ -95,9 +93,9 @@ TEST(DoorFrames, BodyLengthsAreCheckedAgainstTheirBoundBeforeAnyBodyByte) {
                  Case{3, kProofFixedSize + 1, kProofFixedSize + kMaxAddress},
                  Case{4, kProofFixedSize + 1, kProofFixedSize + kMaxAddress},
                  Case{5, kRefuseFixedSize, kRefuseFixedSize + kMaxReason}}) {
-    for (std::uint64_t len : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{k.lo} - 1, std::uint64_t{k.lo},
-                              std::uint64_t{k.hi}, std::uint64_t{k.hi} + 1, std::uint64_t{1} << 31,
-                              std::uint64_t{0xffffffff}}) {
+    for (std::uint64_t len :
+         {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{k.lo} - 1, std::uint64_t{k.lo}, std::uint64_t{k.hi},
+          std::uint64_t{k.hi} + 1, std::uint64_t{1} << 31, std::uint64_t{0xffffffff}}) {
       FrameHeader h;
       Parse p = decode_header(header(k.kind, static_cast<std::uint32_t>(len)), &h);
       bool in = len >= k.lo && len <= k.hi;

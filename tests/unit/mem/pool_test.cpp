@@ -90,7 +90,8 @@ TEST(Pool, DirectionsAreIsolated) {
   Slot s;
   while (send->eager().try_get(&s) == Result::kOk) sends.push_back(std::move(s));
   for (auto* cls : {send->class_for(64 << 10)})
-    if (cls) while (cls->try_get(&s) == Result::kOk) sends.push_back(std::move(s));
+    if (cls)
+      while (cls->try_get(&s) == Result::kOk) sends.push_back(std::move(s));
   // The send side is dry; every reserved receive slot is still there.
   std::vector<Slot> recvs;
   for (int i = 0; i < 16; ++i) {
@@ -152,7 +153,8 @@ TEST(Pool, DeadlineGetProgressesThenFails) {
   Slot s;
   while (pool->eager().try_get(&s) == Result::kOk) held.push_back(std::move(s));
   int progressed = 0;
-  auto r = pool->eager().get(&s, std::chrono::steady_clock::now() + std::chrono::milliseconds(20), [&] { ++progressed; });
+  auto r =
+      pool->eager().get(&s, std::chrono::steady_clock::now() + std::chrono::milliseconds(20), [&] { ++progressed; });
   EXPECT_EQ(r, Result::kDeadlineExceeded);
   EXPECT_GT(progressed, 0);
   // A release during progress satisfies the wait.

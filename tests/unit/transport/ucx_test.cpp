@@ -37,7 +37,8 @@ class Loopback : public ::testing::Test {
     auto w = Worker::create(*ctx_);
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
-    auto ep = worker_->connect(worker_->address(), [](void*, int) {}, nullptr);
+    auto ep = worker_->connect(
+        worker_->address(), [](void*, int) {}, nullptr);
     ASSERT_TRUE(ep.ok()) << ep.status();
     ep_ = std::move(*ep);
   }
@@ -129,10 +130,10 @@ TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
 // ucx.h, shm_fifo_size: twice what one sender can leave unconsumed (3 per credit and 16), a
 // power of two, between UCX's 64 and kShmFifoMax.
 TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
-  EXPECT_EQ(shm_fifo_size(2), 64u);     // 2 x 22 = 44
-  EXPECT_EQ(shm_fifo_size(32), 256u);   // 2 x 112 = 224
-  EXPECT_EQ(shm_fifo_size(37), 256u);   // 2 x 127 = 254
-  EXPECT_EQ(shm_fifo_size(38), 512u);   // 2 x 130 = 260
+  EXPECT_EQ(shm_fifo_size(2), 64u);    // 2 x 22 = 44
+  EXPECT_EQ(shm_fifo_size(32), 256u);  // 2 x 112 = 224
+  EXPECT_EQ(shm_fifo_size(37), 256u);  // 2 x 127 = 254
+  EXPECT_EQ(shm_fifo_size(38), 512u);  // 2 x 130 = 260
   EXPECT_EQ(shm_fifo_size(65535), kShmFifoMax);
 }
 

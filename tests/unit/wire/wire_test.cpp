@@ -109,8 +109,8 @@ TEST(Header, FragmentsMustFitTheirPayload) {
 
 TEST(Header, RejectsUnknownAndContradictoryFlags) {
   Header out;
-  for (std::uint8_t flags : {std::uint8_t{kFlagRequest | kFlagReply},
-                             std::uint8_t{kFlagCtrl | kFlagRndv}, std::uint8_t{kFlagFrag | kFlagRndv}}) {
+  for (std::uint8_t flags : {std::uint8_t{kFlagRequest | kFlagReply}, std::uint8_t{kFlagCtrl | kFlagRndv},
+                             std::uint8_t{kFlagFrag | kFlagRndv}}) {
     Header h{};
     h.flags = flags;
     h.payload_len = 8;
@@ -119,12 +119,11 @@ TEST(Header, RejectsUnknownAndContradictoryFlags) {
 }
 
 // A compact message: its header, `uh` bytes of user header, `inl` of payload.
-std::vector<std::byte> compact(std::uint8_t flags, std::uint16_t handler, std::size_t uh,
-                               std::size_t inl, std::uint16_t credits, std::uint16_t status,
-                               std::uint64_t seq, std::uint64_t rpc_id) {
+std::vector<std::byte> compact(std::uint8_t flags, std::uint16_t handler, std::size_t uh, std::size_t inl,
+                               std::uint16_t credits, std::uint16_t status, std::uint64_t seq, std::uint64_t rpc_id) {
   std::vector<std::byte> b(compact_size(flags) + uh + inl, std::byte{0x77});
-  std::size_t hs = encode_compact(flags, handler, static_cast<std::uint16_t>(uh), credits, status,
-                                  seq, rpc_id, b.data());
+  std::size_t hs =
+      encode_compact(flags, handler, static_cast<std::uint16_t>(uh), credits, status, seq, rpc_id, b.data());
   EXPECT_EQ(hs, compact_size(flags));
   return b;
 }
@@ -171,8 +170,7 @@ TEST(Compact, RejectsWhatTheFormCannotCarry) {
   EXPECT_EQ(decode(std::span(b).first(b.size() - 1), &out), Parse::kBadLength);
   // Any flag but REQUEST or REPLY, or both of them.
   for (std::uint8_t f : {std::uint8_t{kFlagRndv}, std::uint8_t{kFlagReplyBuf}, std::uint8_t{kFlagCtrl},
-                         std::uint8_t{kFlagFrag}, std::uint8_t{kFlagMore},
-                         std::uint8_t{kFlagRequest | kFlagReply}}) {
+                         std::uint8_t{kFlagFrag}, std::uint8_t{kFlagMore}, std::uint8_t{kFlagRequest | kFlagReply}}) {
     auto c = compact(0, 1, 0, 32, 0, 0, 1, 0);
     c[3] = static_cast<std::byte>(kFlagCompact | f);
     EXPECT_EQ(decode(c, &out), Parse::kBadFlags) << int(f);
@@ -196,8 +194,8 @@ TEST(Compact, RejectsWhatTheFormCannotCarry) {
 
 TEST(Compact, SequenceExtendsToTheNearestOfTheExpected) {
   EXPECT_EQ(extend_seq(1, 1), 1u);
-  EXPECT_EQ(extend_seq(10, 12), 12u);        // early
-  EXPECT_EQ(extend_seq(10, 7), 7u);          // stale
+  EXPECT_EQ(extend_seq(10, 12), 12u);  // early
+  EXPECT_EQ(extend_seq(10, 7), 7u);    // stale
   // Across a 32-bit boundary, both ways.
   std::uint64_t e = (std::uint64_t{5} << 32) + 0xfffffff0u;
   EXPECT_EQ(extend_seq(e, 0x00000004u), (std::uint64_t{6} << 32) + 4);
@@ -231,19 +229,23 @@ TEST(Coalesced, WalksEveryMessageInOrder) {
   auto bytes = coalesce(parts);
   std::vector<std::uint64_t> seqs;
   std::vector<std::size_t> sizes;
-  EXPECT_EQ(for_each_message(bytes, [&](const Header& h, std::span<const std::byte> m) {
-    seqs.push_back(h.seq);
-    sizes.push_back(m.size());
-    return true;
-  }), Parse::kOk);
+  EXPECT_EQ(for_each_message(bytes,
+                             [&](const Header& h, std::span<const std::byte> m) {
+                               seqs.push_back(h.seq);
+                               sizes.push_back(m.size());
+                               return true;
+                             }),
+            Parse::kOk);
   EXPECT_EQ(seqs, (std::vector<std::uint64_t>{100, 101, 102, 103, 104}));
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(sizes[i], kHeaderSize + 4 * i + 1);
   // A single message is a walk of one.
   seqs.clear();
-  EXPECT_EQ(for_each_message(message(parts[0].first, 0, 1), [&](const Header& h, std::span<const std::byte>) {
-    seqs.push_back(h.seq);
-    return true;
-  }), Parse::kOk);
+  EXPECT_EQ(for_each_message(message(parts[0].first, 0, 1),
+                             [&](const Header& h, std::span<const std::byte>) {
+                               seqs.push_back(h.seq);
+                               return true;
+                             }),
+            Parse::kOk);
   EXPECT_EQ(seqs.size(), 1u);
 }
 
