@@ -1,9 +1,15 @@
-// The engine's state and protocol (internal). One thread owns all of it.
-//
-// Files: engine_core.cpp (lifecycle, progress, timers, peer failure), client_server.cpp
-// (listen, connect, admission, client slots), handshake.cpp (HELLO,
-// control messages), send.cpp (send path, credits), recv.cpp (receive path, ordering,
-// rendezvous, dispatch), rpc.cpp (calls, replies, slot tables).
+// The engine (internal): one object, its state and its protocol, owned by one thread. The
+// declarations below are grouped by the file that implements them:
+//   lifecycle.cpp   construction, init, the orderly close, handlers, stats
+//   loop.cpp        progress, sleeping, posted work, timers, the operation pool
+//   peer_table.cpp  rank and client/server peers, endpoints, failure, the front door
+//   control.cpp     HELLO, CREDIT, PING/PONG, BYE, REJECT
+//   send.cpp        packing, the send queue, coalescing (send_now.h: the inline path)
+//   receive.cpp     posted receives, first contact, ordering, dispatch (invoke.h), release
+//   rendezvous.cpp  landings, payloads waiting for memory, bounce-mode reassembly
+//   rpc.cpp         calls, replies, server slots
+//   api.cpp         the public Engine, Peer and Message forwarding here
+// Records: op.h (operations), peer_data.h (a peer), call.h (an outstanding call).
 #pragma once
 
 #include <array>
@@ -16,7 +22,10 @@
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
+#include "am/call.h"
 #include "am/live_stats.h"
+#include "am/op.h"
+#include "am/peer_data.h"
 #include "core/fault.h"
 #include "door/door.h"
 #include "flow/flow.h"
@@ -26,181 +35,6 @@
 #include "wire/wire.h"
 
 namespace sluice::detail {
-
-class EngineCore;
-
-// Whether a rendezvous payload is copied before it leaves: not at all (the caller keeps it
-// valid until completion), into a send-pool slot (kWouldBlock when its class is exhausted:
-// send_copy), or into a slot or else the heap (copying replies, which must not fail).
-enum class PayloadCopy : std::uint8_t { kNo, kPool, kPoolOrHeap };
-
-enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx, kContactRx };
-
-// Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
-inline constexpr std::size_t kCoalesceMax = 1024;
-// Messages up to this size (header included) to a ready peer with credits and an empty send
-// queue leave inline, from the stack, with no pool slot and no operation: UCX's eager-short
-// limit on shared memory (`ucx_info -e` prints "0..<egr/short>..93" for sysv and posix: 92
-// bytes go inline, 93 do not, as measured with am.sent_inline; TCP's limit is larger).
-inline constexpr std::size_t kInlineMax = 92;
-
-// A transport operation of this engine; pooled, never allocated on the hot path once warm.
-struct Op : TransportOp {
-  EngineCore* engine = nullptr;
-  OpKind kind = OpKind::kSend;
-  std::uint32_t peer = 0;
-  std::uint64_t incarnation = 0;
-  Slot slot;                           // packed message (sends) or receive slot (rx)
-  std::unique_ptr<std::byte[]> heap;   // send_copy of a payload larger than any class
-  const std::byte* payload = nullptr;  // rendezvous payload to send
-  std::size_t payload_len = 0;
-  void* payload_memh = nullptr;
-  std::size_t message_len = 0;  // packed bytes in slot
-  std::uint64_t tag = 0;
-  SendCallback on_done;
-  bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
-  std::uint64_t call_id = 0;       // kReplyRx
-  std::uint16_t ctrl_kind = 0;     // kCtrl
-  Message pending;                 // kRndvRx: the announcement waiting for its payload;
-                                   // kSendPayload: the request whose payload it sends
-  bool ordered = false;            // kRndvRx: later messages wait for this one
-  // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
-  // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
-  // `busy`: posted, or its completion not yet handled (never both).
-  bool queued = false;
-  bool busy = false;
-  bool in_use = false;    // between new_op() and free_op()
-  bool orphaned = false;  // completed by Sluice after its peer died; UCX's late
-                          // callback only frees it
-  Op* next_free = nullptr;
-  Op* coalesced_next = nullptr;  // sends riding in this one's tagged message
-  // A queued plain eager send that later small sends may join (see append_queued()).
-  bool batchable = false;
-  std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
-  std::size_t batch_last = 0;     // offset of the last message's header in `slot`
-  Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
-};
-
-struct Completion {
-  Op* op;
-  absl::StatusCode code;
-  std::size_t length;
-  std::uint64_t tag;
-};
-
-// A message waiting for credits (or for the handshake) in a peer's send queue.
-struct Pending {
-  Op* header;   // packed eager message or rendezvous announcement
-  Op* payload;  // rendezvous payload, or nullptr
-};
-
-// A received message with its decoded header, waiting for its turn in sequence order.
-struct Incoming {
-  Message message;
-  wire::Header header;
-};
-
-enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
-constexpr const char* to_string(PeerState s) {
-  constexpr const char* kNames[] = {"new", "connecting", "ready", "dead"};
-  return kNames[static_cast<int>(s)];
-}
-// How many peers a live stats line describes (the busiest by bytes).
-inline constexpr std::size_t kStatsPeers = 8;
-
-// What only a call with a reply buffer needs: its reply header and its payload land in either
-// order, and a call cancelled meanwhile completes once its receive is cancelled. Allocated for
-// those calls alone, so that every other call() neither builds nor destroys a Message and a
-// Status (measured: the client's reply path was where RPC cost most beyond a plain message).
-struct ReplyLanding {
-  std::span<std::byte> buffer;  // the caller's (CallOptions::reply_buffer)
-  bool payload_landed = false;
-  std::size_t payload_len = 0;
-  bool header_arrived = false;
-  Message reply;              // reply header (waiting for the payload to land)
-  absl::Status final_status;  // finishing: what the call completes with
-};
-
-struct Call {
-  std::uint32_t peer;
-  ReplyCallback on_reply;
-  Clock::time_point deadline;
-  Clock::time_point started{};            // sampled calls only (PeerTraffic::rtt)
-  Op* reply_rx = nullptr;                 // posted exact receive for the reply payload
-  bool finishing = false;                 // cancelled or expired, waiting for reply_rx to be cancelled
-  std::unique_ptr<ReplyLanding> landing;  // calls with a reply buffer only
-};
-
-// One peer's share of the engine's traffic counters, for live stats' busiest peers.
-struct PeerTraffic {
-  std::uint64_t msgs_sent = 0, bytes_sent = 0, msgs_received = 0, bytes_received = 0;
-  std::uint64_t credit_stalls = 0;
-  Duration rtt{0};            // smoothed round trip (heartbeats, one call in 64); 0: none yet
-  std::uint32_t sampler = 0;  // counts calls, to time one in 64
-  void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
-};
-
-struct PeerData {
-  std::uint32_t id = 0;           // our index for it: the slot it puts in tags to us
-  int rank = -1;                  // its rank in rank mode; -1 for a client/server peer
-  std::string name;               // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
-  std::uint32_t remote_slot = 0;  // its index for us: the slot we put in tags to it
-  PeerState state = PeerState::kNew;
-  bool hello_sent = false;
-  bool hello_received = false;
-  std::uint64_t incarnation = 0;  // the peer's
-  std::uint64_t epoch = 0;        // bumped when the peer restarts; ops carry it
-  Endpoint ep;
-  std::unique_ptr<Peer> handle;
-  SendCredits credits;
-  CreditReturn owed;
-  std::uint32_t granted = 0;  // receive slots reserved for this peer's messages (its credits)
-  // Receives posted for this peer's EAGER tag (exact, keyed): open from our HELLO until the
-  // peer fails; rx_reserved more receive slots are reserved for them.
-  std::vector<Op*> rx_ops;
-  std::uint32_t rx_reserved = 0;
-  std::uint64_t rx_key = 0;          // the id our HELLO gave it for its EAGER tags to us; 0: closed
-  std::uint64_t tx_tag = 0;          // our EAGER tag to it (its slot for us, the key its HELLO gave)
-  std::uint32_t unreleased = 0;      // its Messages alive that return a credit when released
-  std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
-  std::uint64_t next_seq = 1;
-  ReorderWindow<Incoming> window;
-  std::deque<Pending> queue;
-  std::size_t queued = 0;          // messages in `queue` (an entry may carry several)
-  std::deque<Pending> call_queue;  // requests beyond the server's slots
-  std::uint32_t rpc_slots = 0;     // granted by the peer (server)
-  std::uint32_t calls_outstanding = 0;
-  SlotTable server_slots;  // what we grant the peer as a server
-  bool blocked = false;    // an ordered rendezvous is landing
-  Message frag;            // bounce mode: payload being reassembled
-  std::size_t frag_received = 0;
-  Clock::time_point last_heard{};
-  Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
-  Clock::time_point hello_deadline{};
-  bool ping_outstanding = false;
-  Clock::time_point ping_sent{};
-  PeerTraffic traffic;
-  std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
-  std::array<bool, 7> ctrl_busy{};
-  bool credit_again = false;
-  bool bye_sent = false;
-  std::uint64_t sent_seq = 0;  // the last sequence handed to the transport (in order)
-  std::uint32_t landing = 0;   // exact receives posted for this peer's payloads
-  std::uint32_t parked = 0;    // its payloads waiting for receive memory (parked_)
-  bool bye_received = false;   // the peer closes once everything up to bye_seq is in
-  std::uint64_t bye_seq = 0;
-  std::string fail_reason;
-  bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
-  // Client/server: when its front-door link closed (its process ended, or it is closing: its
-  // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
-  Clock::time_point link_lost_at = Clock::time_point::max();
-
-  // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
-  bool has_waiting() const { return !queue.empty() || !call_queue.empty(); }
-  // A message may leave at once: the handshake is done, a credit is free, nothing queued
-  // ahead of it.
-  bool can_send_now() const { return state == PeerState::kReady && queue.empty() && credits.available() != 0; }
-};
 
 struct HandlerEntry {
   Handler fn;
@@ -262,17 +96,56 @@ class EngineCore final : private Door::Owner {
   static void on_ep_error(void* arg, int ucs_status);
 
  private:
-  // engine_core.cpp
+  // ---- types used below
+  // A payload whose landing does not fit the receive budget now waits, its bytes at the
+  // sender, until messages are released (retry_landings, from progress()); in order, oldest
+  // first. An ordered one holds back the rest of its peer's messages meanwhile.
+  struct ParkedLanding {
+    std::uint32_t peer;
+    Message message;
+    wire::Header header;  // a fragment's first piece (bounce mode), or a rendezvous announcement
+    bool ordered;
+  };
+  // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
+  // exception's message in handler_error_) when it threw. Handlers never throw past this point.
+  // Inline (am/invoke.h): every handler call passes here.
+  enum class Invoke { kDone, kNoHandler, kThrew };
+  struct Straggler {
+    std::uint64_t tag;
+    Clock::time_point until;
+  };
+
+  // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
   Op* new_op(OpKind kind, std::uint32_t peer);
   void free_op(Op* op);
   void complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   void drain_completions();
   void run_posted();
   void timers(Clock::time_point now);
+  // Sleeps until the worker, the front door or `until` wakes it (no progress call).
+  void sleep_until(Clock::time_point until);
+
+  // ---- peer_table.cpp: rank and client/server peers, endpoints, failure, the front door
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
   void complete_stuck_sends(PeerData& p, const absl::Status& status);
   absl::Status ensure_endpoint(PeerData& p);
-  // handshake.cpp
+  PeerData* create_rank_peer(int rank);
+  PeerData* peer_by_slot_slow(std::uint32_t slot);
+  PeerData& new_cs_peer();
+  PeerData& init_cs_peer(PeerData& p);
+  bool reusable(const PeerData& p) const;
+  // A client/server peer that never got going (its connect or admission failed): gone.
+  void abandon_cs_peer(PeerData& p, const std::string& why);
+  // The front door, made on first listen() or connect().
+  Door& door();
+  // Door::Owner: a client passed the pre-handshake; its link closed.
+  absl::StatusOr<std::uint32_t> admit(const Door::Admission& a) override;
+  void link_lost(std::uint32_t slot, const std::string& why) override;
+  void count_drop(const char* what);
+  // Drops what waited for a HELLO that did not come (timers()).
+  void drop_early(PeerData& p);
+
+  // ---- control.cpp: HELLO, CREDIT, PING/PONG, BYE, REJECT
   void start_handshake(PeerData& p);
   bool send_hello(PeerData& p);
   void send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux = 0);
@@ -280,29 +153,23 @@ class EngineCore final : private Door::Owner {
   void handle_hello(PeerData& p, const wire::Hello& hello);
   void on_ctrl_done(Op* op, absl::StatusCode code);
   void maybe_ready(PeerData& p);
-  // send.cpp
+  // After the peer's BYE: closes it once every message it sent before is in (delivered, and
+  // no payload of it still landing).
+  void close_after_bye(PeerData& p);
+  void send_bye(PeerData& p);
+  // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
+  void refuse(PeerData& p, const std::string& why);
+  // A heartbeat's count of the credits the peer returned in all, against ours (flow.h).
+  void reconcile_credits(PeerData& p, std::uint64_t peer_returned);
+
+  // ---- send.cpp: packing, the send queue, coalescing, transmission, completions
   Result enqueue(PeerData& p, Op* header, Op* payload);
-  // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
-  // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
-  // and reports the transport's error.
-  bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                   std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status);
   // A plain eager message, too large to go inline, to a ready peer with a credit and nothing
   // queued: packed into a send-pool slot with its final header and posted at once (what
   // pack_message + enqueue + transmit do, without rewriting the header and without the
   // queue's checks). False when it cannot, with nothing changed.
   bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                    SendCallback& cb);
-  // Writes the wire header of the next message to `p` (its sequence number, the credits we
-  // owe it; the compact header when the flags allow, else the full one with our
-  // acknowledgement), the user header and the payload at `out`; returns the bytes. The
-  // message must leave as written: a queued one is patched at transmit (full header only).
-  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                          std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                          std::uint16_t status, std::byte* out) const;
-  // Counts a message that left at once (encode_next's header): its credit, the credits
-  // returned with it, its sequence number.
-  void count_sent_now(PeerData& p, std::size_t total);
   // Coalescing at enqueue time: a small plain send to a peer whose send queue waits for
   // credits is written straight into the queue's last tagged message when that one is a small
   // plain send with room (no pool slot and no copy of its own). False when it cannot.
@@ -338,7 +205,30 @@ class EngineCore final : private Door::Owner {
   Result pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
                       std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,
                       PayloadCopy copy, Op** hop, Op** pop);
-  // recv.cpp
+  // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
+  // rode in `head`'s tagged message (not `head` itself).
+  void post_batch(PeerData& p, Op** open);
+  void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
+  void post_message(PeerData& p, Op* header);
+
+  // ---- send_now.h: the inline send path
+  // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
+  // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
+  // and reports the transport's error.
+  bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                   std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status);
+  // Writes the wire header of the next message to `p` (its sequence number, the credits we
+  // owe it; the compact header when the flags allow, else the full one with our
+  // acknowledgement), the user header and the payload at `out`; returns the bytes. The
+  // message must leave as written: a queued one is patched at transmit (full header only).
+  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
+                          std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
+                          std::uint16_t status, std::byte* out) const;
+  // Counts a message that left at once (encode_next's header): its credit, the credits
+  // returned with it, its sequence number.
+  void count_sent_now(PeerData& p, std::size_t total);
+
+  // ---- receive.cpp: posting, first contact, parsing, ordering, dispatch, release
   void post_receives();
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   // One received tagged message, lying in `lender` (or nullptr: bytes no Message may take
@@ -346,20 +236,11 @@ class EngineCore final : private Door::Owner {
   // which carries nothing but control messages.
   void parse_and_accept(std::span<std::byte> bytes, Slot* lender, std::uint64_t tag, bool ctrl_only = false);
   void deliver(PeerData& p);
-  // After the peer's BYE: closes it once every message it sent before is in (delivered, and
-  // no payload of it still landing).
-  void close_after_bye(PeerData& p);
-  void send_bye(PeerData& p);
-  // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
-  // rode in `head`'s tagged message (not `head` itself).
-  void post_batch(PeerData& p, Op** open);
-  void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
-  void post_message(PeerData& p, Op* header);
   // Takes one received message: `bytes` (wire header first). The Message borrows them from
   // the caller, which keeps them until the Message is released or moved. `lender` is the
   // slot they lie in when they are its only message (a Message moved takes it over), or
   // nullptr (one of a coalesced tagged message's messages: a move copies them). Inline, in
-  // recv.cpp: every received message passes here.
+  // receive.cpp: every received message passes here.
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
   // A message not next in order (or while an ordered rendezvous lands): the reorder window
   // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
@@ -369,47 +250,10 @@ class EngineCore final : private Door::Owner {
   // none is free).
   void own_bytes(Message& m);
   void accept_coalesced(PeerData* p, std::span<const std::byte> bytes);
-  // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
-  void refuse(PeerData& p, const std::string& why);
   void process(PeerData& p, Message& m, const wire::Header& h);
-  void start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
-  void post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered);
-  // Gives back an announcement's receive slot and its credit once its payload has a landing;
-  // the user header moves to the heap.
-  void free_announcement(PeerData& p, Message& m);
-  void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
-  // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
-  // memory. Empty when the receive budget has no room now, or never will (the peer failed).
-  std::span<std::byte> sink_landing(Message& m, std::size_t size);
-  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
-  // The sink's buffer, else pool memory unless landings already wait (they go first).
-  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size);
-  // A payload whose landing does not fit the receive budget now waits, its bytes at the
-  // sender, until messages are released (retry_landings, from progress()); in order, oldest
-  // first. An ordered one holds back the rest of its peer's messages meanwhile.
-  struct ParkedLanding {
-    std::uint32_t peer;
-    Message message;
-    wire::Header header;  // a fragment's first piece (bounce mode), or a rendezvous announcement
-    bool ordered;
-  };
-  void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
-  void retry_landings();
-  void drop_parked(PeerData& p);
-  std::deque<ParkedLanding> parked_;
-  std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
-  // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
-  // exception's message in handler_error_) when it threw. Handlers never throw past this point.
-  // Inline (am/invoke.h): every handler call passes here.
-  enum class Invoke { kDone, kNoHandler, kThrew };
-  Invoke invoke_handler(Message& m);
   void handler_threw(const Message& m, const char* what);
-  std::string handler_error_;
-  // Runs m's handler; one not registered is counted and logged (no_handler), the message dropped.
-  void dispatch(Message& m);
   void no_handler(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
-  std::vector<Op*> unposted_;  // per-peer receive ops waiting to be posted
   // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
   // key), closed when it fails (cancelled; its key's stragglers purged for a while).
   void open_receives(PeerData& p);
@@ -423,19 +267,33 @@ class EngineCore final : private Door::Owner {
   // refused it (logged; UCX has let go of it).
   bool receive_unexpected(const Worker::Unexpected& u);
   void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
-  struct Straggler {
-    std::uint64_t tag;
-    Clock::time_point until;
-  };
-  std::vector<Straggler> stale_tags_;  // EAGER tags of closed connections, purged until `until`
-  std::uint64_t next_rx_key_ = 0;
-  // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
-  static constexpr std::size_t kContactMax = 1024;
-  std::size_t contact_inflight_ = 0;
+
+  // ---- invoke.h: handler calls
+  Invoke invoke_handler(Message& m);
+  // Runs m's handler; one not registered is counted and logged (no_handler), the message dropped.
+  void dispatch(Message& m);
+
+  // ---- rendezvous.cpp: landings, parked payloads, bounce-mode reassembly
+  void start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
+  void post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered);
+  // Gives back an announcement's receive slot and its credit once its payload has a landing;
+  // the user header moves to the heap.
+  void free_announcement(PeerData& p, Message& m);
+  void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
+  // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
+  // memory. Empty when the receive budget has no room now, or never will (the peer failed).
+  std::span<std::byte> sink_landing(Message& m, std::size_t size);
+  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
+  // The sink's buffer, else pool memory unless landings already wait (they go first).
+  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size);
+  void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
+  void retry_landings();
+  void drop_parked(PeerData& p);
   void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
   void start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest);
   void add_fragment(PeerData& p, std::size_t piece);
-  // rpc.cpp
+
+  // ---- rpc.cpp: calls, replies, server slots
   void on_request(PeerData& p, Message& m);
   void on_reply(PeerData& p, Message& m, const wire::Header& h);
   void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
@@ -443,6 +301,7 @@ class EngineCore final : private Door::Owner {
   void expire_calls(Clock::time_point now);
   void release_call_slot(PeerData& p);
 
+  // ---- peer lookups, inline: every message passes here
   // The peer of `rank` (created on first use); nullptr for a rank outside the job.
   PeerData* peer_by_rank(int rank) {
     if (rank < 0 || rank >= ranks_) return nullptr;
@@ -450,31 +309,23 @@ class EngineCore final : private Door::Owner {
       return known;
     return create_rank_peer(rank);
   }
-  PeerData* create_rank_peer(int rank);
   // The peer that sent a message with tag slot `slot`; nullptr when there is none.
   PeerData* peer_by_slot(std::uint32_t slot) {
     if (slot < peers_.size() && peers_[slot]) [[likely]]
       return peers_[slot].get();
     return peer_by_slot_slow(slot);
   }
-  PeerData* peer_by_slot_slow(std::uint32_t slot);
-  PeerData& new_cs_peer();
-  PeerData& init_cs_peer(PeerData& p);
-  bool reusable(const PeerData& p) const;
-  // A client/server peer that never got going (its connect or admission failed): gone.
-  void abandon_cs_peer(PeerData& p, const std::string& why);
-  // The front door, made on first listen() or connect().
-  Door& door();
-  // Door::Owner: a client passed the pre-handshake; its link closed.
-  absl::StatusOr<std::uint32_t> admit(const Door::Admission& a) override;
-  void link_lost(std::uint32_t slot, const std::string& why) override;
-  // Sleeps until the worker, the front door or `until` wakes it (no progress call).
-  void sleep_until(Clock::time_point until);
-  void count_drop(const char* what);
-  // A heartbeat's count of the credits the peer returned in all, against ours (flow.h).
-  void reconcile_credits(PeerData& p, std::uint64_t peer_returned);
-  // Drops what waited for a HELLO that did not come (timers()).
-  void drop_early(PeerData& p);
+
+  // ---- state used across the files above
+  std::deque<ParkedLanding> parked_;
+  std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
+  std::string handler_error_;
+  std::vector<Op*> unposted_;          // per-peer receive ops waiting to be posted
+  std::vector<Straggler> stale_tags_;  // EAGER tags of closed connections, purged until `until`
+  std::uint64_t next_rx_key_ = 0;
+  // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
+  static constexpr std::size_t kContactMax = 1024;
+  std::size_t contact_inflight_ = 0;
 
   const Config config_;
   const Topology* topo_;

@@ -378,7 +378,7 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::create(Direction dir, const Config& 
   }
   if (dir == Direction::kRecv) {
     // Only receive memory is ever unmapped while the engine lives: a send slot given back
-    // after a force close may still be read by the transport (engine_core.cpp).
+    // after a force close may still be read by the transport (peer_table.cpp).
     p->budget_.pool = p.get();
     p->large_ = std::make_unique<LargeClass>(absl::StrFormat("%s.large", d), &p->budget_, &p->source_);
   }

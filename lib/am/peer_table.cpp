@@ -1,5 +1,7 @@
-// Client/server mode: the front door's glue (listen, connect, admission, links) and the
-// client slots of the peer table (a gone client's slot serves a later one).
+// The peer table: rank peers made on first use, client/server peers in slots reused once
+// nothing of a gone one is left, endpoints, and a peer's failure with all it had in flight;
+// the front door's glue (listen, connect, admission, lost links).
+
 #include <algorithm>
 
 #include <absl/strings/str_format.h>
@@ -8,6 +10,156 @@
 #include "core/log.h"
 
 namespace sluice::detail {
+
+// ---- peers ---------------------------------------------------------------------------------
+
+PeerData* EngineCore::create_rank_peer(int rank) {
+  auto& slot = peers_[static_cast<std::size_t>(rank)];
+  slot = std::make_unique<PeerData>();
+  slot->id = static_cast<std::uint32_t>(rank);
+  slot->rank = rank;
+  slot->name = absl::StrFormat("rank %d", rank);
+  slot->handle.reset(new Peer(this, slot.get(), slot->id, rank));
+  slot->server_slots = SlotTable(config_.rpc_slots);
+  slot->remote_slot = static_cast<std::uint32_t>(this->rank());
+  return slot.get();
+}
+
+PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
+  if (slot < static_cast<std::uint32_t>(ranks_)) return peer_by_rank(static_cast<int>(slot));
+  return nullptr;
+}
+
+Peer* EngineCore::peer(int rank) {
+  PeerData* p = peer_by_rank(rank);
+  return p ? p->handle.get() : nullptr;
+}
+
+Peer* EngineCore::peer_handle(std::uint32_t id) { return peers_[id]->handle.get(); }
+
+absl::Status EngineCore::ensure_endpoint(PeerData& p) {
+  if (p.ep.valid()) return absl::OkStatus();
+  if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
+  SLUICE_ASSIGN_OR_RETURN(p.ep, worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
+  return absl::OkStatus();
+}
+
+void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
+  if (p.state == PeerState::kDead) return;
+  bool orderly = code == absl::StatusCode::kCancelled;
+  if (!orderly) {
+    c_.peers_failed->add();
+    SLUICE_LOG(kWarn, "am", "peer %s failed: %s; its operations complete with %s", p.name, reason,
+               absl::StatusCodeToString(code));
+  } else {
+    SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
+  }
+  p.state = PeerState::kDead;
+  p.fail_reason = reason;
+  p.link_lost_at = Clock::time_point::max();
+  if (p.rank < 0 && door_) door_->close_link(p.id);
+  absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
+                      absl::StrFormat("peer %s: %s", p.name, reason));
+  // Queued messages never reached the transport: complete them here, once.
+  p.queued = 0;
+  for (auto* q : {&p.queue, &p.call_queue}) {
+    while (!q->empty()) {
+      Pending m = q->front();
+      q->pop_front();
+      Op* last = m.payload ? m.payload : m.header;
+      if (last->on_done) last->on_done(status);
+      if (last->releases_rpc_slot) release_call_slot(p);
+      complete_coalesced(m.header, status, false);  // sends that joined it in the queue
+      free_op(m.header);
+      if (m.payload) free_op(m.payload);
+    }
+  }
+  // In-flight sends complete through the force close (their callbacks see an error)...
+  if (p.ep.valid()) {
+    void* req = p.ep.start_close(true);
+    if (req != nullptr)
+      p.close_pending = absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1)));
+  }
+  // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
+  // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
+  complete_stuck_sends(p, status);
+  p.window.clear();
+  p.frag = Message();
+  drop_parked(p);
+  p.blocked = false;
+  // Exact receives posted for this peer's payloads: cancel; their completions clean up.
+  for (auto& op : op_storage_) {
+    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
+      worker_->cancel(&op);
+    }
+  }
+  // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
+  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish_call(id, status);
+  close_receives(p);
+  if (p.granted != 0) {
+    recv_pool_->eager().unreserve(p.granted + p.rx_reserved);
+    p.granted = 0;
+    p.rx_reserved = 0;
+  }
+  if (p.reply_reserved != 0) {
+    send_pool_->eager().unreserve(p.reply_reserved);
+    p.reply_reserved = 0;
+  }
+  p.server_slots = SlotTable(config_.rpc_slots);
+  p.calls_outstanding = 0;
+  if (p.rank < 0) gone_cs_.push_back(p.id);
+}
+
+void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
+  auto stuck = [&](const Op& op) {
+    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id && op.request != nullptr &&
+           !op.orphaned;
+  };
+  bool any = false;
+  for (auto& op : op_storage_) {
+    if (stuck(op)) {
+      worker_->cancel(&op);
+      any = true;
+    }
+  }
+  if (!any) return;
+  for (int i = 0; i < 100; ++i) worker_->progress();
+  for (auto& op : op_storage_) {
+    if (!stuck(op)) continue;
+    op.orphaned = true;
+    --tx_inflight_;
+    c_.orphaned_sends->add();
+    SLUICE_LOG_RATE_LIMITED(
+        kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
+    if (op.on_done) {
+      SendCallback cb = std::move(op.on_done);
+      op.on_done = nullptr;
+      cb(status);
+    }
+    if (op.releases_rpc_slot) op.releases_rpc_slot = false;
+    complete_coalesced(&op, status, false);
+    // Its pool slot goes back now ("pools full again" must not wait for a callback that may
+    // never come). The endpoint is closed, so the transport sends nothing more from it, and
+    // pool memory stays mapped while the engine lives, so even a late read would be harmless.
+    // (A heap copy is kept until the callback: that memory could be unmapped; so is a request's
+    // landing, which the receive pool unmaps when another class needs the room.)
+    op.slot.release();
+    if (op.pending.valid() && !op.pending.heap_ && !op.pending.landing_) op.pending = Message();  // its eager slot
+  }
+}
+
+void EngineCore::drop_early(PeerData& p) {
+  // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
+  // within a heartbeat interval is not coming, and what waited for it goes.
+  for (std::size_t n = p.window.held(); n > 0; --n) count_drop("before the handshake (no HELLO came)");
+  p.window.clear();  // their Messages release their slots and credits
+  p.early_since = {};
+}
+
+void EngineCore::count_drop(const char* what) {
+  c_.dropped_dead->add();
+  SLUICE_LOG_RATE_LIMITED(kInfo, "am", "dropped a message: %s", what);
+}
 
 // A gone client's slot may serve a new one once nothing refers to the old one any more: no
 // operation of it in the transport, no message of it the application holds, no call to it

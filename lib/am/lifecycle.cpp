@@ -1,0 +1,262 @@
+// The engine's lifecycle: construction, init (pools, worker, the address exchange), the
+// orderly close, the handler table, stats.
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+namespace {
+std::uint64_t random_incarnation() {
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return v == 0 ? 1 : v;
+}
+}  // namespace
+
+EngineCore::EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot,
+                       int engine_id)
+    : config_(config),
+      topo_(topo),
+      ucx_(ucx),
+      boot_(boot),
+      engine_id_(engine_id),
+      incarnation_(random_incarnation()),
+      eager_limit_(config.eager_limit()),
+      handlers_(kMaxHandlers) {
+  auto& s = stats_;
+  c_ = Counters{&s.counter("am.msgs_sent"),
+                &s.counter("am.bytes_sent"),
+                &s.counter("am.msgs_received"),
+                &s.counter("am.bytes_received"),
+                &s.counter("am.rndv_sent"),
+                &s.counter("am.rndv_received"),
+                &s.counter("am.bounce_copied_bytes"),
+                &s.counter("flow.credit_stalls"),
+                &s.counter("flow.would_block"),
+                &s.counter("wire.parse_errors"),
+                &s.counter("am.duplicates_dropped"),
+                &s.counter("am.dropped"),
+                &s.counter("am.unknown_handler"),
+                &s.counter("am.handler_errors"),
+                &s.counter("peers.failed"),
+                &s.counter("ctrl.sent"),
+                &s.counter("ctrl.received"),
+                &s.counter("flow.credit_messages"),
+                &s.counter("peers.heartbeats"),
+                &s.counter("rpc.calls"),
+                &s.counter("rpc.replies"),
+                &s.counter("rpc.late_replies"),
+                &s.counter("rpc.slot_refused"),
+                &s.counter("rpc.deadline_exceeded"),
+                &s.counter("rpc.cancelled"),
+                &s.high_water("flow.send_queue_hwm"),
+                &s.counter("am.orphaned_sends"),
+                &s.counter("am.coalesced"),
+                &s.counter("am.sent_inline"),
+                &s.counter("peers.reused"),
+                &s.counter("am.copied_bytes"),
+                &s.counter("am.sink_returned"),
+                &s.counter("am.landing_waits"),
+                &s.counter("flow.credits_recovered")};
+}
+
+absl::Status EngineCore::init(int numa_node_option) {
+  SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
+  if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
+    SLUICE_LOG(kWarn, "config",
+               "SLUICE_FAULT_AT=%s ignored: this library has no fault points (only the tests' libsluice-testing has)",
+               config_.fault_at);
+  }
+  fault_.arm(fault);
+  if (config_.stats_trigger.any())
+    live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
+  if (config_.auth_mode() != AuthMode::kOff) {
+    SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
+  NumaPolicy policy = config_.numa;
+  if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
+  SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(policy, *topo_, current_cpu()));
+  arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk, &fault_};
+  std::size_t slot = eager_slot_size(eager_limit_);
+  SLUICE_ASSIGN_OR_RETURN(send_pool_, Pool::create(Direction::kSend, config_, slot, arena_source_));
+  SLUICE_ASSIGN_OR_RETURN(recv_pool_, Pool::create(Direction::kRecv, config_, slot, arena_source_));
+  SLUICE_RETURN_IF_ERROR(recv_pool_->eager().prime());
+
+  int n = boot_->size();
+  ranks_ = n;
+  peers_.resize(static_cast<std::size_t>(n));
+  addresses_.resize(static_cast<std::size_t>(n));
+  std::string key = absl::StrFormat("sluice.engine.%d", engine_id_);
+  SLUICE_RETURN_IF_ERROR(boot_->put(key, worker_->address()));
+  SLUICE_RETURN_IF_ERROR(boot_->fence());
+  for (int r = 0; r < n; ++r) {
+    SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
+  }
+  initialized_ = true;
+  SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
+             node, eager_limit_);
+  return absl::OkStatus();
+}
+
+EngineCore::~EngineCore() {
+  if (!initialized_) {
+    for (auto& op : op_storage_) op.slot.release();
+    return;  // init failed part-way: nothing was posted, no peer was contacted
+  }
+  shutting_down_ = true;
+  auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
+  // Orderly close. First what was sent goes out: queued messages (as credits come back) and
+  // in-flight ones, rendezvous payloads included, until the deadline...
+  auto unsent = [&] {
+    if (tx_inflight_ > 0) return true;
+    for (auto& p : peers_)
+      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) &&
+          (!p->queue.empty() || !p->call_queue.empty()))
+        return true;  // a connecting peer's queue goes out once its HELLO is in
+    return false;
+  };
+  while (unsent() && Clock::now() < deadline) progress();
+  // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
+  // it; then a short wait for the peers' own goodbyes, so no message arrives after the
+  // receives go.
+  for (auto& p : peers_) {
+    if (p && p->state == PeerState::kReady) send_bye(*p);
+  }
+  auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
+  auto live = [&] {
+    for (auto& p : peers_)
+      if (p && p->state == PeerState::kReady) return true;
+    return false;
+  };
+  while ((tx_inflight_ > 0 || live()) && Clock::now() < bye_deadline) progress();
+  for (auto& p : peers_) {
+    if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
+  }
+  closing_ = true;
+  for (Op* op : rx_ops_) worker_->cancel(op);
+  auto posted = [&] {
+    for (Op* op : rx_ops_)
+      if (op->request != nullptr) return true;
+    return false;
+  };
+  while ((tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted()) &&
+         Clock::now() < deadline)
+    progress();
+  // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
+  // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
+  // queue (UCX warns about each such message when the worker goes).
+  worker_->progress();
+  purge_stragglers(Clock::time_point::min());
+  while ((contact_inflight_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
+  // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
+  for (auto& op : op_storage_) {
+    op.slot.release();
+    op.pending = Message();
+  }
+  parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
+  for (auto& p : peers_) {
+    if (!p) continue;
+    p->window.clear();
+    p->frag = Message();
+    p->ep = Endpoint();
+  }
+  if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
+  if (config_.stats) {
+    std::string text = stats().to_text();
+    std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
+  }
+  worker_->progress();
+}
+
+// ---- handlers, stats ------------------------------------------------------------------------
+
+absl::Status EngineCore::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
+  if (id >= kMaxHandlers) {
+    return absl::InvalidArgumentError(absl::StrFormat("handler id %d is not below %d", id, kMaxHandlers));
+  }
+  if (!fn) return absl::InvalidArgumentError("empty handler function");
+  if (handlers_[id].fn) return absl::AlreadyExistsError(absl::StrFormat("handler %d is already registered", id));
+  handlers_[id] = {std::move(fn), std::move(options)};
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::unregister_handler(HandlerId id) {
+  if (id >= kMaxHandlers || !handlers_[id].fn) {
+    return absl::NotFoundError(absl::StrFormat("no handler %d is registered", id));
+  }
+  handlers_[id] = {};
+  return absl::OkStatus();
+}
+
+Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
+  PoolClass* cls = send_pool_->class_for(size);
+  if (cls == nullptr) return Result::kInvalidArgument;
+  return cls->try_get(out);
+}
+
+std::string EngineCore::stats_line(const char* trigger) {
+  std::string counters = stats().to_json();
+  std::string line = absl::StrFormat("{\"time\": \"%s\", \"host\": \"%s\", \"pid\": %d, ", utc_timestamp(),
+                                     json_escape(host_name()), static_cast<int>(::getpid()));
+  if (boot_ != nullptr && boot_->size() > 1) absl::StrAppendFormat(&line, "\"rank\": %d, ", rank());
+  if (listen_port_ >= 0) absl::StrAppendFormat(&line, "\"listen_port\": %d, ", listen_port_);
+  absl::StrAppendFormat(&line, "\"engine\": %d, \"trigger\": \"%s\", \"counters\": %s, \"peers\": [", engine_id_,
+                        trigger, counters);
+  // The busiest peers by bytes both ways; a server with thousands of clients writes eight.
+  std::vector<const PeerData*> busy;
+  for (const auto& p : peers_)
+    if (p && (p->traffic.msgs_sent != 0 || p->traffic.msgs_received != 0)) busy.push_back(p.get());
+  auto bytes = [](const PeerData* p) { return p->traffic.bytes_sent + p->traffic.bytes_received; };
+  std::size_t n = std::min<std::size_t>(busy.size(), kStatsPeers);
+  std::partial_sort(busy.begin(), busy.begin() + static_cast<std::ptrdiff_t>(n), busy.end(),
+                    [&](const PeerData* a, const PeerData* b) { return bytes(a) > bytes(b); });
+  for (std::size_t i = 0; i < n; ++i) {
+    const PeerData& p = *busy[i];
+    const PeerTraffic& t = p.traffic;
+    absl::StrAppendFormat(&line,
+                          "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
+                          "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, \"rtt_us\": ",
+                          i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent, t.bytes_sent,
+                          t.msgs_received, t.bytes_received, t.credit_stalls);
+    if (t.rtt.count() == 0) line += "null}";
+    else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt).count());
+  }
+  return line + "]}";
+}
+
+const Stats& EngineCore::stats() {
+  for (auto* pool : {send_pool_.get(), recv_pool_.get()}) {
+    PoolStats ps = pool->stats();
+    std::string d = to_string(ps.direction);
+    stats_.counter("mem." + d + ".mapped_bytes").set(ps.mapped_bytes);
+    stats_.counter("mem." + d + ".hwm_bytes").set(ps.high_water_bytes);
+    for (const auto& c : ps.classes) {
+      std::string base = "mem." + c.name;
+      stats_.counter(base + ".slots_total").set(c.slots_total);
+      stats_.counter(base + ".slots_free").set(c.slots_free);
+      stats_.counter(base + ".hwm").set(c.high_water);
+      stats_.counter(base + ".growth").set(c.growth_events);
+      stats_.counter(base + ".exhausted").set(c.exhaustion_events);
+      stats_.counter(base + ".cross_thread_returns").set(c.cross_thread_returns);
+    }
+  }
+  stats_.counter("am.tx_inflight").set(tx_inflight_);
+  stats_.counter("peers.table").set(peers_.size());
+  stats_.counter("am.rx_exact_posted").set(exact_posted_);
+  stats_.counter("am.landings_waiting").set(parked_.size());
+  return stats_;
+}
+
+PoolStats EngineCore::pool_stats(Direction d) const {
+  return d == Direction::kSend ? send_pool_->stats() : recv_pool_->stats();
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,258 @@
+// The engine loop: progress, sleeping, work posted from other threads, timers (deadlines,
+// heartbeats, credit ticks, liveness), and the operation pool with its completions.
+#include <poll.h>
+
+#include <algorithm>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+#include "core/probe.h"
+
+namespace sluice::detail {
+
+// ---- ops ---------------------------------------------------------------------------------
+
+Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
+  Op* op = free_ops_;
+  if (op != nullptr) [[likely]] {
+    free_ops_ = op->next_free;
+  } else {
+    op = &op_storage_.emplace_back();
+    op->engine = this;
+    op->on_complete = &EngineCore::on_transport;
+  }
+  op->kind = kind;
+  op->peer = peer;
+  op->in_use = true;
+  return op;
+}
+
+void EngineCore::free_op(Op* op) {
+  if (op->pending.valid()) [[unlikely]]
+    op->pending = Message();  // a request replied from (reply_own)
+  op->slot.release();
+  op->heap.reset();
+  op->on_done = nullptr;
+  op->payload = nullptr;
+  op->payload_len = 0;
+  op->payload_memh = nullptr;
+  op->releases_rpc_slot = false;
+  op->call_id = 0;
+  op->tag = 0;
+  op->orphaned = false;
+  op->batchable = false;
+  op->batch_count = 1;
+  op->batch_last = 0;
+  op->coalesced_tail = nullptr;
+  op->request = nullptr;
+  op->in_use = false;
+  op->next_free = free_ops_;
+  free_ops_ = op;
+}
+
+void EngineCore::on_transport(TransportOp* t, absl::StatusCode code, std::size_t length, Tag tag) {
+  Op* op = static_cast<Op*>(t);
+  op->engine->done_.push_back({op, code, length, tag});
+}
+
+void EngineCore::on_ep_error(void* arg, int ucs_status) {
+  auto* p = static_cast<PeerData*>(arg);
+  (void)ucs_status;
+  // Recorded here, handled after progress returns: never change peer state inside UCX.
+  p->fail_reason = absl::StrFormat("transport error: %s", transport_error_name(ucs_status));
+  p->handle->engine_->failed_eps_.push_back(p->id);
+}
+
+void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+  switch (op->kind) {
+    case OpKind::kSend:
+    case OpKind::kSendPayload: on_send_done(op, code); break;
+    case OpKind::kCtrl: on_ctrl_done(op, code); break;
+    case OpKind::kRx: on_rx(op, code, length, tag); break;
+    case OpKind::kRndvRx: on_rndv_done(op, code, length); break;
+    case OpKind::kReplyRx: on_reply_rx_done(op, code, length); break;
+    case OpKind::kContactRx: on_contact_rx(op, code, length, tag); break;
+  }
+}
+
+void EngineCore::drain_completions() {
+  if (draining_) return;  // a handler progressing the engine: the outer loop drains
+  draining_ = true;
+  for (std::size_t i = 0; i < done_.size(); ++i) {
+    Completion c = done_[i];
+    if (c.op->kind == OpKind::kRx) [[likely]]
+      on_rx(c.op, c.code, c.length, c.tag);
+    else complete(c.op, c.code, c.length, c.tag);
+  }
+  done_.clear();
+  draining_ = false;
+  while (!failed_eps_.empty()) {
+    std::uint32_t id = failed_eps_.back();
+    failed_eps_.pop_back();
+    PeerData& p = *peers_[id];
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+  }
+}
+
+void EngineCore::run_posted() {
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard lock(post_mu_);
+    fns.swap(posted_);
+    has_posted_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : fns) fn();
+}
+
+bool EngineCore::progress() {
+  // The thread that drives the engine owns its pools' free lists (slots released elsewhere
+  // come back through the pools' lock-free return path).
+  if (!on_driver_thread()) [[unlikely]] {
+    driver_tp_ = thread_pointer();
+    send_pool_->set_owner(std::this_thread::get_id());
+    recv_pool_->set_owner(std::this_thread::get_id());
+  }
+  // Receives consumed in the last call are re-posted here, before polling, rather than at
+  // the end of it: a handler's reply, or the caller's next send after progress() returns,
+  // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
+  // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
+  if (!unposted_.empty()) post_receives();
+  if (!parked_.empty() && recv_pool_->returns() != parked_at_returns_) [[unlikely]]
+    retry_landings();
+  bool any = worker_->progress();
+  if (!done_.empty()) {
+    any = true;
+    drain_completions();
+  }
+  if (has_posted_.load(std::memory_order_acquire)) [[unlikely]] {
+    any = true;
+    run_posted();
+  }
+  // Reading the clock is not free on every machine (a VM without a stable TSC pays a
+  // system-call-like price): timers are checked every kTimerEvery calls.
+  if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
+    since_timer_check_ = 0;
+    now_ = Clock::now();
+    if (now_ >= next_timer_) timers(now_);
+    if (door_ && now_ >= door_due_) {
+      door_due_ = now_ + kDoorEvery;
+      any = door_->poll(now_) || any;
+    }
+    take_first_contacts();
+    if (!stale_tags_.empty()) purge_stragglers(now_);
+    if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
+  }
+  probe::progress_end();
+  return any;
+}
+
+void EngineCore::wait(Clock::time_point deadline) {
+  since_timer_check_ = kTimerEvery;  // about to sleep: timers first
+  if (progress()) return;
+  if (!worker_->arm()) return;  // events pending: progress instead of sleeping
+  if (has_posted_.load(std::memory_order_acquire)) return;
+  sleep_until(std::min(deadline, next_timer_));
+  progress();
+}
+
+void EngineCore::sleep_until(Clock::time_point until) {
+  if (door_) until = std::min(until, door_->next_deadline());
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
+  pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0}};
+  if (ms > 0) ::poll(fds, door_ ? 2 : 1, static_cast<int>(std::min<long long>(ms, 1000)));
+  if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
+    door_due_ = Clock::now() + kDoorEvery;
+    (void)door_->poll(Clock::now());  // what it did is handled by the caller's next progress()
+  }
+}
+
+void EngineCore::post(std::function<void()> fn) {
+  {
+    std::lock_guard lock(post_mu_);
+    posted_.push_back(std::move(fn));
+    has_posted_.store(true, std::memory_order_release);
+  }
+  worker_->signal();
+}
+
+// ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
+
+void EngineCore::timers(Clock::time_point now) {
+  Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
+                                     std::chrono::milliseconds(1));
+  // With nothing to watch (no peer connecting or connected, no call waiting), an idle engine
+  // need not wake for timers more than once a second.
+  bool watching = !calls_.empty();
+  for (auto& pp : peers_)
+    watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
+  next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
+  // Nobody progressed this engine for a while (a blocking fence, a busy application): what
+  // its peers sent meanwhile was not heard, so that time does not count as their silence.
+  bool away = now - last_timers_ > std::max<Duration>(2 * config_.heartbeat, std::chrono::seconds(2));
+  last_timers_ = now;
+  if (live_) [[unlikely]] {
+    if (const char* why = live_->due(now)) live_->write(stats_line(why));
+    next_timer_ = std::min(next_timer_, live_->next_due());
+  }
+  // By index: a completion callback run from fail_peer may progress the engine, and a client
+  // admitted meanwhile grows peers_.
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i]) continue;
+    PeerData& p = *peers_[i];
+    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite && now >= p.hello_deadline) {
+      fail_peer(
+          p, absl::StatusCode::kDeadlineExceeded,
+          absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(config_.connect_timeout)));
+      continue;
+    }
+    if (p.state == PeerState::kConnecting && p.early_since != Clock::time_point{} &&
+        now - p.early_since >= config_.heartbeat) [[unlikely]] {
+      drop_early(p);
+      continue;
+    }
+    if (p.state != PeerState::kReady) continue;
+    if (now - p.link_lost_at >= kLinkGrace) [[unlikely]] {
+      fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+      continue;
+    }
+    if (away) p.last_heard = now;
+    Duration silent = now - p.last_heard;
+    if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
+      // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
+      PoolClassStats rx = recv_pool_->eager().stats();
+      SLUICE_LOG(kWarn, "am",
+                 "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
+                 "queued; we hold %u of its messages unreleased and owe it %u credits; next "
+                 "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
+                 "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
+                 p.name, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(), p.call_queue.size(),
+                 p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
+                 std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->busy; }),
+                 p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
+                 worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask) ? "yes" : "no");
+      fail_peer(p, absl::StatusCode::kUnavailable,
+                absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
+                                format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+                                format_duration(config_.peer_timeout)));
+      continue;
+    }
+    // Credits owed but below the explicit threshold go back on the next tick: a sender that
+    // spent its window must not wait for traffic that may never come (delayed-ack timer).
+    if (p.owed.owed() != 0) {
+      c_.credit_msgs->add();
+      send_ctrl(p, wire::kCredit, {});
+    }
+    if (silent >= config_.heartbeat && (!p.ping_outstanding || now - p.ping_sent >= config_.heartbeat)) {
+      p.ping_outstanding = true;
+      p.ping_sent = now;
+      c_.heartbeats->add();
+      send_ctrl(p, wire::kPing, {});
+    }
+  }
+  if (!calls_.empty()) expire_calls(now);
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,90 @@
+// An operation of the engine in the transport (internal): a common head, and what each
+// kind of operation carries; the records that a send queue and the reorder window hold.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include <sluice/message.h>
+#include <sluice/pool.h>
+
+#include "transport/transport.h"
+#include "wire/wire.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+
+// Whether a rendezvous payload is copied before it leaves: not at all (the caller keeps it
+// valid until completion), into a send-pool slot (kWouldBlock when its class is exhausted:
+// send_copy), or into a slot or else the heap (copying replies, which must not fail).
+enum class PayloadCopy : std::uint8_t { kNo, kPool, kPoolOrHeap };
+
+enum class OpKind : std::uint8_t { kSend, kSendPayload, kCtrl, kRx, kRndvRx, kReplyRx, kContactRx };
+
+// Messages up to this size (header included) are coalesced (SLUICE_COALESCE).
+inline constexpr std::size_t kCoalesceMax = 1024;
+// Messages up to this size (header included) to a ready peer with credits and an empty send
+// queue leave inline, from the stack, with no pool slot and no operation: UCX's eager-short
+// limit on shared memory (`ucx_info -e` prints "0..<egr/short>..93" for sysv and posix: 92
+// bytes go inline, 93 do not, as measured with am.sent_inline; TCP's limit is larger).
+inline constexpr std::size_t kInlineMax = 92;
+
+// A transport operation of this engine; pooled, never allocated on the hot path once warm.
+struct Op : TransportOp {
+  EngineCore* engine = nullptr;
+  OpKind kind = OpKind::kSend;
+  std::uint32_t peer = 0;
+  std::uint64_t incarnation = 0;
+  Slot slot;                           // packed message (sends) or receive slot (rx)
+  std::unique_ptr<std::byte[]> heap;   // send_copy of a payload larger than any class
+  const std::byte* payload = nullptr;  // rendezvous payload to send
+  std::size_t payload_len = 0;
+  void* payload_memh = nullptr;
+  std::size_t message_len = 0;  // packed bytes in slot
+  std::uint64_t tag = 0;
+  SendCallback on_done;
+  bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
+  std::uint64_t call_id = 0;       // kReplyRx
+  std::uint16_t ctrl_kind = 0;     // kCtrl
+  Message pending;                 // kRndvRx: the announcement waiting for its payload;
+                                   // kSendPayload: the request whose payload it sends
+  bool ordered = false;            // kRndvRx: later messages wait for this one
+  // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
+  // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
+  // `busy`: posted, or its completion not yet handled (never both).
+  bool queued = false;
+  bool busy = false;
+  bool in_use = false;    // between new_op() and free_op()
+  bool orphaned = false;  // completed by Sluice after its peer died; UCX's late
+                          // callback only frees it
+  Op* next_free = nullptr;
+  Op* coalesced_next = nullptr;  // sends riding in this one's tagged message
+  // A queued plain eager send that later small sends may join (see append_queued()).
+  bool batchable = false;
+  std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
+  std::size_t batch_last = 0;     // offset of the last message's header in `slot`
+  Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
+};
+
+struct Completion {
+  Op* op;
+  absl::StatusCode code;
+  std::size_t length;
+  std::uint64_t tag;
+};
+
+// A message waiting for credits (or for the handshake) in a peer's send queue.
+struct Pending {
+  Op* header;   // packed eager message or rendezvous announcement
+  Op* payload;  // rendezvous payload, or nullptr
+};
+
+// A received message with its decoded header, waiting for its turn in sequence order.
+struct Incoming {
+  Message message;
+  wire::Header header;
+};
+
+}  // namespace sluice::detail

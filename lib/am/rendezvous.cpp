@@ -1,0 +1,210 @@
+// Large payloads arriving: landings (the handler's sink or the receive budget), payloads
+// waiting for receive memory, rendezvous completion, bounce-mode reassembly.
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/copy.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
+  if (m.handler_ >= kMaxHandlers || m.reply_flag_) return {};
+  const HandlerEntry& he = handlers_[m.handler_];
+  if (!he.options.sink) return {};
+  std::span<std::byte> dest = he.options.sink(m, size);
+  if (dest.size() >= size) {
+    m.sink_landing_ = true;  // the handler gets it, or sink_release does (release())
+    return dest.first(size);
+  }
+  if (!dest.empty()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                            "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool", m.handler_,
+                            dest.size(), size);
+  }
+  return {};
+}
+
+std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
+  if (recv_pool_->try_take_landing(size, &m.landing_) == Result::kOk) [[likely]]
+    return std::span(m.landing_.data(), size);
+  if (!recv_pool_->can_ever_land(size)) {
+    fail_peer(p, absl::StatusCode::kResourceExhausted,
+              absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
+                              "beside its reservations, and no sink took it",
+                              size, format_size(recv_pool_->budget().max)));
+  }
+  return {};
+}
+
+std::span<std::byte> EngineCore::landing_for(PeerData& p, Message& m, std::size_t size) {
+  std::span<std::byte> dest = sink_landing(m, size);
+  // Pool memory goes to waiting landings first, oldest first.
+  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size);
+  return dest;
+}
+
+void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
+  std::size_t size = h.payload_len;
+  if (size > config_.max_message) {
+    fail_peer(p, absl::StatusCode::kInvalidArgument,
+              absl::StrFormat("announced a %u-byte payload, above SLUICE_MAX_MESSAGE=%s", size,
+                              format_size(config_.max_message)));
+    return;
+  }
+  std::span<std::byte> dest = landing_for(p, m, size);
+  if (!dest.empty()) post_landing(p, std::move(m), dest, ordered);
+  else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, ordered);
+}
+
+void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
+  m.payload_ = dest;
+  Op* op = new_op(OpKind::kRndvRx, p.id);
+  op->incarnation = p.epoch;
+  op->ordered = ordered;
+  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.seq_);
+  void* memh = m.landing_ ? m.landing_.memh() : nullptr;
+  op->pending = std::move(m);
+  free_announcement(p, op->pending);
+  if (ordered) p.blocked = true;
+  ++p.landing;
+  ++exact_posted_;
+  PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
+  if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
+  fault_.pass(FaultPoint::kRndvLand);
+}
+
+void EngineCore::free_announcement(PeerData& p, Message& m) {
+  // The payload has memory to land in (the receive budget's or a sink's), so the announcement
+  // needs no receive slot: its credit goes back now, and the sender's next message does not wait
+  // for this payload, its handler and a reply. A parked announcement keeps its credit, which
+  // bounds how many can wait.
+  std::size_t hl = m.header_.size();
+  std::unique_ptr<std::byte[]> copy;
+  if (hl != 0) {
+    copy.reset(new std::byte[hl]);
+    std::memcpy(copy.get(), m.header_.data(), hl);
+  }
+  m.slot_.release();
+  m.heap_ = std::move(copy);
+  m.header_ = std::span<const std::byte>(m.heap_.get(), hl);
+  if (m.credit_) {
+    m.credit_ = false;
+    return_credit(p, m.incarnation_);
+  }
+}
+
+void EngineCore::park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
+  c_.landing_waits->add();
+  const Budget& b = recv_pool_->budget();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                          "%s: a %u-byte payload waits for receive memory: %s of SLUICE_RECV_POOL_MAX=%s "
+                          "held by messages not yet released; it lands when some are (am.landing_waits)",
+                          p.name, h.payload_len, format_size(b.held_bytes), format_size(b.max));
+  if (ordered) p.blocked = true;
+  ++p.parked;
+  parked_.push_back({p.id, std::move(m), h, ordered});
+  parked_at_returns_ = recv_pool_->returns();
+}
+
+void EngineCore::retry_landings() {
+  parked_at_returns_ = recv_pool_->returns();
+  while (!parked_.empty()) {
+    ParkedLanding& w = parked_.front();
+    PeerData& p = *peers_[w.peer];
+    std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len);
+    if (dest.empty()) return;  // oldest first: the rest wait behind it
+    ParkedLanding go = std::move(w);
+    parked_.pop_front();
+    --p.parked;
+    if (go.header.flags & wire::kFlagFrag) {
+      start_fragments(p, std::move(go.message), dest);
+      p.blocked = false;
+      deliver(p);
+    } else {
+      post_landing(p, std::move(go.message), dest, go.ordered);
+    }
+  }
+}
+
+void EngineCore::drop_parked(PeerData& p) {
+  std::erase_if(parked_, [&](const ParkedLanding& w) { return w.peer == p.id; });
+  p.parked = 0;
+}
+
+void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
+  --exact_posted_;
+  PeerData& p = *peers_[op->peer];
+  Message m = std::move(op->pending);
+  bool stale = op->incarnation != p.epoch;
+  bool ordered = op->ordered;
+  free_op(op);
+  if (stale) return;  // a partial payload never reaches a handler
+  if (ordered) p.blocked = false;
+  --p.landing;
+  if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name,
+                            m.payload_.size(), absl::StatusCodeToString(code), length);
+    if (m.credit_) {  // returned already when the landing was posted (free_announcement)
+      m.credit_ = false;
+      --p.unreleased;
+    }
+    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
+      fail_peer(p, absl::StatusCode::kUnavailable,
+                absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
+    }
+    return;
+  }
+  c_.rndv_received->add();
+  count_received(p, 0, length);  // the payload; its announcement was counted as a message
+  finish_incoming(p, m);
+  m = Message();
+  deliver(p);
+}
+
+void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
+  if (h.aux == 0) {
+    if (p.frag.valid()) {
+      c_.parse_errors->add();
+      p.frag = Message();
+    }
+    std::span<std::byte> dest = landing_for(p, m, h.payload_len);
+    if (!dest.empty()) start_fragments(p, std::move(m), dest);
+    else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, /*ordered=*/true);
+    return;
+  }
+  // A later piece is only bytes: the first piece stands for the message (its request, its
+  // reply), and this one's slot and credit go back once it is copied.
+  m.request_ = false;
+  m.reply_flag_ = false;
+  std::size_t piece = m.payload_.size();
+  if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
+    c_.parse_errors->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
+    return;
+  }
+  copy_payload(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+  add_fragment(p, piece);
+}
+
+void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest) {
+  std::size_t piece = m.payload_.size();
+  copy_payload(dest.data(), m.payload_.data(), piece);
+  m.payload_ = dest;
+  p.frag = std::move(m);
+  p.frag_received = 0;
+  add_fragment(p, piece);
+}
+
+void EngineCore::add_fragment(PeerData& p, std::size_t piece) {
+  c_.bounce_bytes->add(piece);
+  p.frag_received += piece;
+  if (p.frag_received == p.frag.payload_.size()) {
+    Message done = std::move(p.frag);
+    p.frag_received = 0;
+    finish_incoming(p, done);
+  }
+}
+
+}  // namespace sluice::detail
