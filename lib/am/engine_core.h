@@ -178,9 +178,9 @@ class EngineCore final : private Door::Owner {
   // A completion for a message that left inline: runs `cb` from progress(), as every
   // completion does.
   void complete_inline(std::uint32_t peer, SendCallback&& cb);
-  Result pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-              std::span<const std::byte> inline_payload, std::uint32_t payload_len, std::uint64_t rpc_id,
-              std::uint64_t aux, std::uint16_t status, Op** out);
+  // Packs `m` (its payload inline) into a send-pool slot with a full header announcing
+  // `payload_len` bytes.
+  Result pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out);
   // Coalescing (docs/wire-protocol.md, MORE): `head`'s tagged message grows by one run of
   // `len` bytes (one message, or several already joined); returns where the run goes, or
   // nullptr when the slot has no room. The caller writes it there.
@@ -196,15 +196,12 @@ class EngineCore final : private Door::Owner {
   bool send_packed_now(PeerData& p, Op* header);
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
-  Result send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                         std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags, std::uint64_t rpc_id,
-                         std::uint64_t aux, bool releases_rpc_slot = false);
+  // Bounce mode: `m`'s payload in pieces through send-pool slots.
+  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback cb, bool releases_rpc_slot = false);
   Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
   // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
   // nullptr for eager). Not for bounce mode's pieces.
-  Result pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                      std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status,
-                      PayloadCopy copy, Op** hop, Op** pop);
+  Result pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop);
   // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
   // rode in `head`'s tagged message (not `head` itself).
   void post_batch(PeerData& p, Op** open);
@@ -215,15 +212,12 @@ class EngineCore final : private Door::Owner {
   // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
   // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
   // and reports the transport's error.
-  bool send_inline(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                   std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux, std::uint16_t status);
+  bool send_inline(PeerData& p, const Outgoing& m);
   // Writes the wire header of the next message to `p` (its sequence number, the credits we
   // owe it; the compact header when the flags allow, else the full one with our
   // acknowledgement), the user header and the payload at `out`; returns the bytes. The
   // message must leave as written: a queued one is patched at transmit (full header only).
-  std::size_t encode_next(const PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                          std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                          std::uint16_t status, std::byte* out) const;
+  std::size_t encode_next(const PeerData& p, const Outgoing& m, std::byte* out) const;
   // Counts a message that left at once (encode_next's header): its credit, the credits
   // returned with it, its sequence number.
   void count_sent_now(PeerData& p, std::size_t total);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include <sluice/message.h>
 #include <sluice/pool.h>
@@ -30,6 +31,27 @@ inline constexpr std::size_t kCoalesceMax = 1024;
 // limit on shared memory (`ucx_info -e` prints "0..<egr/short>..93" for sysv and posix: 92
 // bytes go inline, 93 do not, as measured with am.sent_inline; TCP's limit is larger).
 inline constexpr std::size_t kInlineMax = 92;
+
+// One message to send, as its parts: what every send path takes. The wire header's remaining
+// fields (sequence, credits, acknowledgement) are the peer's state, filled in when it leaves.
+struct Outgoing {
+  std::uint8_t flags = 0;  // wire flags: REQUEST, REPLY, REPLY_BUF, RNDV, FRAG
+  HandlerId handler = 0;
+  std::span<const std::byte> header;   // the user header
+  std::span<const std::byte> payload;  // what travels in the message itself
+  std::uint64_t rpc_id = 0;            // a request's call id, or the call a reply answers
+  std::uint64_t aux = 0;               // a request's reply-buffer capacity; a piece's offset
+  std::uint16_t status = 0;            // a reply's status code
+};
+
+// A one-way message: no flags, no call.
+inline Outgoing plain_message(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload) {
+  Outgoing m;
+  m.handler = h;
+  m.header = header;
+  m.payload = payload;
+  return m;
+}
 
 // A transport operation of this engine; pooled, never allocated on the hot path once warm.
 struct Op : TransportOp {

@@ -27,19 +27,25 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   }
   std::uint8_t flags = wire::kFlagRequest;
   if (!options.reply_buffer.empty()) flags |= wire::kFlagReplyBuf;
-  std::uint64_t aux = options.reply_buffer.size();
+  Outgoing out{.flags = flags,
+               .handler = method,
+               .header = header,
+               .payload = payload,
+               .rpc_id = id,
+               .aux = options.reply_buffer.size(),
+               .status = 0};
   Op* hop = nullptr;
   Op* pop = nullptr;
   bool fragmented = false;
   // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
-  bool sent = options.reply_buffer.empty() && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots &&
-              send_inline(p, flags, method, header, payload, id, aux, 0);
+  bool sent =
+      options.reply_buffer.empty() && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots && send_inline(p, out);
   Result r = Result::kOk;
   if (sent) {
     ++p.calls_outstanding;
   } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
-    r = pack_message(p, flags, method, header, payload, id, aux, 0, PayloadCopy::kNo, &hop, &pop);
+    r = pack_message(p, out, PayloadCopy::kNo, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
@@ -83,7 +89,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   if (sent) return Result::kOk;
   if (fragmented) {
     ++p.calls_outstanding;
-    return send_fragmented(p, method, header, payload, {}, flags, id, aux);
+    return send_fragmented(p, out, {});
   }
   if (p.state == PeerState::kReady && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
     ++p.calls_outstanding;
@@ -157,8 +163,14 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
   }
   if (m.reply_buf_ && status == 0 && !payload.empty()) {
     // Straight into the buffer the caller posted: exact tag on the call id.
-    r = pack(p, flags | wire::kFlagRndv | wire::kFlagReplyBuf, m.handler_, header, {},
-             static_cast<std::uint32_t>(payload.size()), m.rpc_id_, 0, status, &hop);
+    Outgoing announcement{.flags = static_cast<std::uint8_t>(flags | wire::kFlagRndv | wire::kFlagReplyBuf),
+                          .handler = m.handler_,
+                          .header = header,
+                          .payload = {},
+                          .rpc_id = m.rpc_id_,
+                          .aux = 0,
+                          .status = status};
+    r = pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop);
     if (r != Result::kOk) return r;
     pop = new_op(OpKind::kSendPayload, p.id);
     r = prepare_payload(pop, payload, copy);
@@ -176,16 +188,23 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
     return enqueue(p, hop, pop);
   }
   if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
-  if (send_inline(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status)) [[likely]] {
+  Outgoing out{.flags = flags,
+               .handler = m.handler_,
+               .header = header,
+               .payload = payload,
+               .rpc_id = m.rpc_id_,
+               .aux = 0,
+               .status = status};
+  if (send_inline(p, out)) [[likely]] {
     answered(true);  // its send is complete already
     complete_inline(p.id, std::move(on_done));
     return Result::kOk;
   }
   if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
-    r = pack_message(p, flags, m.handler_, header, payload, m.rpc_id_, 0, status, copy, &hop, &pop);
+    r = pack_message(p, out, copy, &hop, &pop);
   } else {
     answered(false);
-    return send_fragmented(p, m.handler_, header, payload, std::move(on_done), flags, m.rpc_id_, 0, m.holds_rpc_slot_);
+    return send_fragmented(p, out, std::move(on_done), m.holds_rpc_slot_);
   }
   if (r != Result::kOk) return r;
   answered(false);

@@ -10,32 +10,29 @@
 
 namespace sluice::detail {
 
-Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                        std::span<const std::byte> inline_payload, std::uint32_t payload_len, std::uint64_t rpc_id,
-                        std::uint64_t aux, std::uint16_t status, Op** out) {
-  std::size_t total = wire::kHeaderSize + header.size() + inline_payload.size();
+Result EngineCore::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out) {
+  std::size_t total = wire::kHeaderSize + m.header.size() + m.payload.size();
   PoolClass& cls = send_pool_->eager();
   if (total > cls.slot_size()) return Result::kInvalidArgument;
   Slot slot;
   // Replies may use the capacity held back for them; everything else leaves it.
-  Result got = (flags & wire::kFlagReply) ? cls.try_get_reserved(&slot) : cls.try_get(&slot);
+  Result got = (m.flags & wire::kFlagReply) ? cls.try_get_reserved(&slot) : cls.try_get(&slot);
   if (got != Result::kOk) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
   }
   wire::Header wh;
-  wh.flags = flags;
-  wh.handler = h;
-  wh.user_header_len = static_cast<std::uint16_t>(header.size());
+  wh.flags = m.flags;
+  wh.handler = m.handler;
+  wh.user_header_len = static_cast<std::uint16_t>(m.header.size());
   wh.payload_len = payload_len;
-  wh.status = status;
-  wh.rpc_id = rpc_id;
-  wh.aux = aux;
+  wh.status = m.status;
+  wh.rpc_id = m.rpc_id;
+  wh.aux = m.aux;
   std::byte* d = slot.data();
   wire::encode(wh, d);
-  if (!header.empty()) std::memcpy(d + wire::kHeaderSize, header.data(), header.size());
-  if (!inline_payload.empty())
-    copy_payload(d + wire::kHeaderSize + header.size(), inline_payload.data(), inline_payload.size());
+  if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
+  if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
   Op* op = new_op(OpKind::kSend, p.id);
   op->slot = std::move(slot);
   op->message_len = total;
@@ -43,18 +40,18 @@ Result EngineCore::pack(PeerData& p, std::uint8_t flags, HandlerId h, std::span<
   return Result::kOk;
 }
 
-Result EngineCore::pack_message(PeerData& p, std::uint8_t flags, HandlerId h, std::span<const std::byte> header,
-                                std::span<const std::byte> payload, std::uint64_t rpc_id, std::uint64_t aux,
-                                std::uint16_t status, PayloadCopy copy, Op** hop, Op** pop) {
-  auto len = static_cast<std::uint32_t>(payload.size());
+Result EngineCore::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop) {
+  auto len = static_cast<std::uint32_t>(m.payload.size());
   *pop = nullptr;
-  if (header.size() + payload.size() <= eager_limit_) [[likely]] {
-    return pack(p, flags, h, header, payload, len, rpc_id, aux, status, hop);
-  }
-  Result r = pack(p, flags | wire::kFlagRndv, h, header, {}, len, rpc_id, aux, status, hop);
+  if (m.header.size() + m.payload.size() <= eager_limit_) [[likely]]
+    return pack(p, m, len, hop);
+  Outgoing announcement = m;  // the payload follows by rendezvous
+  announcement.flags |= wire::kFlagRndv;
+  announcement.payload = {};
+  Result r = pack(p, announcement, len, hop);
   if (r != Result::kOk) return r;
   *pop = new_op(OpKind::kSendPayload, p.id);
-  r = prepare_payload(*pop, payload, copy);
+  r = prepare_payload(*pop, m.payload, copy);
   if (r != Result::kOk) {
     free_op(*hop);
     free_op(*pop);
@@ -70,7 +67,7 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
   // here, so it is counted once).
   if (send_pool_->eager().try_take(&slot) != Result::kOk) return false;
   Op* op = new_op(OpKind::kSend, p.id);
-  op->message_len = encode_next(p, 0, h, header, payload, 0, 0, 0, slot.data());
+  op->message_len = encode_next(p, plain_message(h, header, payload), slot.data());
   op->slot = std::move(slot);
   op->incarnation = p.epoch;
   op->on_done = std::move(cb);
@@ -128,8 +125,9 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
     c_.would_block->add();
     return Result::kWouldBlock;
   }
+  Outgoing m = plain_message(h, header, payload);
   if (p.queue.empty()) [[likely]] {
-    if (send_inline(p, 0, h, header, payload, 0, 0, 0)) [[likely]] {
+    if (send_inline(p, m)) [[likely]] {
       complete_inline(p.id, std::move(cb));
       return Result::kOk;
     }
@@ -137,11 +135,9 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   } else if (append_queued(p, h, header, payload, cb)) {
     return Result::kOk;
   }
-  if (!config_.rndv && header.size() + payload.size() > eager_limit_) {
-    return send_fragmented(p, h, header, payload, std::move(cb), 0, 0, 0);
-  }
+  if (!config_.rndv && header.size() + payload.size() > eager_limit_) return send_fragmented(p, m, std::move(cb));
   Op *hop, *pop;
-  Result r = pack_message(p, 0, h, header, payload, 0, 0, 0, copy, &hop, &pop);
+  Result r = pack_message(p, m, copy, &hop, &pop);
   if (r != Result::kOk) return r;
   if (pop != nullptr && memh != nullptr) pop->payload_memh = memh;  // a registered pool slot
   hop->batchable = pop == nullptr && hop->message_len <= kCoalesceMax;
@@ -149,13 +145,11 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   return enqueue(p, hop, pop);
 }
 
-Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                                   std::span<const std::byte> payload, SendCallback cb, std::uint8_t flags,
-                                   std::uint64_t rpc_id, std::uint64_t aux, bool releases_rpc_slot) {
+Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback cb, bool releases_rpc_slot) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.
-  (void)aux;
+  std::span<const std::byte> header = m.header, payload = m.payload;
   std::size_t offset = 0;
   bool first = true;
   while (offset < payload.size()) {
@@ -166,8 +160,13 @@ Result EngineCore::send_fragmented(PeerData& p, HandlerId h, std::span<const std
     Result r;
     auto deadline =
         Clock::now() + (config_.connect_timeout == kInfinite ? std::chrono::hours(24) : config_.connect_timeout);
-    while ((r = pack(p, static_cast<std::uint8_t>(flags | wire::kFlagFrag), h, uh, payload.subspan(offset, piece),
-                     static_cast<std::uint32_t>(payload.size()), rpc_id, offset, 0, &op)) == Result::kWouldBlock) {
+    Outgoing piece_m = m;  // a piece's aux is its offset
+    piece_m.flags |= wire::kFlagFrag;
+    piece_m.header = uh;
+    piece_m.payload = payload.subspan(offset, piece);
+    piece_m.aux = offset;
+    piece_m.status = 0;
+    while ((r = pack(p, piece_m, static_cast<std::uint32_t>(payload.size()), &op)) == Result::kWouldBlock) {
       if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
       if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
       progress();

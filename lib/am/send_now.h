@@ -35,34 +35,31 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
 // (a reply buffer's capacity).
 constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wire::compactable(flags) && aux == 0; }
 
-[[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, std::uint8_t flags, HandlerId h,
-                                                                  std::span<const std::byte> header,
-                                                                  std::span<const std::byte> payload,
-                                                                  std::uint64_t rpc_id, std::uint64_t aux,
-                                                                  std::uint16_t status, std::byte* out) const {
+[[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, const Outgoing& m,
+                                                                  std::byte* out) const {
   std::size_t hs;
   auto credits = static_cast<std::uint16_t>(p.owed.owed());
-  if (takes_compact(flags, aux)) [[likely]] {
-    hs = wire::encode_compact(flags, h, static_cast<std::uint16_t>(header.size()), credits, status, p.next_seq, rpc_id,
-                              out);
+  auto header_len = static_cast<std::uint16_t>(m.header.size());
+  if (takes_compact(m.flags, m.aux)) [[likely]] {
+    hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.next_seq, m.rpc_id, out);
   } else {
     wire::Header wh;
-    wh.flags = flags;
-    wh.handler = h;
-    wh.user_header_len = static_cast<std::uint16_t>(header.size());
-    wh.payload_len = static_cast<std::uint32_t>(payload.size());
+    wh.flags = m.flags;
+    wh.handler = m.handler;
+    wh.user_header_len = header_len;
+    wh.payload_len = static_cast<std::uint32_t>(m.payload.size());
     wh.credits = credits;
-    wh.status = status;
+    wh.status = m.status;
     wh.seq = p.next_seq;
     wh.ack = p.window.delivered();
-    wh.rpc_id = rpc_id;
-    wh.aux = aux;
+    wh.rpc_id = m.rpc_id;
+    wh.aux = m.aux;
     wire::encode(wh, out);
     hs = wire::kHeaderSize;
   }
-  copy_bytes(out + hs, header.data(), header.size());
-  copy_bytes(out + hs + header.size(), payload.data(), payload.size());
-  return hs + header.size() + payload.size();
+  copy_bytes(out + hs, m.header.data(), m.header.size());
+  copy_bytes(out + hs + m.header.size(), m.payload.data(), m.payload.size());
+  return hs + m.header.size() + m.payload.size();
 }
 
 [[gnu::always_inline]] inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
@@ -73,14 +70,11 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   count_sent(p, 1, total);
 }
 
-[[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, std::uint8_t flags, HandlerId h,
-                                                           std::span<const std::byte> header,
-                                                           std::span<const std::byte> payload, std::uint64_t rpc_id,
-                                                           std::uint64_t aux, std::uint16_t status) {
-  std::size_t hs = takes_compact(flags, aux) ? wire::compact_size(flags) : wire::kHeaderSize;
-  if (hs + header.size() + payload.size() > kInlineMax || !p.can_send_now()) return false;
+[[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, const Outgoing& m) {
+  std::size_t hs = takes_compact(m.flags, m.aux) ? wire::compact_size(m.flags) : wire::kHeaderSize;
+  if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
-  std::size_t total = encode_next(p, flags, h, header, payload, rpc_id, aux, status, buf);
+  std::size_t total = encode_next(p, m, buf);
   PostResult r = p.ep.send_now(buf, total, p.tx_tag);
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.

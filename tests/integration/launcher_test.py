@@ -389,7 +389,7 @@ class SluiceInfo(unittest.TestCase):
         self.assertIn("UCX", r.stdout)
 
     def test_devices_name_the_ucx_settings_sluice_makes_and_leave_the_users_alone(self):
-        # architecture.md, 16: the shared-memory FIFO follows SLUICE_CREDITS unless UCX's is set.
+        # architecture.md (Failure and closing): the shared-memory FIFO follows SLUICE_CREDITS unless UCX's is set.
         r = run([INFO, "-d"])
         self.assertIn("UCX_{SYSV,POSIX}_FIFO_SIZE=256", r.stdout)
         r = run([INFO, "-d"], env={"SLUICE_CREDITS": "64"})
