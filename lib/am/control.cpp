@@ -14,7 +14,7 @@ void EngineCore::start_handshake(PeerData& p) {
     return;
   }
   p.state = PeerState::kConnecting;
-  p.hello_deadline =
+  p.link.hello_deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   send_hello(p);
 }
@@ -27,7 +27,7 @@ void EngineCore::refuse(PeerData& p, const std::string& why) {
 }
 
 bool EngineCore::send_hello(PeerData& p) {
-  if (p.hello_sent) return true;
+  if (p.link.hello_sent) return true;
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
   // Besides the slots its credits reserve, min(SLUICE_RX_POSTED, credits) more for the
   // receives posted for it: a handler keeping all its messages never leaves it without one.
@@ -44,9 +44,9 @@ bool EngineCore::send_hello(PeerData& p) {
   if (grant < config_.credits) {
     SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, config_.credits);
   }
-  p.granted = grant;
-  p.rx_reserved = posted(grant);
-  p.owed.grant(grant);
+  p.rx.granted = grant;
+  p.rx.reserved = posted(grant);
+  p.rx.owed.grant(grant);
   // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
@@ -62,8 +62,8 @@ bool EngineCore::send_hello(PeerData& p) {
     SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name, slots,
                config_.rpc_slots);
   }
-  p.reply_reserved = 2 * slots;
-  p.server_slots = SlotTable(slots);
+  p.tx.reply_reserved = 2 * slots;
+  p.rpc.server_slots = SlotTable(slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
@@ -75,10 +75,10 @@ bool EngineCore::send_hello(PeerData& p) {
                     slots,
                     p.id,
                     incarnation_,
-                    p.rx_key};
+                    p.rx.key};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
-  p.hello_sent = true;
+  p.link.hello_sent = true;
   fault_.pass(FaultPoint::kHello);
   send_ctrl(p, wire::kHello, body, incarnation_);
   return true;
@@ -86,31 +86,31 @@ bool EngineCore::send_hello(PeerData& p) {
 
 void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux) {
   if (!p.ep.valid()) return;
-  if (p.ctrl_busy[kind]) {
-    if (kind == wire::kCredit) p.credit_again = true;  // resend when the previous completes
+  if (p.tx.ctrl_busy[kind]) {
+    if (kind == wire::kCredit) p.tx.credit_again = true;  // resend when the previous completes
     return;
   }
-  std::byte* buf = p.ctrl_buf[kind].data();
+  std::byte* buf = p.tx.ctrl_buf[kind].data();
   wire::Header h;
   h.flags = wire::kFlagCtrl;
   h.handler = kind;
   h.user_header_len = static_cast<std::uint16_t>(body.size());
-  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? p.owed.take() : 0;
-  h.ack = p.window.delivered();
+  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? p.rx.owed.take() : 0;
+  h.ack = p.rx.window.delivered();
   // Heartbeats carry the credits returned in all, this one's included: the peer recovers
   // returns that were lost (SendCredits::reconcile).
-  h.aux = kind == wire::kPing || kind == wire::kPong ? p.owed.returned() : aux;
+  h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed.returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
   Op* op = new_op(OpKind::kCtrl, p.id);
   op->ctrl_kind = kind;
   op->incarnation = p.epoch;
-  p.ctrl_busy[kind] = true;
+  p.tx.ctrl_busy[kind] = true;
   c_.ctrl_sent->add();
   ++tx_inflight_;
   // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
   // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
-  std::uint64_t tag = p.hello_received ? p.tx_tag : wire::make_tag(wire::kCtrl, p.remote_slot, 0);
+  std::uint64_t tag = p.link.hello_received ? p.tx.tag : wire::make_tag(wire::kCtrl, p.remote_slot, 0);
   PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
   if (r.kind == Post::kDone) done_.push_back({op, absl::StatusCode::kOk, 0, 0});
   else if (r.kind == Post::kError) done_.push_back({op, r.code, 0, 0});
@@ -119,7 +119,7 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
 void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
   --tx_inflight_;
   PeerData& p = *peers_[op->peer];
-  p.ctrl_busy[op->ctrl_kind] = false;
+  p.tx.ctrl_busy[op->ctrl_kind] = false;
   std::uint16_t kind = op->ctrl_kind;
   bool stale = op->incarnation != p.epoch;
   free_op(op);
@@ -128,9 +128,9 @@ void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
     if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "control message failed");
     return;
   }
-  if (kind == wire::kCredit && p.credit_again && p.state == PeerState::kReady) {
-    p.credit_again = false;
-    if (p.owed.owed() != 0) {
+  if (kind == wire::kCredit && p.tx.credit_again && p.state == PeerState::kReady) {
+    p.tx.credit_again = false;
+    if (p.rx.owed.owed() != 0) {
       c_.credit_msgs->add();
       send_ctrl(p, wire::kCredit, {});
     }
@@ -166,7 +166,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
     count_drop("control message before the handshake");
     return;
   }
-  if (h.credits != 0 && !p.credits.give_back(h.credits)) {
+  if (h.credits != 0 && !p.tx.credits.give_back(h.credits)) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p.name, h.credits);
   }
@@ -178,21 +178,21 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
       break;
     case wire::kPong:
       reconcile_credits(p, h.aux);
-      if (p.ping_outstanding) p.traffic.sample_rtt(Clock::now() - p.ping_sent);
-      p.ping_outstanding = false;
+      if (p.link.ping_outstanding) p.traffic.sample_rtt(Clock::now() - p.link.ping_sent);
+      p.link.ping_outstanding = false;
       break;
     case wire::kBye:
       // Answer, so the peer's orderly close need not wait for a goodbye of ours; close once
       // the messages it sent before its BYE (aux: the last sequence) are all in.
       send_bye(p);
-      p.bye_received = true;
-      p.bye_seq = h.aux;
-      if (h.aux > p.window.delivered() + p.granted) {
+      p.link.bye_received = true;
+      p.link.bye_seq = h.aux;
+      if (h.aux > p.rx.window.delivered() + p.rx.granted) {
         // More undelivered messages than it had credits for: not a sequence a correct peer
         // sends. Close now rather than wait for messages that cannot come.
         c_.parse_errors->add();
         SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name, h.aux);
-        p.bye_seq = p.window.delivered();
+        p.link.bye_seq = p.rx.window.delivered();
       }
       close_after_bye(p);
       return;
@@ -205,7 +205,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
 }
 
 void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
-  std::int64_t d = p.credits.reconcile(peer_returned);
+  std::int64_t d = p.tx.credits.reconcile(peer_returned);
   if (d == 0) [[likely]]
     return;
   if (d > 0) {
@@ -219,7 +219,7 @@ void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
 }
 
 void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
-  if (p.hello_received && hello.incarnation == p.incarnation) {
+  if (p.link.hello_received && hello.incarnation == p.incarnation) {
     c_.duplicates->add();
     return;
   }
@@ -229,24 +229,24 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     count_drop("hello from a dead incarnation");
     return;
   }
-  if (p.hello_received || p.state == PeerState::kDead) {
+  if (p.link.hello_received || p.state == PeerState::kDead) {
     // A restarted peer: whatever was towards the old incarnation is over.
     if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
     SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
     ++p.epoch;  // completions of the old incarnation's operations are ignored
     p.state = PeerState::kNew;
-    p.hello_sent = p.hello_received = false;
-    p.credits = SendCredits();
-    p.owed = CreditReturn();
-    p.unreleased = 0;
-    p.next_seq = 1;
-    p.sent_seq = 0;
-    p.landing = 0;
-    p.bye_sent = p.bye_received = false;
-    p.bye_seq = 0;
-    p.window = ReorderWindow<Incoming>();
-    p.rpc_slots = 0;
-    p.ping_outstanding = false;
+    p.link.hello_sent = p.link.hello_received = false;
+    p.tx.credits = SendCredits();
+    p.rx.owed = CreditReturn();
+    p.rx.unreleased = 0;
+    p.tx.next_seq = 1;
+    p.tx.sent_seq = 0;
+    p.rx.landing = 0;
+    p.link.bye_sent = p.link.bye_received = false;
+    p.link.bye_seq = 0;
+    p.rx.window = ReorderWindow<Incoming>();
+    p.rpc.slots = 0;
+    p.link.ping_outstanding = false;
     handle_hello(p, hello);
     return;
   }
@@ -255,39 +255,40 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
               absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name, hello.credits));
     return;
   }
-  p.hello_received = true;
+  p.link.hello_received = true;
   p.incarnation = hello.incarnation;
   if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
-  p.tx_tag = wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key);
-  p.credits.grant(hello.credits);
-  p.rpc_slots = hello.rpc_slots;
-  p.last_heard = Clock::now();
+  p.tx.tag = wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key);
+  p.tx.credits.grant(hello.credits);
+  p.rpc.slots = hello.rpc_slots;
+  p.link.last_heard = Clock::now();
   if (p.state == PeerState::kNew) start_handshake(p);
-  else if (!p.hello_sent) send_hello(p);  // a client answers the server's HELLO
+  else if (!p.link.hello_sent) send_hello(p);  // a client answers the server's HELLO
   maybe_ready(p);
 }
 
 void EngineCore::send_bye(PeerData& p) {
-  if (p.bye_sent) return;
-  p.bye_sent = true;
-  send_ctrl(p, wire::kBye, {}, p.sent_seq);
+  if (p.link.bye_sent) return;
+  p.link.bye_sent = true;
+  send_ctrl(p, wire::kBye, {}, p.tx.sent_seq);
 }
 
 void EngineCore::close_after_bye(PeerData& p) {
-  if (!p.bye_received || p.state != PeerState::kReady) return;
-  if (static_cast<std::int64_t>(p.window.delivered() - p.bye_seq) < 0 || p.landing != 0 || p.parked != 0 || p.blocked)
+  if (!p.link.bye_received || p.state != PeerState::kReady) return;
+  if (static_cast<std::int64_t>(p.rx.window.delivered() - p.link.bye_seq) < 0 || p.rx.landing != 0 ||
+      p.rx.parked != 0 || p.rx.blocked)
     return;
   fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
 void EngineCore::maybe_ready(PeerData& p) {
-  if (p.state != PeerState::kConnecting || !p.hello_sent || !p.hello_received) return;
+  if (p.state != PeerState::kConnecting || !p.link.hello_sent || !p.link.hello_received) return;
   p.state = PeerState::kReady;
-  p.last_heard = Clock::now();
-  p.early_since = {};
-  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.granted,
-             p.credits.granted(), p.rpc_slots, p.ep.transports());
-  if (p.window.held() != 0) deliver(p);  // what arrived before its HELLO
+  p.link.last_heard = Clock::now();
+  p.link.early_since = {};
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.rx.granted,
+             p.tx.credits.granted(), p.rpc.slots, p.ep.transports());
+  if (p.rx.window.held() != 0) deliver(p);  // what arrived before its HELLO
   flush(p);
 }
 

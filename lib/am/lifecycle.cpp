@@ -119,7 +119,7 @@ EngineCore::~EngineCore() {
     if (tx_inflight_ > 0) return true;
     for (auto& p : peers_)
       if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) &&
-          (!p->queue.empty() || !p->call_queue.empty()))
+          (!p->tx.queue.empty() || !p->rpc.call_queue.empty()))
         return true;  // a connecting peer's queue goes out once its HELLO is in
     return false;
   };
@@ -164,8 +164,8 @@ EngineCore::~EngineCore() {
   parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
   for (auto& p : peers_) {
     if (!p) continue;
-    p->window.clear();
-    p->frag = Message();
+    p->rx.window.clear();
+    p->rx.frag = Message();
     p->ep = Endpoint();
   }
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));

@@ -61,7 +61,7 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   auto* p = static_cast<PeerData*>(arg);
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
-  p->fail_reason = absl::StrFormat("transport error: %s", transport_error_name(ucs_status));
+  p->link.fail_reason = absl::StrFormat("transport error: %s", transport_error_name(ucs_status));
   p->handle->engine_->failed_eps_.push_back(p->id);
 }
 
@@ -92,7 +92,7 @@ void EngineCore::drain_completions() {
     std::uint32_t id = failed_eps_.back();
     failed_eps_.pop_back();
     PeerData& p = *peers_[id];
-    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
   }
 }
 
@@ -202,24 +202,24 @@ void EngineCore::timers(Clock::time_point now) {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!peers_[i]) continue;
     PeerData& p = *peers_[i];
-    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite && now >= p.hello_deadline) {
+    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite && now >= p.link.hello_deadline) {
       fail_peer(
           p, absl::StatusCode::kDeadlineExceeded,
           absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(config_.connect_timeout)));
       continue;
     }
-    if (p.state == PeerState::kConnecting && p.early_since != Clock::time_point{} &&
-        now - p.early_since >= config_.heartbeat) [[unlikely]] {
+    if (p.state == PeerState::kConnecting && p.link.early_since != Clock::time_point{} &&
+        now - p.link.early_since >= config_.heartbeat) [[unlikely]] {
       drop_early(p);
       continue;
     }
     if (p.state != PeerState::kReady) continue;
-    if (now - p.link_lost_at >= kLinkGrace) [[unlikely]] {
-      fail_peer(p, absl::StatusCode::kUnavailable, p.fail_reason);
+    if (now - p.link.lost_at >= kLinkGrace) [[unlikely]] {
+      fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
       continue;
     }
-    if (away) p.last_heard = now;
-    Duration silent = now - p.last_heard;
+    if (away) p.link.last_heard = now;
+    Duration silent = now - p.link.last_heard;
     if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
       // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
       PoolClassStats rx = recv_pool_->eager().stats();
@@ -228,11 +228,11 @@ void EngineCore::timers(Clock::time_point now) {
                  "queued; we hold %u of its messages unreleased and owe it %u credits; next "
                  "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-                 p.name, p.credits.available(), p.credits.granted(), p.queued, p.queue.size(), p.call_queue.size(),
-                 p.unreleased, p.owed.owed(), p.window.expected(), p.window.held(),
-                 std::count_if(p.rx_ops.begin(), p.rx_ops.end(), [](const Op* op) { return op->busy; }),
-                 p.rx_ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
-                 worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask) ? "yes" : "no");
+                 p.name, p.tx.credits.available(), p.tx.credits.granted(), p.tx.queued, p.tx.queue.size(),
+                 p.rpc.call_queue.size(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
+                 std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->busy; }),
+                 p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
+                 worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,
                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                 format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
@@ -241,13 +241,13 @@ void EngineCore::timers(Clock::time_point now) {
     }
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
-    if (p.owed.owed() != 0) {
+    if (p.rx.owed.owed() != 0) {
       c_.credit_msgs->add();
       send_ctrl(p, wire::kCredit, {});
     }
-    if (silent >= config_.heartbeat && (!p.ping_outstanding || now - p.ping_sent >= config_.heartbeat)) {
-      p.ping_outstanding = true;
-      p.ping_sent = now;
+    if (silent >= config_.heartbeat && (!p.link.ping_outstanding || now - p.link.ping_sent >= config_.heartbeat)) {
+      p.link.ping_outstanding = true;
+      p.link.ping_sent = now;
       c_.heartbeats->add();
       send_ctrl(p, wire::kPing, {});
     }

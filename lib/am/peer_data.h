@@ -37,65 +37,83 @@ struct PeerTraffic {
 };
 
 struct PeerData {
+  // Who it is.
   std::uint32_t id = 0;           // our index for it: the slot it puts in tags to us
   int rank = -1;                  // its rank in rank mode; -1 for a client/server peer
   std::string name;               // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
   std::uint32_t remote_slot = 0;  // its index for us: the slot we put in tags to it
   PeerState state = PeerState::kNew;
-  bool hello_sent = false;
-  bool hello_received = false;
   std::uint64_t incarnation = 0;  // the peer's
   std::uint64_t epoch = 0;        // bumped when the peer restarts; ops carry it
   Endpoint ep;
   std::unique_ptr<Peer> handle;
-  SendCredits credits;
-  CreditReturn owed;
-  std::uint32_t granted = 0;  // receive slots reserved for this peer's messages (its credits)
-  // Receives posted for this peer's EAGER tag (exact, keyed): open from our HELLO until the
-  // peer fails; rx_reserved more receive slots are reserved for them.
-  std::vector<Op*> rx_ops;
-  std::uint32_t rx_reserved = 0;
-  std::uint64_t rx_key = 0;          // the id our HELLO gave it for its EAGER tags to us; 0: closed
-  std::uint64_t tx_tag = 0;          // our EAGER tag to it (its slot for us, the key its HELLO gave)
-  std::uint32_t unreleased = 0;      // its Messages alive that return a credit when released
-  std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
-  std::uint64_t next_seq = 1;
-  ReorderWindow<Incoming> window;
-  std::deque<Pending> queue;
-  std::size_t queued = 0;          // messages in `queue` (an entry may carry several)
-  std::deque<Pending> call_queue;  // requests beyond the server's slots
-  std::uint32_t rpc_slots = 0;     // granted by the peer (server)
-  std::uint32_t calls_outstanding = 0;
-  SlotTable server_slots;  // what we grant the peer as a server
-  bool blocked = false;    // an ordered rendezvous is landing
-  Message frag;            // bounce mode: payload being reassembled
-  std::size_t frag_received = 0;
-  Clock::time_point last_heard{};
-  Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
-  Clock::time_point hello_deadline{};
-  bool ping_outstanding = false;
-  Clock::time_point ping_sent{};
+
+  // The handshake, the link's liveness, the goodbye.
+  struct Link {
+    bool hello_sent = false;
+    bool hello_received = false;
+    Clock::time_point hello_deadline{};
+    Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
+    Clock::time_point last_heard{};
+    bool ping_outstanding = false;
+    Clock::time_point ping_sent{};
+    bool bye_sent = false;
+    bool bye_received = false;  // the peer closes once everything up to bye_seq is in
+    std::uint64_t bye_seq = 0;
+    std::string fail_reason;
+    bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
+    // Client/server: when its front-door link closed (its process ended, or it is closing: its
+    // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
+    Clock::time_point lost_at = Clock::time_point::max();
+  } link;
+
+  // What we send it: credits, sequence, the send queue, control-message buffers.
+  struct Transmit {
+    SendCredits credits;
+    std::uint64_t tag = 0;  // our EAGER tag to it (its slot for us, the key its HELLO gave)
+    std::uint64_t next_seq = 1;
+    std::uint64_t sent_seq = 0;  // the last sequence handed to the transport (in order)
+    std::deque<Pending> queue;
+    std::size_t queued = 0;            // messages in `queue` (an entry may carry several)
+    std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
+    std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
+    std::array<bool, 7> ctrl_busy{};
+    bool credit_again = false;
+  } tx;
+
+  // What we receive from it: posted receives, credits owed back, ordering, landings.
+  struct Receive {
+    CreditReturn owed;
+    std::uint32_t granted = 0;  // receive slots reserved for its messages (its credits)
+    // Receives posted for its EAGER tag (exact, keyed): open from our HELLO until the peer
+    // fails; `reserved` more receive slots are reserved for them.
+    std::vector<Op*> ops;
+    std::uint32_t reserved = 0;
+    std::uint64_t key = 0;         // the id our HELLO gave it for its EAGER tags to us; 0: closed
+    std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
+    ReorderWindow<Incoming> window;
+    bool blocked = false;  // an ordered rendezvous is landing
+    Message frag;          // bounce mode: payload being reassembled
+    std::size_t frag_received = 0;
+    std::uint32_t landing = 0;  // exact receives posted for its payloads
+    std::uint32_t parked = 0;   // its payloads waiting for receive memory (parked_)
+  } rx;
+
+  // RPC both ways: our calls to it, its calls to us.
+  struct Rpc {
+    std::deque<Pending> call_queue;  // requests beyond the server's slots
+    std::uint32_t slots = 0;         // granted by the peer (server)
+    std::uint32_t calls_outstanding = 0;
+    SlotTable server_slots;  // what we grant the peer as a server
+  } rpc;
+
   PeerTraffic traffic;
-  std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
-  std::array<bool, 7> ctrl_busy{};
-  bool credit_again = false;
-  bool bye_sent = false;
-  std::uint64_t sent_seq = 0;  // the last sequence handed to the transport (in order)
-  std::uint32_t landing = 0;   // exact receives posted for this peer's payloads
-  std::uint32_t parked = 0;    // its payloads waiting for receive memory (parked_)
-  bool bye_received = false;   // the peer closes once everything up to bye_seq is in
-  std::uint64_t bye_seq = 0;
-  std::string fail_reason;
-  bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
-  // Client/server: when its front-door link closed (its process ended, or it is closing: its
-  // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
-  Clock::time_point link_lost_at = Clock::time_point::max();
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
-  bool has_waiting() const { return !queue.empty() || !call_queue.empty(); }
+  bool has_waiting() const { return !tx.queue.empty() || !rpc.call_queue.empty(); }
   // A message may leave at once: the handshake is done, a credit is free, nothing queued
   // ahead of it.
-  bool can_send_now() const { return state == PeerState::kReady && queue.empty() && credits.available() != 0; }
+  bool can_send_now() const { return state == PeerState::kReady && tx.queue.empty() && tx.credits.available() != 0; }
 };
 
 }  // namespace sluice::detail

@@ -20,7 +20,7 @@ PeerData* EngineCore::create_rank_peer(int rank) {
   slot->rank = rank;
   slot->name = absl::StrFormat("rank %d", rank);
   slot->handle.reset(new Peer(this, slot.get(), slot->id, rank));
-  slot->server_slots = SlotTable(config_.rpc_slots);
+  slot->rpc.server_slots = SlotTable(config_.rpc_slots);
   slot->remote_slot = static_cast<std::uint32_t>(this->rank());
   return slot.get();
 }
@@ -55,14 +55,14 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
   }
   p.state = PeerState::kDead;
-  p.fail_reason = reason;
-  p.link_lost_at = Clock::time_point::max();
+  p.link.fail_reason = reason;
+  p.link.lost_at = Clock::time_point::max();
   if (p.rank < 0 && door_) door_->close_link(p.id);
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
-  p.queued = 0;
-  for (auto* q : {&p.queue, &p.call_queue}) {
+  p.tx.queued = 0;
+  for (auto* q : {&p.tx.queue, &p.rpc.call_queue}) {
     while (!q->empty()) {
       Pending m = q->front();
       q->pop_front();
@@ -78,15 +78,16 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
     if (req != nullptr)
-      p.close_pending = absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1)));
+      p.link.close_pending =
+          absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1)));
   }
   // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
   // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
   complete_stuck_sends(p, status);
-  p.window.clear();
-  p.frag = Message();
+  p.rx.window.clear();
+  p.rx.frag = Message();
   drop_parked(p);
-  p.blocked = false;
+  p.rx.blocked = false;
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : op_storage_) {
     if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
@@ -96,17 +97,17 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
   for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish_call(id, status);
   close_receives(p);
-  if (p.granted != 0) {
-    recv_pool_->eager().unreserve(p.granted + p.rx_reserved);
-    p.granted = 0;
-    p.rx_reserved = 0;
+  if (p.rx.granted != 0) {
+    recv_pool_->eager().unreserve(p.rx.granted + p.rx.reserved);
+    p.rx.granted = 0;
+    p.rx.reserved = 0;
   }
-  if (p.reply_reserved != 0) {
-    send_pool_->eager().unreserve(p.reply_reserved);
-    p.reply_reserved = 0;
+  if (p.tx.reply_reserved != 0) {
+    send_pool_->eager().unreserve(p.tx.reply_reserved);
+    p.tx.reply_reserved = 0;
   }
-  p.server_slots = SlotTable(config_.rpc_slots);
-  p.calls_outstanding = 0;
+  p.rpc.server_slots = SlotTable(config_.rpc_slots);
+  p.rpc.calls_outstanding = 0;
   if (p.rank < 0) gone_cs_.push_back(p.id);
 }
 
@@ -151,9 +152,9 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
 void EngineCore::drop_early(PeerData& p) {
   // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
   // within a heartbeat interval is not coming, and what waited for it goes.
-  for (std::size_t n = p.window.held(); n > 0; --n) count_drop("before the handshake (no HELLO came)");
-  p.window.clear();  // their Messages release their slots and credits
-  p.early_since = {};
+  for (std::size_t n = p.rx.window.held(); n > 0; --n) count_drop("before the handshake (no HELLO came)");
+  p.rx.window.clear();  // their Messages release their slots and credits
+  p.link.early_since = {};
 }
 
 void EngineCore::count_drop(const char* what) {
@@ -166,7 +167,7 @@ void EngineCore::count_drop(const char* what) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.close_pending || p.unreleased != 0 || p.landing != 0 ||
+  if (p.state != PeerState::kDead || p.link.close_pending || p.rx.unreleased != 0 || p.rx.landing != 0 ||
       std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
@@ -196,7 +197,7 @@ PeerData& EngineCore::new_cs_peer() {
     PeerData fresh;
     fresh.id = old.id;
     fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
-    fresh.rx_ops = std::move(old.rx_ops);
+    fresh.rx.ops = std::move(old.rx.ops);
     old = std::move(fresh);
     c_.peers_reused->add();
     SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
@@ -215,7 +216,7 @@ PeerData& EngineCore::init_cs_peer(PeerData& p) {
   p.name = absl::StrFormat("client slot %u", p.id);
   p.remote_slot = wire::kUnassignedSlot;
   p.handle.reset(new Peer(this, &p, p.id, -1));
-  p.server_slots = SlotTable(config_.rpc_slots);
+  p.rpc.server_slots = SlotTable(config_.rpc_slots);
   return p;
 }
 
@@ -265,7 +266,7 @@ absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
 
 void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
   p.state = PeerState::kDead;
-  p.fail_reason = why;
+  p.link.fail_reason = why;
   gone_cs_.push_back(p.id);
 }
 
@@ -283,7 +284,7 @@ absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
   p.ep = std::move(*ep);
   // The client speaks first over UCX: its HELLO, then ours (handle_hello).
   p.state = PeerState::kConnecting;
-  p.hello_deadline =
+  p.link.hello_deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
   return p.id;
@@ -293,10 +294,10 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   if (slot >= peers_.size() || !peers_[slot]) return;
   PeerData& p = *peers_[slot];
   if (p.state == PeerState::kDead) return;
-  p.fail_reason = why;
+  p.link.fail_reason = why;
   if (p.state == PeerState::kReady) {
-    p.link_lost_at = Clock::now();  // its BYE may still be on its way
-    next_timer_ = std::min(next_timer_, p.link_lost_at + kLinkGrace);
+    p.link.lost_at = Clock::now();  // its BYE may still be on its way
+    next_timer_ = std::min(next_timer_, p.link.lost_at + kLinkGrace);
   } else {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
   }
@@ -324,7 +325,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     return dialed.status();
   }
   if (p.state == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason));
   }
   p.remote_slot = dialed->slot;
   auto ep = worker_->connect(dialed->address, &EngineCore::on_ep_error, &p);
@@ -335,7 +336,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   }
   p.ep = std::move(*ep);
   p.state = PeerState::kConnecting;
-  p.hello_deadline = deadline;
+  p.link.hello_deadline = deadline;
   send_hello(p);
   // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
   // fails the peer.
@@ -348,7 +349,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     }
   }
   if (p.state != PeerState::kReady) {
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.fail_reason));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason));
   }
   return p.handle.get();
 }

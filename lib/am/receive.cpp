@@ -23,7 +23,7 @@ void EngineCore::post_receives() {
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
     PeerData& p = *peers_[op->peer];
-    if (p.rx_key == 0 || op->incarnation != p.rx_key) [[unlikely]] {
+    if (p.rx.key == 0 || op->incarnation != p.rx.key) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
       op->slot.release();
@@ -39,7 +39,7 @@ void EngineCore::post_receives() {
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
     PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(),
-                                      wire::make_tag(wire::kEager, p.id, p.rx_key), kFullMask, op->slot.memh());
+                                      wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, op->slot.memh());
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
@@ -52,18 +52,18 @@ void EngineCore::post_receives() {
 }
 
 void EngineCore::open_receives(PeerData& p) {
-  p.rx_key = next_rx_key_ = next_rx_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
-  while (p.rx_ops.size() < p.rx_reserved) {
+  p.rx.key = next_rx_key_ = next_rx_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
+  while (p.rx.ops.size() < p.rx.reserved) {
     Op* op = new_op(OpKind::kRx, p.id);
-    p.rx_ops.push_back(op);
+    p.rx.ops.push_back(op);
     rx_ops_.push_back(op);
   }
   // Ops still busy under the old key (cancelled, their completion not yet handled) come back
   // through on_rx and are posted under the new one.
-  for (std::size_t i = 0; i < p.rx_ops.size(); ++i) {
-    Op* op = p.rx_ops[i];
-    op->incarnation = i < p.rx_reserved ? p.rx_key : 0;
-    if (i < p.rx_reserved && !op->busy && !op->queued) {
+  for (std::size_t i = 0; i < p.rx.ops.size(); ++i) {
+    Op* op = p.rx.ops[i];
+    op->incarnation = i < p.rx.reserved ? p.rx.key : 0;
+    if (i < p.rx.reserved && !op->busy && !op->queued) {
       op->queued = true;
       unposted_.push_back(op);
     }
@@ -71,12 +71,12 @@ void EngineCore::open_receives(PeerData& p) {
 }
 
 void EngineCore::close_receives(PeerData& p) {
-  if (p.rx_key == 0) return;
-  for (Op* op : p.rx_ops) worker_->cancel(op);
+  if (p.rx.key == 0) return;
+  for (Op* op : p.rx.ops) worker_->cancel(op);
   // Messages the peer sent before it failed may still arrive: no receive takes them now, so
   // they are taken out of UCX's unexpected queue for a while, not left to pin its memory.
-  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx_key), Clock::now() + kStragglerWindow});
-  p.rx_key = 0;
+  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx.key), Clock::now() + kStragglerWindow});
+  p.rx.key = 0;
 }
 
 void EngineCore::take_first_contacts() {
@@ -167,7 +167,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
 [[gnu::always_inline]] inline void EngineCore::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
                                                                 std::uint64_t tag, bool ctrl_only) {
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
-  if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->rx_key) [[unlikely]] {
+  if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->rx.key) [[unlikely]] {
     // Taken by a receive posted under a retired key (the peer failed, and came back before
     // the receive's cancellation was handled): its previous incarnation's, not the new one's.
     count_drop("sent to a closed connection");
@@ -218,7 +218,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     }
     // A correct peer never has more messages unreleased or unreturned than it was
     // granted; one beyond that could make kept messages take more than the reservation.
-    if (p->state == PeerState::kReady && p->unreleased + p->owed.owed() >= p->granted) {
+    if (p->state == PeerState::kReady && p->rx.unreleased + p->rx.owed.owed() >= p->rx.granted) {
       c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
                               p->name);
@@ -240,7 +240,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
 [[gnu::always_inline]] inline void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
                                                       const wire::Header& h) {
   std::size_t length = bytes.size();
-  p->last_heard = now_;
+  p->link.last_heard = now_;
   if (h.flags & wire::kFlagCtrl) {
     handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
@@ -249,23 +249,23 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   if (p->state != PeerState::kReady) [[unlikely]] {
     // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
     // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-    if (p->state != PeerState::kDead && !p->hello_received) take_first_contacts();
+    if (p->state != PeerState::kDead && !p->link.hello_received) take_first_contacts();
     // Or it is still on its way (a transport that reorders between tags): the peer has our
     // HELLO, since it used our key, so the message waits in the window for the peer's, within
     // the grant, for at most a heartbeat interval (timers()).
-    early = p->state == PeerState::kConnecting && p->hello_sent && !p->hello_received;
+    early = p->state == PeerState::kConnecting && p->link.hello_sent && !p->link.hello_received;
     if (p->state != PeerState::kReady && !early) {
       count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
       return;
     }
-    if (early && p->early_since == Clock::time_point{}) p->early_since = now_;
+    if (early && p->link.early_since == Clock::time_point{}) p->link.early_since = now_;
   }
   count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]]
-    seq = wire::extend_seq(p->window.expected(), static_cast<std::uint32_t>(h.seq));
+    seq = wire::extend_seq(p->rx.window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
-  if (returned && !p->credits.give_back(h.credits)) {
+  if (returned && !p->tx.credits.give_back(h.credits)) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
   }
@@ -288,14 +288,14 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   m.seq_ = seq;
   m.announced_ = h.payload_len;
   m.credit_ = true;
-  ++p->unreleased;
+  ++p->rx.unreleased;
   std::byte* d = bytes.data() + wire::header_size(h);
   m.header_ = std::span<const std::byte>(d, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
   m.payload_ = std::span<std::byte>(d + h.user_header_len, inl);
   m.borrowed_ = true;
   m.lender_ = lender;
-  if (!p->blocked && !early && p->window.take_in_order(seq)) [[likely]] {
+  if (!p->rx.blocked && !early && p->rx.window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {
@@ -308,8 +308,8 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     // owned but the borrow).
     if (m.engine_ != nullptr && (!m.request_ || m.replied_)) [[likely]]
       release_handled(*p, m);
-    if (!p->blocked && p->window.held() != 0) deliver(*p);
-    if (p->bye_received) [[unlikely]]
+    if (!p->rx.blocked && p->rx.window.held() != 0) deliver(*p);
+    if (p->link.bye_received) [[unlikely]]
       close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);
     return;
@@ -323,27 +323,27 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
   in.message = std::move(m);
   in.header = h;
   in.header.seq = seq;
-  switch (p.window.offer(seq, std::move(in), p.granted + 64)) {
+  switch (p.rx.window.offer(seq, std::move(in), p.rx.granted + 64)) {
     case Arrival::kDeliver:
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
       c_.duplicates->add();
       in.message.credit_ = false;
-      --p.unreleased;
+      --p.rx.unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
-                              p.window.expected());
+                              p.rx.window.expected());
       break;
   }
   deliver(p);
 }
 
 void EngineCore::deliver(PeerData& p) {
-  while (!p.blocked && p.state == PeerState::kReady) {
+  while (!p.rx.blocked && p.state == PeerState::kReady) {
     Incoming in;
-    if (!p.window.next(&in)) break;
+    if (!p.rx.window.next(&in)) break;
     process(p, in.message, in.header);
   }
-  if (p.bye_received) [[unlikely]]
+  if (p.link.bye_received) [[unlikely]]
     close_after_bye(p);
 }
 
@@ -417,10 +417,10 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
   // dead peer's messages are still counted down: its slot is reused only when none is left.
   if (p.epoch != incarnation) [[unlikely]]
     return;
-  --p.unreleased;
+  --p.rx.unreleased;
   if (p.state != PeerState::kReady) [[unlikely]]
     return;
-  p.owed.released();
+  p.rx.owed.released();
   maybe_return_credits(p);
 }
 

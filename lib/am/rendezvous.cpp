@@ -67,8 +67,8 @@ void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> des
   void* memh = m.landing_ ? m.landing_.memh() : nullptr;
   op->pending = std::move(m);
   free_announcement(p, op->pending);
-  if (ordered) p.blocked = true;
-  ++p.landing;
+  if (ordered) p.rx.blocked = true;
+  ++p.rx.landing;
   ++exact_posted_;
   PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
@@ -102,8 +102,8 @@ void EngineCore::park_landing(PeerData& p, Message&& m, const wire::Header& h, b
                           "%s: a %u-byte payload waits for receive memory: %s of SLUICE_RECV_POOL_MAX=%s "
                           "held by messages not yet released; it lands when some are (am.landing_waits)",
                           p.name, h.payload_len, format_size(b.held_bytes), format_size(b.max));
-  if (ordered) p.blocked = true;
-  ++p.parked;
+  if (ordered) p.rx.blocked = true;
+  ++p.rx.parked;
   parked_.push_back({p.id, std::move(m), h, ordered});
   parked_at_returns_ = recv_pool_->returns();
 }
@@ -117,10 +117,10 @@ void EngineCore::retry_landings() {
     if (dest.empty()) return;  // oldest first: the rest wait behind it
     ParkedLanding go = std::move(w);
     parked_.pop_front();
-    --p.parked;
+    --p.rx.parked;
     if (go.header.flags & wire::kFlagFrag) {
       start_fragments(p, std::move(go.message), dest);
-      p.blocked = false;
+      p.rx.blocked = false;
       deliver(p);
     } else {
       post_landing(p, std::move(go.message), dest, go.ordered);
@@ -130,7 +130,7 @@ void EngineCore::retry_landings() {
 
 void EngineCore::drop_parked(PeerData& p) {
   std::erase_if(parked_, [&](const ParkedLanding& w) { return w.peer == p.id; });
-  p.parked = 0;
+  p.rx.parked = 0;
 }
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
@@ -141,14 +141,14 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   bool ordered = op->ordered;
   free_op(op);
   if (stale) return;  // a partial payload never reaches a handler
-  if (ordered) p.blocked = false;
-  --p.landing;
+  if (ordered) p.rx.blocked = false;
+  --p.rx.landing;
   if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name,
                             m.payload_.size(), absl::StatusCodeToString(code), length);
     if (m.credit_) {  // returned already when the landing was posted (free_announcement)
       m.credit_ = false;
-      --p.unreleased;
+      --p.rx.unreleased;
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
       fail_peer(p, absl::StatusCode::kUnavailable,
@@ -165,9 +165,9 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
 
 void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
   if (h.aux == 0) {
-    if (p.frag.valid()) {
+    if (p.rx.frag.valid()) {
       c_.parse_errors->add();
-      p.frag = Message();
+      p.rx.frag = Message();
     }
     std::span<std::byte> dest = landing_for(p, m, h.payload_len);
     if (!dest.empty()) start_fragments(p, std::move(m), dest);
@@ -179,12 +179,12 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   m.request_ = false;
   m.reply_flag_ = false;
   std::size_t piece = m.payload_.size();
-  if (!p.frag.valid() || h.aux != p.frag_received || h.payload_len != p.frag.payload_.size()) {
+  if (!p.rx.frag.valid() || h.aux != p.rx.frag_received || h.payload_len != p.rx.frag.payload_.size()) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
     return;
   }
-  copy_payload(p.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+  copy_payload(p.rx.frag.payload_.data() + h.aux, m.payload_.data(), piece);
   add_fragment(p, piece);
 }
 
@@ -192,17 +192,17 @@ void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> 
   std::size_t piece = m.payload_.size();
   copy_payload(dest.data(), m.payload_.data(), piece);
   m.payload_ = dest;
-  p.frag = std::move(m);
-  p.frag_received = 0;
+  p.rx.frag = std::move(m);
+  p.rx.frag_received = 0;
   add_fragment(p, piece);
 }
 
 void EngineCore::add_fragment(PeerData& p, std::size_t piece) {
   c_.bounce_bytes->add(piece);
-  p.frag_received += piece;
-  if (p.frag_received == p.frag.payload_.size()) {
-    Message done = std::move(p.frag);
-    p.frag_received = 0;
+  p.rx.frag_received += piece;
+  if (p.rx.frag_received == p.rx.frag.payload_.size()) {
+    Message done = std::move(p.rx.frag);
+    p.rx.frag_received = 0;
     finish_incoming(p, done);
   }
 }

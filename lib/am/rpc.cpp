@@ -16,7 +16,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
                         CallId* id_out) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb) return Result::kInvalidArgument;
-  if (p.queued + p.call_queue.size() >= config_.send_queue_max) {
+  if (p.tx.queued + p.rpc.call_queue.size() >= config_.send_queue_max) {
     c_.would_block->add();
     return Result::kWouldBlock;
   }
@@ -39,11 +39,11 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   bool fragmented = false;
   // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
-  bool sent =
-      options.reply_buffer.empty() && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots && send_inline(p, out);
+  bool sent = options.reply_buffer.empty() && p.rpc.call_queue.empty() && p.rpc.calls_outstanding < p.rpc.slots &&
+              send_inline(p, out);
   Result r = Result::kOk;
   if (sent) {
-    ++p.calls_outstanding;
+    ++p.rpc.calls_outstanding;
   } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
     r = pack_message(p, out, PayloadCopy::kNo, &hop, &pop);
   } else {
@@ -53,7 +53,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
       calls_.erase(id);
       return Result::kInvalidArgument;
     }
-    if (p.state != PeerState::kReady || p.calls_outstanding >= p.rpc_slots) {
+    if (p.state != PeerState::kReady || p.rpc.calls_outstanding >= p.rpc.slots) {
       if (p.state == PeerState::kNew) start_handshake(p);
       calls_.erase(id);
       return Result::kWouldBlock;
@@ -88,29 +88,29 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   if (id_out) *id_out = id;
   if (sent) return Result::kOk;
   if (fragmented) {
-    ++p.calls_outstanding;
+    ++p.rpc.calls_outstanding;
     return send_fragmented(p, out, {});
   }
-  if (p.state == PeerState::kReady && p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
-    ++p.calls_outstanding;
+  if (p.state == PeerState::kReady && p.rpc.call_queue.empty() && p.rpc.calls_outstanding < p.rpc.slots) {
+    ++p.rpc.calls_outstanding;
     return enqueue(p, hop, pop);
   }
   if (p.state == PeerState::kNew) start_handshake(p);
-  p.call_queue.push_back({hop, pop});
+  p.rpc.call_queue.push_back({hop, pop});
   return Result::kOk;
 }
 
 void EngineCore::release_call_slot(PeerData& p) {
-  if (p.calls_outstanding > 0) --p.calls_outstanding;
+  if (p.rpc.calls_outstanding > 0) --p.rpc.calls_outstanding;
   if (p.has_waiting()) flush(p);  // a request waiting for this slot may go now
 }
 
 void EngineCore::on_request(PeerData& p, Message& m) {
-  if (!p.server_slots.try_acquire()) [[unlikely]] {
+  if (!p.rpc.server_slots.try_acquire()) [[unlikely]] {
     // Beyond the slots granted: refused before any work is done.
     c_.rpc_slot_refused->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name,
-                            p.server_slots.capacity());
+                            p.rpc.server_slots.capacity());
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
     return;
   }
@@ -149,8 +149,8 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
   auto answered = [&](bool sent) {
     m.replied_ = true;
     if (m.holds_rpc_slot_) {
-      if (sent) p.server_slots.release();
-      else p.server_slots.answer();
+      if (sent) p.rpc.server_slots.release();
+      else p.rpc.server_slots.answer();
     }
     c_.rpc_replies->add();
   };
@@ -228,8 +228,8 @@ Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, Send
     PeerData& p = *peers_[m.peer_];
     if (m.credit_ && p.epoch == m.incarnation_ && p.state == PeerState::kReady) [[likely]] {
       m.credit_ = false;
-      --p.unreleased;
-      p.owed.released();
+      --p.rx.unreleased;
+      p.rx.owed.released();
     }
     Result r = reply(m, header, m.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();

@@ -121,12 +121,12 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
     return Result::kInvalidArgument;
-  if (p.queued >= config_.send_queue_max) [[unlikely]] {
+  if (p.tx.queued >= config_.send_queue_max) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
   }
   Outgoing m = plain_message(h, header, payload);
-  if (p.queue.empty()) [[likely]] {
+  if (p.tx.queue.empty()) [[likely]] {
     if (send_inline(p, m)) [[likely]] {
       complete_inline(p.id, std::move(cb));
       return Result::kOk;
@@ -190,7 +190,7 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback 
 }
 
 Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
-  std::uint64_t seq = p.next_seq++;
+  std::uint64_t seq = p.tx.next_seq++;
   wire::patch_seq(header->slot.data(), seq);
   std::uint32_t me = p.remote_slot;
   header->incarnation = p.epoch;
@@ -199,7 +199,7 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
     payload->incarnation = p.epoch;
   }
   if (p.state == PeerState::kNew) start_handshake(p);
-  if (p.state == PeerState::kReady && p.queue.empty() && p.credits.try_consume()) [[likely]] {
+  if (p.state == PeerState::kReady && p.tx.queue.empty() && p.tx.credits.try_consume()) [[likely]] {
     transmit(p, {header, payload});
     return Result::kOk;
   }
@@ -209,15 +209,15 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
     return Result::kUnavailable;
   }
   if (p.state == PeerState::kReady) count_credit_stall(p);
-  p.queue.push_back({header, payload});
-  c_.queue_hwm->update(++p.queued);
+  p.tx.queue.push_back({header, payload});
+  c_.queue_hwm->update(++p.tx.queued);
   return Result::kOk;
 }
 
 void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
-  p.sent_seq += h->batch_count;  // messages reach the transport in sequence order (FIFO queue)
-  wire::patch_piggyback(h->slot.data(), p.owed.take(), p.window.delivered());
+  p.tx.sent_seq += h->batch_count;  // messages reach the transport in sequence order (FIFO queue)
+  wire::patch_piggyback(h->slot.data(), p.rx.owed.take(), p.rx.window.delivered());
   count_sent(p, h->batch_count, h->message_len + (m.payload ? m.payload->payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->batch_count == 1 && h->message_len <= kCoalesceMax &&
       (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
@@ -275,14 +275,14 @@ void EngineCore::chain(Op* head, Op* op) {
 
 bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
                                std::span<const std::byte> payload, SendCallback& cb) {
-  if (p.queue.empty() || !config_.coalesce) return false;
-  const Pending& last = p.queue.back();
+  if (p.tx.queue.empty() || !config_.coalesce) return false;
+  const Pending& last = p.tx.queue.back();
   Op* head = last.header;
   std::size_t len = wire::kHeaderSize + header.size() + payload.size();
   // At most half the grant rides in one tagged message, so a batch goes as soon as half the
   // credits are back (and always can: it never needs more than the peer granted).
   if (last.payload != nullptr || !head->batchable || len > kCoalesceMax ||
-      head->batch_count >= std::max<std::uint32_t>(1, p.credits.granted() / 2)) {
+      head->batch_count >= std::max<std::uint32_t>(1, p.tx.credits.granted() / 2)) {
     return false;
   }
   std::byte* at = grow_batch(head, len);
@@ -291,12 +291,12 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
   wh.handler = h;
   wh.user_header_len = static_cast<std::uint16_t>(header.size());
   wh.payload_len = static_cast<std::uint32_t>(payload.size());
-  wh.seq = p.next_seq++;
+  wh.seq = p.tx.next_seq++;
   wire::encode(wh, at);
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
   if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
   ++head->batch_count;
-  c_.queue_hwm->update(++p.queued);
+  c_.queue_hwm->update(++p.tx.queued);
   if (cb) {
     Op* op = new_op(OpKind::kSend, p.id);
     op->incarnation = p.epoch;
@@ -311,7 +311,7 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
 void EngineCore::post_message(PeerData& p, Op* header) {
   ++tx_inflight_;
   // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
-  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, p.tx_tag, header->slot.memh());
+  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, p.tx.tag, header->slot.memh());
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
@@ -328,7 +328,7 @@ void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool r
     Op* next = op->coalesced_next;
     op->coalesced_next = nullptr;
     if (op->on_done) op->on_done(status);
-    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->server_slots.reply_done();
+    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->rpc.server_slots.reply_done();
     free_op(op);
     op = next;
   }
@@ -339,9 +339,9 @@ bool EngineCore::send_packed_now(PeerData& p, Op* header) {
   // beyond the server's slots costs no transport request and completion per call.
   if (header->message_len > kInlineMax || header->batch_count != 1 || !p.can_send_now()) return false;
   std::byte* bytes = header->slot.data();
-  wire::patch_seq(bytes, p.next_seq);
-  wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.owed.owed()), p.window.delivered());
-  if (p.ep.send_now(bytes, header->message_len, p.tx_tag).kind != Post::kDone) return false;
+  wire::patch_seq(bytes, p.tx.next_seq);
+  wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed.owed()), p.rx.window.delivered());
+  if (p.ep.send_now(bytes, header->message_len, p.tx.tag).kind != Post::kDone) return false;
   count_sent_now(p, header->message_len);
   c_.sent_inline->add();
   free_op(header);
@@ -350,23 +350,23 @@ bool EngineCore::send_packed_now(PeerData& p, Op* header) {
 
 void EngineCore::flush(PeerData& p) {
   if (p.state != PeerState::kReady) return;
-  while (!p.call_queue.empty() && p.calls_outstanding < p.rpc_slots) {
-    Pending m = p.call_queue.front();
-    p.call_queue.pop_front();
-    ++p.calls_outstanding;
+  while (!p.rpc.call_queue.empty() && p.rpc.calls_outstanding < p.rpc.slots) {
+    Pending m = p.rpc.call_queue.front();
+    p.rpc.call_queue.pop_front();
+    ++p.rpc.calls_outstanding;
     if (m.payload == nullptr && send_packed_now(p, m.header)) continue;
     (void)enqueue(p, m.header, m.payload);
   }
   Op* open = nullptr;
   Op** coalesce = config_.coalesce ? &open : nullptr;
-  while (!p.queue.empty() && p.credits.try_consume(p.queue.front().header->batch_count)) {
-    Pending m = p.queue.front();
-    p.queue.pop_front();
-    p.queued -= m.header->batch_count;
+  while (!p.tx.queue.empty() && p.tx.credits.try_consume(p.tx.queue.front().header->batch_count)) {
+    Pending m = p.tx.queue.front();
+    p.tx.queue.pop_front();
+    p.tx.queued -= m.header->batch_count;
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.queue.empty()) count_credit_stall(p);  // waits for the peer to return credits
+  if (!p.tx.queue.empty()) count_credit_stall(p);  // waits for the peer to return credits
 }
 
 void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
@@ -383,15 +383,15 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   absl::Status status = code == absl::StatusCode::kOk
                             ? absl::OkStatus()
                             : absl::UnavailableError(absl::StrFormat(
-                                  "%s: %s", p.name, p.fail_reason.empty() ? "send failed" : p.fail_reason));
+                                  "%s: %s", p.name, p.link.fail_reason.empty() ? "send failed" : p.link.fail_reason));
   if (op->on_done) op->on_done(status);
-  if (op->releases_rpc_slot && !stale) p.server_slots.reply_done();
+  if (op->releases_rpc_slot && !stale) p.rpc.server_slots.reply_done();
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   free_op(op);
 }
 
 void EngineCore::maybe_return_credits(PeerData& p) {
-  if (p.state == PeerState::kReady && p.owed.explicit_due()) {
+  if (p.state == PeerState::kReady && p.rx.owed.explicit_due()) {
     fault_.pass(FaultPoint::kCreditReturn);
     c_.credit_msgs->add();
     send_ctrl(p, wire::kCredit, {});

@@ -38,10 +38,10 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 [[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, const Outgoing& m,
                                                                   std::byte* out) const {
   std::size_t hs;
-  auto credits = static_cast<std::uint16_t>(p.owed.owed());
+  auto credits = static_cast<std::uint16_t>(p.rx.owed.owed());
   auto header_len = static_cast<std::uint16_t>(m.header.size());
   if (takes_compact(m.flags, m.aux)) [[likely]] {
-    hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.next_seq, m.rpc_id, out);
+    hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq, m.rpc_id, out);
   } else {
     wire::Header wh;
     wh.flags = m.flags;
@@ -50,8 +50,8 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
     wh.payload_len = static_cast<std::uint32_t>(m.payload.size());
     wh.credits = credits;
     wh.status = m.status;
-    wh.seq = p.next_seq;
-    wh.ack = p.window.delivered();
+    wh.seq = p.tx.next_seq;
+    wh.ack = p.rx.window.delivered();
     wh.rpc_id = m.rpc_id;
     wh.aux = m.aux;
     wire::encode(wh, out);
@@ -63,10 +63,10 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 }
 
 [[gnu::always_inline]] inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
-  (void)p.credits.try_consume();
-  (void)p.owed.take();
-  ++p.next_seq;
-  ++p.sent_seq;
+  (void)p.tx.credits.try_consume();
+  (void)p.rx.owed.take();
+  ++p.tx.next_seq;
+  ++p.tx.sent_seq;
   count_sent(p, 1, total);
 }
 
@@ -75,7 +75,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
   std::size_t total = encode_next(p, m, buf);
-  PostResult r = p.ep.send_now(buf, total, p.tx_tag);
+  PostResult r = p.ep.send_now(buf, total, p.tx.tag);
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);
