@@ -103,7 +103,7 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
   Op* op = new_op(OpKind::kCtrl, p.id);
-  op->ctrl_kind = kind;
+  op->send.ctrl_kind = kind;
   op->incarnation = p.epoch;
   p.tx.ctrl_busy[kind] = true;
   c_.ctrl_sent->add();
@@ -119,8 +119,8 @@ void EngineCore::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std:
 void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
   --tx_inflight_;
   PeerData& p = *peers_[op->peer];
-  p.tx.ctrl_busy[op->ctrl_kind] = false;
-  std::uint16_t kind = op->ctrl_kind;
+  p.tx.ctrl_busy[op->send.ctrl_kind] = false;
+  std::uint16_t kind = op->send.ctrl_kind;
   bool stale = op->incarnation != p.epoch;
   free_op(op);
   if (stale) return;

@@ -34,18 +34,18 @@ void EngineCore::free_op(Op* op) {
     op->pending = Message();  // a request replied from (reply_own)
   op->slot.release();
   op->heap.reset();
-  op->on_done = nullptr;
-  op->payload = nullptr;
-  op->payload_len = 0;
-  op->payload_memh = nullptr;
-  op->releases_rpc_slot = false;
-  op->call_id = 0;
-  op->tag = 0;
+  op->send.on_done = nullptr;
+  op->send.payload = nullptr;
+  op->send.payload_len = 0;
+  op->send.payload_memh = nullptr;
+  op->send.releases_rpc_slot = false;
+  op->recv.call_id = 0;
+  op->send.tag = 0;
   op->orphaned = false;
-  op->batchable = false;
-  op->batch_count = 1;
-  op->batch_last = 0;
-  op->coalesced_tail = nullptr;
+  op->send.batchable = false;
+  op->send.batch_count = 1;
+  op->send.batch_last = 0;
+  op->send.coalesced_tail = nullptr;
   op->request = nullptr;
   op->in_use = false;
   op->next_free = free_ops_;
@@ -230,7 +230,7 @@ void EngineCore::timers(Clock::time_point now) {
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
                  p.name, p.tx.credits.available(), p.tx.credits.granted(), p.tx.queued, p.tx.queue.size(),
                  p.rpc.call_queue.size(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
-                 std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->busy; }),
+                 std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->recv.busy; }),
                  p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
                  worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
       fail_peer(p, absl::StatusCode::kUnavailable,

@@ -55,39 +55,50 @@ inline Outgoing plain_message(HandlerId h, std::span<const std::byte> header, st
 
 // A transport operation of this engine; pooled, never allocated on the hot path once warm.
 struct Op : TransportOp {
+  // The head, every kind's.
   EngineCore* engine = nullptr;
   OpKind kind = OpKind::kSend;
   std::uint32_t peer = 0;
+  // The peer's epoch when the op began (its completion is stale after a restart). kRx: the
+  // receive key the op serves (0: none, an op beyond its peer's posted receives after a
+  // smaller re-grant).
   std::uint64_t incarnation = 0;
-  Slot slot;                           // packed message (sends) or receive slot (rx)
-  std::unique_ptr<std::byte[]> heap;   // send_copy of a payload larger than any class
-  const std::byte* payload = nullptr;  // rendezvous payload to send
-  std::size_t payload_len = 0;
-  void* payload_memh = nullptr;
-  std::size_t message_len = 0;  // packed bytes in slot
-  std::uint64_t tag = 0;
-  SendCallback on_done;
-  bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
-  std::uint64_t call_id = 0;       // kReplyRx
-  std::uint16_t ctrl_kind = 0;     // kCtrl
-  Message pending;                 // kRndvRx: the announcement waiting for its payload;
-                                   // kSendPayload: the request whose payload it sends
-  bool ordered = false;            // kRndvRx: later messages wait for this one
-  // kRx: `incarnation` holds the receive key the op serves (0: none, an op beyond its peer's
-  // posted receives after a smaller re-grant). `queued`: in unposted_, waiting to be posted;
-  // `busy`: posted, or its completion not yet handled (never both).
-  bool queued = false;
-  bool busy = false;
   bool in_use = false;    // between new_op() and free_op()
-  bool orphaned = false;  // completed by Sluice after its peer died; UCX's late
-                          // callback only frees it
+  bool orphaned = false;  // completed by Sluice after its peer died; UCX's late callback only frees it
   Op* next_free = nullptr;
-  Op* coalesced_next = nullptr;  // sends riding in this one's tagged message
-  // A queued plain eager send that later small sends may join (see append_queued()).
-  bool batchable = false;
-  std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
-  std::size_t batch_last = 0;     // offset of the last message's header in `slot`
-  Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
+  // What the op holds while it lives, any kind.
+  Slot slot;                          // packed message (sends) or receive slot (rx)
+  std::unique_ptr<std::byte[]> heap;  // a copied payload larger than any class; a contact's bytes
+  Message pending;                    // kRndvRx: the announcement waiting for its payload;
+                                      // kSendPayload: the request whose payload it sends
+
+  // kSend, kSendPayload, kCtrl.
+  struct Send {
+    const std::byte* payload = nullptr;  // rendezvous payload to send
+    std::size_t payload_len = 0;
+    void* payload_memh = nullptr;
+    std::size_t message_len = 0;  // packed bytes in slot
+    std::uint64_t tag = 0;
+    SendCallback on_done;
+    bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
+    std::uint16_t ctrl_kind = 0;     // kCtrl
+    Op* coalesced_next = nullptr;    // sends riding in this one's tagged message
+    // A queued plain eager send that later small sends may join (see append_queued()).
+    bool batchable = false;
+    std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
+    std::size_t batch_last = 0;     // offset of the last message's header in `slot`
+    Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
+  } send;
+
+  // kRx, kRndvRx, kReplyRx.
+  struct Receive {
+    // kRx. `queued`: in unposted_, waiting to be posted; `busy`: posted, or its completion
+    // not yet handled (never both).
+    bool queued = false;
+    bool busy = false;
+    bool ordered = false;       // kRndvRx: later messages wait for this one
+    std::uint64_t call_id = 0;  // kReplyRx
+  } recv;
 };
 
 struct Completion {

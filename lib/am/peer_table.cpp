@@ -67,8 +67,8 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
       Pending m = q->front();
       q->pop_front();
       Op* last = m.payload ? m.payload : m.header;
-      if (last->on_done) last->on_done(status);
-      if (last->releases_rpc_slot) release_call_slot(p);
+      if (last->send.on_done) last->send.on_done(status);
+      if (last->send.releases_rpc_slot) release_call_slot(p);
       complete_coalesced(m.header, status, false);  // sends that joined it in the queue
       free_op(m.header);
       if (m.payload) free_op(m.payload);
@@ -132,12 +132,12 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     c_.orphaned_sends->add();
     SLUICE_LOG_RATE_LIMITED(
         kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
-    if (op.on_done) {
-      SendCallback cb = std::move(op.on_done);
-      op.on_done = nullptr;
+    if (op.send.on_done) {
+      SendCallback cb = std::move(op.send.on_done);
+      op.send.on_done = nullptr;
       cb(status);
     }
-    if (op.releases_rpc_slot) op.releases_rpc_slot = false;
+    if (op.send.releases_rpc_slot) op.send.releases_rpc_slot = false;
     complete_coalesced(&op, status, false);
     // Its pool slot goes back now ("pools full again" must not wait for a callback that may
     // never come). The endpoint is closed, so the transport sends nothing more from it, and
@@ -173,7 +173,7 @@ bool EngineCore::reusable(const PeerData& p) const {
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
   // cancellation has come back.
   for (const Op& op : op_storage_)
-    if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.busy || op.queued)) return false;
+    if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
   if (!calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty()) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
   // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.

@@ -27,13 +27,13 @@ void EngineCore::post_receives() {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
       op->slot.release();
-      op->queued = false;
+      op->recv.queued = false;
       unposted_.pop_back();
       continue;
     }
     // Posted twice, one op's completions would take each other's slots (the check caught
     // open_receives re-queueing an op whose cancellation had not been handled).
-    assert(!op->busy);
+    assert(!op->recv.busy);
     // An operation usually still holds the slot it last received into (see on_rx).
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
@@ -45,8 +45,8 @@ void EngineCore::post_receives() {
       op->slot.release();
       return;
     }
-    op->queued = false;
-    op->busy = true;
+    op->recv.queued = false;
+    op->recv.busy = true;
     unposted_.pop_back();
   }
 }
@@ -63,8 +63,8 @@ void EngineCore::open_receives(PeerData& p) {
   for (std::size_t i = 0; i < p.rx.ops.size(); ++i) {
     Op* op = p.rx.ops[i];
     op->incarnation = i < p.rx.reserved ? p.rx.key : 0;
-    if (i < p.rx.reserved && !op->busy && !op->queued) {
-      op->queued = true;
+    if (i < p.rx.reserved && !op->recv.busy && !op->recv.queued) {
+      op->recv.queued = true;
       unposted_.push_back(op);
     }
   }
@@ -148,8 +148,8 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   // usual release no pool return.
   probe::stamp(probe::kRxTaken);
   Slot slot = std::move(op->slot);
-  op->busy = false;
-  op->queued = true;
+  op->recv.busy = false;
+  op->recv.queued = true;
   unposted_.push_back(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
     if (code != absl::StatusCode::kCancelled) {

@@ -62,7 +62,7 @@ void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> des
   m.payload_ = dest;
   Op* op = new_op(OpKind::kRndvRx, p.id);
   op->incarnation = p.epoch;
-  op->ordered = ordered;
+  op->recv.ordered = ordered;
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.seq_);
   void* memh = m.landing_ ? m.landing_.memh() : nullptr;
   op->pending = std::move(m);
@@ -138,7 +138,7 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   PeerData& p = *peers_[op->peer];
   Message m = std::move(op->pending);
   bool stale = op->incarnation != p.epoch;
-  bool ordered = op->ordered;
+  bool ordered = op->recv.ordered;
   free_op(op);
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.rx.blocked = false;

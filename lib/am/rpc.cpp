@@ -76,7 +76,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
     c.landing = std::make_unique<ReplyLanding>();
     c.landing->buffer = options.reply_buffer;
     Op* rx = new_op(OpKind::kReplyRx, p.id);
-    rx->call_id = id;
+    rx->recv.call_id = id;
     rx->incarnation = p.epoch;
     c.reply_rx = rx;
     ++exact_posted_;
@@ -180,10 +180,10 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
       return r;
     }
     answered(false);
-    if (copy == PayloadCopy::kNo && memh != nullptr) pop->payload_memh = memh;
-    pop->on_done = std::move(on_done);
-    pop->releases_rpc_slot = m.holds_rpc_slot_;
-    pop->tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
+    if (copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
+    pop->send.on_done = std::move(on_done);
+    pop->send.releases_rpc_slot = m.holds_rpc_slot_;
+    pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
     if (last_out != nullptr) *last_out = pop;
     return enqueue(p, hop, pop);
   }
@@ -208,10 +208,10 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
   }
   if (r != Result::kOk) return r;
   answered(false);
-  if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->payload_memh = memh;
+  if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
   Op* last = pop ? pop : hop;
-  last->on_done = std::move(on_done);
-  last->releases_rpc_slot = m.holds_rpc_slot_;
+  last->send.on_done = std::move(on_done);
+  last->send.releases_rpc_slot = m.holds_rpc_slot_;
   if (last_out != nullptr) *last_out = last;
   return enqueue(p, hop, pop);
 }
@@ -300,7 +300,7 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
 
 void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
   --exact_posted_;
-  CallId id = op->call_id;
+  CallId id = op->recv.call_id;
   free_op(op);
   Call* found = calls_.find(id);
   if (found == nullptr) return;

@@ -35,7 +35,7 @@ Result EngineCore::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_le
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
   Op* op = new_op(OpKind::kSend, p.id);
   op->slot = std::move(slot);
-  op->message_len = total;
+  op->send.message_len = total;
   *out = op;
   return Result::kOk;
 }
@@ -67,11 +67,11 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
   // here, so it is counted once).
   if (send_pool_->eager().try_take(&slot) != Result::kOk) return false;
   Op* op = new_op(OpKind::kSend, p.id);
-  op->message_len = encode_next(p, plain_message(h, header, payload), slot.data());
+  op->send.message_len = encode_next(p, plain_message(h, header, payload), slot.data());
   op->slot = std::move(slot);
   op->incarnation = p.epoch;
-  op->on_done = std::move(cb);
-  count_sent_now(p, op->message_len);
+  op->send.on_done = std::move(cb);
+  count_sent_now(p, op->send.message_len);
   post_message(p, op);
   return true;
 }
@@ -80,15 +80,15 @@ void EngineCore::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
   Op* op = new_op(OpKind::kSend, peer);
   op->incarnation = peers_[peer]->epoch;
-  op->on_done = std::move(cb);
+  op->send.on_done = std::move(cb);
   ++tx_inflight_;
   done_.push_back({op, absl::StatusCode::kOk, 0, 0});
 }
 
 Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy) {
-  op->payload_len = payload.size();
+  op->send.payload_len = payload.size();
   if (copy == PayloadCopy::kNo) {
-    op->payload = payload.data();
+    op->send.payload = payload.data();
     return Result::kOk;
   }
   if (PoolClass* cls = send_pool_->class_for(payload.size())) {
@@ -96,8 +96,8 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
     if (cls->try_get(&slot) == Result::kOk) {
       c_.copied_bytes->add(payload.size());
       copy_payload(slot.data(), payload.data(), payload.size());
-      op->payload = slot.data();
-      op->payload_memh = slot.memh();
+      op->send.payload = slot.data();
+      op->send.payload_memh = slot.memh();
       op->slot = std::move(slot);
       return Result::kOk;
     }
@@ -111,7 +111,7 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
   c_.copied_bytes->add(payload.size());
   op->heap.reset(new std::byte[payload.size()]);
   copy_payload(op->heap.get(), payload.data(), payload.size());
-  op->payload = op->heap.get();
+  op->send.payload = op->heap.get();
   return Result::kOk;
 }
 
@@ -139,9 +139,9 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   Op *hop, *pop;
   Result r = pack_message(p, m, copy, &hop, &pop);
   if (r != Result::kOk) return r;
-  if (pop != nullptr && memh != nullptr) pop->payload_memh = memh;  // a registered pool slot
-  hop->batchable = pop == nullptr && hop->message_len <= kCoalesceMax;
-  (pop ? pop : hop)->on_done = std::move(cb);  // the last operation completes the send
+  if (pop != nullptr && memh != nullptr) pop->send.payload_memh = memh;  // a registered pool slot
+  hop->send.batchable = pop == nullptr && hop->send.message_len <= kCoalesceMax;
+  (pop ? pop : hop)->send.on_done = std::move(cb);  // the last operation completes the send
   return enqueue(p, hop, pop);
 }
 
@@ -176,8 +176,8 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback 
     c_.copied_bytes->add(piece);
     offset += piece;
     if (offset == payload.size()) {
-      op->on_done = std::move(cb);
-      op->releases_rpc_slot = releases_rpc_slot;
+      op->send.on_done = std::move(cb);
+      op->send.releases_rpc_slot = releases_rpc_slot;
     }
     if (first && p.state == PeerState::kDead) {
       free_op(op);
@@ -195,7 +195,7 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint32_t me = p.remote_slot;
   header->incarnation = p.epoch;
   if (payload != nullptr) {
-    if (payload->tag == 0) payload->tag = wire::make_tag(wire::kRndv, me, seq);
+    if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);
     payload->incarnation = p.epoch;
   }
   if (p.state == PeerState::kNew) start_handshake(p);
@@ -216,16 +216,16 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
 
 void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
-  p.tx.sent_seq += h->batch_count;  // messages reach the transport in sequence order (FIFO queue)
+  p.tx.sent_seq += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
   wire::patch_piggyback(h->slot.data(), p.rx.owed.take(), p.rx.window.delivered());
-  count_sent(p, h->batch_count, h->message_len + (m.payload ? m.payload->payload_len : 0));
-  if (open != nullptr && m.payload == nullptr && h->batch_count == 1 && h->message_len <= kCoalesceMax &&
+  count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
+  if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
     // that carries several already goes as it is: joining would copy them all again.)
     if (Op* head = *open) {
-      if (std::byte* at = grow_batch(head, h->message_len)) {
-        copy_payload(at, h->slot.data(), h->message_len);
+      if (std::byte* at = grow_batch(head, h->send.message_len)) {
+        copy_payload(at, h->slot.data(), h->send.message_len);
         h->slot.release();
         chain(head, h);
         c_.coalesced->add();
@@ -243,8 +243,8 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
     c_.rndv_sent->add();
     ++tx_inflight_;
-    PostResult r =
-        p.ep.post_send(m.payload, m.payload->payload, m.payload->payload_len, m.payload->tag, m.payload->payload_memh);
+    PostResult r = p.ep.post_send(m.payload, m.payload->send.payload, m.payload->send.payload_len, m.payload->send.tag,
+                                  m.payload->send.payload_memh);
     if (r.kind != Post::kPending)
       done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
     fault_.pass(FaultPoint::kRndvPayload);
@@ -252,25 +252,25 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
 }
 
 std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
-  std::size_t off = (head->message_len + 7) / 8 * 8;
+  std::size_t off = (head->send.message_len + 7) / 8 * 8;
   if (off + len > head->slot.size()) return nullptr;
   std::byte* b = head->slot.data();
-  wire::set_flags(b + head->batch_last, wire::flags_of(b + head->batch_last) | wire::kFlagMore);
+  wire::set_flags(b + head->send.batch_last, wire::flags_of(b + head->send.batch_last) | wire::kFlagMore);
   // Zero the padding (under 8 bytes) with one 8-byte store: what it writes past `off` the
   // message written there next overwrites, and it stays inside the slot (len >= a header).
   static_assert(wire::kHeaderSize >= 8);
   constexpr std::uint64_t kZero = 0;
-  std::memcpy(b + head->message_len, &kZero, sizeof(kZero));
-  head->message_len = off + len;
-  head->batch_last = off;
+  std::memcpy(b + head->send.message_len, &kZero, sizeof(kZero));
+  head->send.message_len = off + len;
+  head->send.batch_last = off;
   return b + off;
 }
 
 void EngineCore::chain(Op* head, Op* op) {
-  Op* tail = head->coalesced_tail != nullptr ? head->coalesced_tail : head;
-  tail->coalesced_next = op;
-  head->coalesced_tail = op->coalesced_tail != nullptr ? op->coalesced_tail : op;
-  op->coalesced_tail = nullptr;
+  Op* tail = head->send.coalesced_tail != nullptr ? head->send.coalesced_tail : head;
+  tail->send.coalesced_next = op;
+  head->send.coalesced_tail = op->send.coalesced_tail != nullptr ? op->send.coalesced_tail : op;
+  op->send.coalesced_tail = nullptr;
 }
 
 bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
@@ -281,8 +281,8 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
   std::size_t len = wire::kHeaderSize + header.size() + payload.size();
   // At most half the grant rides in one tagged message, so a batch goes as soon as half the
   // credits are back (and always can: it never needs more than the peer granted).
-  if (last.payload != nullptr || !head->batchable || len > kCoalesceMax ||
-      head->batch_count >= std::max<std::uint32_t>(1, p.tx.credits.granted() / 2)) {
+  if (last.payload != nullptr || !head->send.batchable || len > kCoalesceMax ||
+      head->send.batch_count >= std::max<std::uint32_t>(1, p.tx.credits.granted() / 2)) {
     return false;
   }
   std::byte* at = grow_batch(head, len);
@@ -295,12 +295,12 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
   wire::encode(wh, at);
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
   if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
-  ++head->batch_count;
+  ++head->send.batch_count;
   c_.queue_hwm->update(++p.tx.queued);
   if (cb) {
     Op* op = new_op(OpKind::kSend, p.id);
     op->incarnation = p.epoch;
-    op->on_done = std::move(cb);
+    op->send.on_done = std::move(cb);
     chain(head, op);
   }
   c_.coalesced->add();
@@ -311,7 +311,7 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
 void EngineCore::post_message(PeerData& p, Op* header) {
   ++tx_inflight_;
   // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
-  PostResult r = p.ep.post_send(header, header->slot.data(), header->message_len, p.tx.tag, header->slot.memh());
+  PostResult r = p.ep.post_send(header, header->slot.data(), header->send.message_len, p.tx.tag, header->slot.memh());
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
@@ -322,13 +322,13 @@ void EngineCore::post_batch(PeerData& p, Op** open) {
 }
 
 void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
-  Op* op = head->coalesced_next;
-  head->coalesced_next = nullptr;
+  Op* op = head->send.coalesced_next;
+  head->send.coalesced_next = nullptr;
   while (op != nullptr) {
-    Op* next = op->coalesced_next;
-    op->coalesced_next = nullptr;
-    if (op->on_done) op->on_done(status);
-    if (op->releases_rpc_slot && release_slots) peers_[op->peer]->rpc.server_slots.reply_done();
+    Op* next = op->send.coalesced_next;
+    op->send.coalesced_next = nullptr;
+    if (op->send.on_done) op->send.on_done(status);
+    if (op->send.releases_rpc_slot && release_slots) peers_[op->peer]->rpc.server_slots.reply_done();
     free_op(op);
     op = next;
   }
@@ -337,12 +337,12 @@ void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool r
 bool EngineCore::send_packed_now(PeerData& p, Op* header) {
   // A call that waited for a slot, packed already: it leaves inline when it may, so a window
   // beyond the server's slots costs no transport request and completion per call.
-  if (header->message_len > kInlineMax || header->batch_count != 1 || !p.can_send_now()) return false;
+  if (header->send.message_len > kInlineMax || header->send.batch_count != 1 || !p.can_send_now()) return false;
   std::byte* bytes = header->slot.data();
   wire::patch_seq(bytes, p.tx.next_seq);
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed.owed()), p.rx.window.delivered());
-  if (p.ep.send_now(bytes, header->message_len, p.tx.tag).kind != Post::kDone) return false;
-  count_sent_now(p, header->message_len);
+  if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag).kind != Post::kDone) return false;
+  count_sent_now(p, header->send.message_len);
   c_.sent_inline->add();
   free_op(header);
   return true;
@@ -359,10 +359,10 @@ void EngineCore::flush(PeerData& p) {
   }
   Op* open = nullptr;
   Op** coalesce = config_.coalesce ? &open : nullptr;
-  while (!p.tx.queue.empty() && p.tx.credits.try_consume(p.tx.queue.front().header->batch_count)) {
+  while (!p.tx.queue.empty() && p.tx.credits.try_consume(p.tx.queue.front().header->send.batch_count)) {
     Pending m = p.tx.queue.front();
     p.tx.queue.pop_front();
-    p.tx.queued -= m.header->batch_count;
+    p.tx.queued -= m.header->send.batch_count;
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
@@ -384,8 +384,8 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
                             ? absl::OkStatus()
                             : absl::UnavailableError(absl::StrFormat(
                                   "%s: %s", p.name, p.link.fail_reason.empty() ? "send failed" : p.link.fail_reason));
-  if (op->on_done) op->on_done(status);
-  if (op->releases_rpc_slot && !stale) p.rpc.server_slots.reply_done();
+  if (op->send.on_done) op->send.on_done(status);
+  if (op->send.releases_rpc_slot && !stale) p.rpc.server_slots.reply_done();
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   free_op(op);
 }
