@@ -64,12 +64,12 @@ std::string expand_path(std::string_view pattern) {
 }  // namespace
 
 const std::string& host_name() {
-  static const std::string name = [] {
+  static const std::string kName = [] {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0) return std::string("unknown");
     return std::string(buf);
   }();
-  return name;
+  return kName;
 }
 
 std::string utc_timestamp() {

@@ -482,8 +482,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::span<const ConfigVarSpec> config_table() {
-  static const std::vector<Field> table = build_table();
-  return table;
+  static const std::vector<Field> kTable = build_table();
+  return kTable;
 }
 
 std::string closest_config_name(std::string_view name) {
