@@ -177,6 +177,8 @@ PostResult send(FakeEp* ep, TransportOp* op, const void* buf, std::size_t len, T
   bool acted = false;
   fake::Packet packet{m->from, m->to, tag, m->bytes};
   for (Rule& r : f.rules) {
+    // Only an immediate send can be refused: a posted one waits in UCX instead.
+    if (r.action == fake::Action::kRefuse && op != nullptr) continue;
     if (r.left > 0 && r.match(packet)) {
       --r.left;
       action = r.action;

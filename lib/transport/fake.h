@@ -9,11 +9,11 @@
 // inside a send or a progress call.
 //
 // Rules act on messages as they are sent: drop, hold (until release_held: a delay, and a
-// reordering against what passes meanwhile), duplicate, refuse the send (the transport says
-// "not now", as a full queue does), or fail the link between sender and receiver (both sides'
-// endpoints report an error at their next progress; the message is not delivered; pending
-// sends on the link complete with an error). A held message holds back the later messages of
-// its link with the same tag, so messages reorder only between tags.
+// reordering against what passes meanwhile), duplicate, refuse an immediate send (send_now:
+// the transport says "not now", as a full queue does; a posted send would wait), or fail the link between sender and
+// receiver (both sides' endpoints report an error at their next progress; the message is not delivered; pending sends
+// on the link complete with an error). A held message holds back the later messages of its link with the same tag, so
+// messages reorder only between tags.
 #pragma once
 
 #include <cstddef>

@@ -143,6 +143,33 @@ TEST_F(TransportFaults, ALinkThatFailsBetweenTheAnnouncementAndThePayloadGivesTh
   EXPECT_EQ(stat(1, "am.sink_returned"), 1u);
 }
 
+TEST_F(TransportFaults, SendsTheTransportRefusesTakeTheQueuedPathAndArriveInOrder) {
+  // The transport answers "not now" to every small send after the handshake (a full queue):
+  // each message goes the ordinary way (a send-pool slot, a posted send) instead, in order.
+  make();
+  std::vector<int> got;
+  ASSERT_TRUE(e(1).register_handler(kPlain,
+                                    [&](Message& m) {
+                                      int v;
+                                      std::memcpy(&v, m.payload().data(), sizeof(v));
+                                      got.push_back(v);
+                                    })
+                  .ok());
+  ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(0)), Result::kOk);
+  ASSERT_TRUE(pump([&] { return got.size() == 1; }));
+  std::uint64_t inline_before = stat(0, "am.sent_inline");
+  Fabric::on_send([](const Packet& p) { return p.bytes.size() <= 92; }, Action::kRefuse, 1000);
+  for (int i = 1; i <= 100; ++i) {
+    Result r;
+    while ((r = e(0).peer(1)->send_copy(kPlain, {}, bytes_of(i))) == Result::kWouldBlock) e(0).progress();
+    ASSERT_EQ(r, Result::kOk);
+  }
+  ASSERT_TRUE(pump([&] { return got.size() == 101; })) << got.size();
+  for (int i = 0; i <= 100; ++i) ASSERT_EQ(got[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(stat(0, "am.sent_inline"), inline_before) << "none left inline";
+  EXPECT_GT(Fabric::acted(), 0u) << "inline sends were tried and refused (the rest queued behind them)";
+}
+
 TEST_F(TransportFaults, AReplyThatArrivesAfterItsCallWasCancelledIsCountedAndDropped) {
   make();
   // Replies are held until the caller has cancelled.
