@@ -1,7 +1,7 @@
 // The engine (internal): one object, its state and its protocol, owned by one thread. The
 // declarations below are grouped by the file that implements them:
 //   lifecycle.cpp   construction, init, the orderly close, handlers, stats
-//   loop.cpp        progress, sleeping, posted work, timers, the operation pool
+//   loop.cpp        progress, sleeping, posted work, timers, completions
 //   peer_table.cpp  rank and client/server peers, endpoints, failure, the front door
 //   control.cpp     HELLO, CREDIT, PING/PONG, BYE, REJECT
 //   send.cpp        packing, the send queue, coalescing (send_now.h: the inline path)
@@ -9,7 +9,7 @@
 //   rendezvous.cpp  landings, payloads waiting for memory, bounce-mode reassembly
 //   rpc.cpp         calls, replies, server slots
 //   api.cpp         the public Engine, Peer and Message forwarding here
-// Records: op.h (operations), peer_data.h (a peer), call.h (an outstanding call).
+// Records: op.h (operations and their pool, op.cpp), peer_data.h (a peer), call.h (a call).
 #pragma once
 
 #include <array>
@@ -116,8 +116,8 @@ class EngineCore final : private Door::Owner {
   };
 
   // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
-  Op* new_op(OpKind kind, std::uint32_t peer);
-  void free_op(Op* op);
+  Op* new_op(OpKind kind, std::uint32_t peer) { return ops_.take(kind, peer); }
+  void free_op(Op* op) { ops_.give(op); }
   void complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   void drain_completions();
   void run_posted();
@@ -346,8 +346,7 @@ class EngineCore final : private Door::Owner {
   std::vector<std::string> addresses_;  // by rank
   std::vector<HandlerEntry> handlers_;
   std::vector<Op*> rx_ops_;  // every per-peer receive op (for close)
-  std::deque<Op> op_storage_;
-  Op* free_ops_ = nullptr;
+  OpPool ops_{this, &EngineCore::on_transport};
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
   // Client/server peers that are gone: their slots serve later clients once nothing of them is

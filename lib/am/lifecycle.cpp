@@ -108,7 +108,7 @@ absl::Status EngineCore::init(int numa_node_option) {
 
 EngineCore::~EngineCore() {
   if (!initialized_) {
-    for (auto& op : op_storage_) op.slot.release();
+    for (auto& op : ops_) op.slot.release();
     return;  // init failed part-way: nothing was posted, no peer was contacted
   }
   shutting_down_ = true;
@@ -157,7 +157,7 @@ EngineCore::~EngineCore() {
   purge_stragglers(Clock::time_point::min());
   while ((contact_inflight_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
-  for (auto& op : op_storage_) {
+  for (auto& op : ops_) {
     op.slot.release();
     op.pending = Message();
   }

@@ -1,5 +1,5 @@
 // The engine loop: progress, sleeping, work posted from other threads, timers (deadlines,
-// heartbeats, credit ticks, liveness), and the operation pool with its completions.
+// heartbeats, credit ticks, liveness), and the completions of operations.
 #include <poll.h>
 
 #include <algorithm>
@@ -11,46 +11,6 @@
 #include "core/probe.h"
 
 namespace sluice::detail {
-
-// ---- ops ---------------------------------------------------------------------------------
-
-Op* EngineCore::new_op(OpKind kind, std::uint32_t peer) {
-  Op* op = free_ops_;
-  if (op != nullptr) [[likely]] {
-    free_ops_ = op->next_free;
-  } else {
-    op = &op_storage_.emplace_back();
-    op->engine = this;
-    op->on_complete = &EngineCore::on_transport;
-  }
-  op->kind = kind;
-  op->peer = peer;
-  op->in_use = true;
-  return op;
-}
-
-void EngineCore::free_op(Op* op) {
-  if (op->pending.valid()) [[unlikely]]
-    op->pending = Message();  // a request replied from (reply_own)
-  op->slot.release();
-  op->heap.reset();
-  op->send.on_done = nullptr;
-  op->send.payload = nullptr;
-  op->send.payload_len = 0;
-  op->send.payload_memh = nullptr;
-  op->send.releases_rpc_slot = false;
-  op->recv.call_id = 0;
-  op->send.tag = 0;
-  op->orphaned = false;
-  op->send.batchable = false;
-  op->send.batch_count = 1;
-  op->send.batch_last = 0;
-  op->send.coalesced_tail = nullptr;
-  op->request = nullptr;
-  op->in_use = false;
-  op->next_free = free_ops_;
-  free_ops_ = op;
-}
 
 void EngineCore::on_transport(TransportOp* t, absl::StatusCode code, std::size_t length, Tag tag) {
   Op* op = static_cast<Op*>(t);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 
@@ -99,6 +100,30 @@ struct Op : TransportOp {
     bool ordered = false;       // kRndvRx: later messages wait for this one
     std::uint64_t call_id = 0;  // kReplyRx
   } recv;
+};
+
+// The engine's operations, pooled: none is allocated on the hot path once the pool is warm,
+// and an op's address never changes while the engine lives (a deque), so the transport may
+// hold it. take() hands one out for a kind and a peer; give() resets it and takes it back.
+class OpPool {
+ public:
+  OpPool(EngineCore* engine, TransportCallback on_complete) : engine_(engine), on_complete_(on_complete) {}
+  OpPool(const OpPool&) = delete;
+  OpPool& operator=(const OpPool&) = delete;
+
+  Op* take(OpKind kind, std::uint32_t peer);
+  void give(Op* op);
+  // Every op ever made, in use or not (teardown, and the checks of a gone peer's slot).
+  std::deque<Op>::iterator begin() { return storage_.begin(); }
+  std::deque<Op>::iterator end() { return storage_.end(); }
+  std::deque<Op>::const_iterator begin() const { return storage_.begin(); }
+  std::deque<Op>::const_iterator end() const { return storage_.end(); }
+
+ private:
+  EngineCore* engine_;
+  TransportCallback on_complete_;
+  std::deque<Op> storage_;
+  Op* free_ = nullptr;
 };
 
 struct Completion {

@@ -89,7 +89,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   drop_parked(p);
   p.rx.blocked = false;
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
-  for (auto& op : op_storage_) {
+  for (auto& op : ops_) {
     if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
       worker_->cancel(&op);
     }
@@ -117,7 +117,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
            !op.orphaned;
   };
   bool any = false;
-  for (auto& op : op_storage_) {
+  for (auto& op : ops_) {
     if (stuck(op)) {
       worker_->cancel(&op);
       any = true;
@@ -125,7 +125,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
   }
   if (!any) return;
   for (int i = 0; i < 100; ++i) worker_->progress();
-  for (auto& op : op_storage_) {
+  for (auto& op : ops_) {
     if (!stuck(op)) continue;
     op.orphaned = true;
     --tx_inflight_;
@@ -172,7 +172,7 @@ bool EngineCore::reusable(const PeerData& p) const {
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
   // cancellation has come back.
-  for (const Op& op : op_storage_)
+  for (const Op& op : ops_)
     if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
   if (!calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty()) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
