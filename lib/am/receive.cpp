@@ -265,7 +265,11 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   if (h.flags & wire::kFlagCompact) [[likely]]
     seq = wire::extend_seq(p->rx.window.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
-  if (returned && !p->tx.credits.give_back(h.credits)) {
+  // A copy of a message already delivered (a transport that duplicates) is dropped below by
+  // its sequence; the credits it carries were counted with the original.
+  if (returned && static_cast<std::int64_t>(seq - p->rx.window.expected()) < 0) [[unlikely]]
+    returned = false;
+  else if (returned && !p->tx.credits.give_back(h.credits)) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
   }

@@ -143,6 +143,38 @@ TEST_F(TransportFaults, ALinkThatFailsBetweenTheAnnouncementAndThePayloadGivesTh
   EXPECT_EQ(stat(1, "am.sink_returned"), 1u);
 }
 
+TEST_F(TransportFaults, ADuplicatedMessageIsDeliveredOnceAndItsReturnedCreditsCountOnce) {
+  // Rank 1 answers each of rank 0's messages with one of its own, which carries the credit it
+  // owes back. Every answer arrives twice: the copy is dropped by its sequence number, and the
+  // credit in it must not be counted again (rank 0 would then believe it may send more than
+  // rank 1 reserved for it).
+  make();
+  int got1 = 0, got0 = 0;
+  ASSERT_TRUE(e(1).register_handler(kPlain,
+                                    [&](Message& m) {
+                                      ++got1;
+                                      ASSERT_EQ(m.peer()->send_copy(kMethod, {}, m.payload()), Result::kOk);
+                                    })
+                  .ok());
+  ASSERT_TRUE(e(0).register_handler(kMethod, [&](Message&) { ++got0; }).ok());
+  ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(0)), Result::kOk);
+  ASSERT_TRUE(pump([&] { return got0 == 1; }));
+  Fabric::on_send(
+      [](const Packet& p) {
+        wire::Header h;
+        return wire::tag_slot(p.tag) == 1 && header_of(p, &h) && h.handler == kMethod;
+      },
+      Action::kDuplicate, 1000);
+  constexpr int kRounds = 200;
+  for (int i = 1; i <= kRounds; ++i) {
+    ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(i)), Result::kOk);
+    ASSERT_TRUE(pump([&] { return got0 == i + 1; }));
+  }
+  EXPECT_EQ(got1, kRounds + 1);
+  EXPECT_EQ(stat(0, "am.duplicates_dropped"), static_cast<std::uint64_t>(kRounds));
+  EXPECT_EQ(stat(0, "wire.parse_errors"), 0u) << "credits counted twice overflow the grant";
+}
+
 TEST_F(TransportFaults, SendsTheTransportRefusesTakeTheQueuedPathAndArriveInOrder) {
   // The transport answers "not now" to every small send after the handshake (a full queue):
   // each message goes the ordinary way (a send-pool slot, a posted send) instead, in order.
