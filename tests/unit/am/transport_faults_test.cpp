@@ -40,6 +40,16 @@ class TransportFaults : public ::testing::Test {
   void make(Config config = Config()) { pair_.emplace(config); }
   Engine& e(int r) { return pair_->engine(r); }
   std::uint64_t stat(int r, const char* name) { return e(r).stats().value(name); }
+  // Rank r's handler kPlain appends each message's int payload to `into`.
+  void collect_ints(int r, std::vector<int>& into) {
+    ASSERT_TRUE(e(r).register_handler(kPlain,
+                                      [&into](Message& m) {
+                                        int v;
+                                        std::memcpy(&v, m.payload().data(), sizeof(v));
+                                        into.push_back(v);
+                                      })
+                    .ok());
+  }
 
   // Progresses both engines from this thread until `done` or 10 s.
   bool pump(const std::function<bool()>& done, Duration limit = std::chrono::seconds(10)) {
@@ -93,13 +103,7 @@ TEST_F(TransportFaults, AHelloThatArrivesAfterItsSendersDataIsWaitedForNotLost) 
       },
       Action::kHold);
   std::vector<int> got0, got1;
-  ASSERT_TRUE(e(0).register_handler(kPlain,
-                                    [&](Message& m) {
-                                      int v;
-                                      std::memcpy(&v, m.payload().data(), sizeof(v));
-                                      got0.push_back(v);
-                                    })
-                  .ok());
+  collect_ints(0, got0);
   ASSERT_TRUE(e(1).register_handler(kPlain, [&](Message&) { got1.push_back(0); }).ok());
   ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(0)), Result::kOk);
   for (int i = 1; i <= 3; ++i) ASSERT_EQ(e(1).peer(0)->send_copy(kPlain, {}, bytes_of(i)), Result::kOk);
@@ -180,13 +184,7 @@ TEST_F(TransportFaults, SendsTheTransportRefusesTakeTheQueuedPathAndArriveInOrde
   // each message goes the ordinary way (a send-pool slot, a posted send) instead, in order.
   make();
   std::vector<int> got;
-  ASSERT_TRUE(e(1).register_handler(kPlain,
-                                    [&](Message& m) {
-                                      int v;
-                                      std::memcpy(&v, m.payload().data(), sizeof(v));
-                                      got.push_back(v);
-                                    })
-                  .ok());
+  collect_ints(1, got);
   ASSERT_EQ(e(0).peer(1)->send_copy(kPlain, {}, bytes_of(0)), Result::kOk);
   ASSERT_TRUE(pump([&] { return got.size() == 1; }));
   std::uint64_t inline_before = stat(0, "am.sent_inline");
