@@ -291,8 +291,6 @@ MemoryRegistration& MemoryRegistration::operator=(MemoryRegistration&& o) noexce
 
 MemoryRegistration::~MemoryRegistration() = default;
 
-void MemoryRegistration::reset() { memh_ = nullptr; }
-
 // ---- endpoint --------------------------------------------------------------------------
 
 Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) { o.ep_ = nullptr; }
@@ -400,10 +398,6 @@ absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::Err
   out.ep_ = ep;
   out.worker_ = worker_;
   return out;
-}
-
-absl::StatusOr<Endpoint> Worker::make_endpoint(void*, void*, Endpoint::ErrorCallback, void*, const char* what) {
-  return absl::UnimplementedError(absl::StrFormat("%s: not in the fake transport", what));
 }
 
 PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void*) {
