@@ -193,6 +193,11 @@ class Engine {
   void wait(Clock::time_point deadline);
   // Runs `fn` on the engine thread from inside progress(). Any thread; wakes a waiting engine.
   void post(std::function<void()> fn);
+  // Hands the engine over: the driving thread lets go of it, and the next thread that calls
+  // progress(), run_until() or wait() drives it from then on. Until then any one thread may
+  // call its methods (as before the first drive). Call it on the driving thread, once that
+  // thread is done with the engine; kInvalidArgument-style refusal (logged) on another.
+  void release_thread();
 
   // Cancels a call: it completes once with Cancelled (unless it completed already).
   void cancel(CallId id);

@@ -13,21 +13,63 @@
 //   released without an answer is answered with an Internal error for the caller.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include <sluice/pool.h>
 #include <sluice/status.h>
 
 namespace sluice {
 
+class Peer;
+class Message;
+
 namespace detail {
 class EngineCore;
-}
-class Peer;
+
+// What a Message knows of its engine (internal): the engine while it lives; once the engine
+// is gone, only how many Messages still point here. The last of them frees it.
+struct MessageAnchor {
+  EngineCore* core;
+  std::atomic<std::size_t> held{0};  // Messages attached to the engine now
+};
+
+// A received message's state (internal), moved whole.
+struct MessageState {
+  MessageAnchor* anchor = nullptr;  // set while the Message holds anything of an engine
+  std::uint32_t peer = 0;
+  int source = -1;
+  std::uint64_t incarnation = 0;
+  std::uint16_t handler = 0;
+  bool request = false;
+  bool replied = false;
+  bool credit = false;  // releasing returns a credit to the sender
+  bool reply_buf = false;
+  bool holds_rpc_slot = false;  // a request that took one of the server's slots
+  bool reply_flag = false;      // this is a reply
+  bool borrowed = false;        // views receive memory the engine holds while the handler runs;
+                                // a move makes the bytes its own: it takes over `lender` when
+                                // there is one (a tagged message that held only this message),
+                                // else copies them (one of a coalesced tagged message's)
+  bool sink_landing = false;    // payload is a handler's sink buffer no handler has seen
+  std::uint16_t status = 0;
+  std::uint64_t rpc_id = 0;
+  std::uint64_t reply_capacity = 0;  // request with a caller-posted reply buffer
+  std::uint64_t seq = 0;
+  std::size_t announced = 0;  // payload length announced by a rendezvous header
+  Slot* lender = nullptr;
+  Slot slot;                          // the eager slot holding the wire message
+  Slot landing;                       // rendezvous landing slot from the receive pool
+  std::unique_ptr<std::byte[]> heap;  // a kept message's copy when no receive slot was free
+  std::span<const std::byte> header;
+  std::span<std::byte> payload;
+};
+}  // namespace detail
 
 using HandlerId = std::uint16_t;
 // Completion of a send or a zero-copy reply: OK, or why it failed (Unavailable: the peer is
@@ -37,22 +79,27 @@ using SendCallback = std::function<void(absl::Status)>;
 class Message {
  public:
   Message() = default;
-  Message(Message&& other) noexcept;
+  Message(Message&& other) noexcept : s_(std::exchange(other.s_, {})) {
+    if (s_.borrowed) [[unlikely]]
+      own_bytes();
+  }
   Message& operator=(Message&& other) noexcept;
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
   ~Message() {
-    if (engine_ != nullptr || slot_ || landing_ || heap_) release();
+    if (s_.anchor != nullptr) release();
   }
 
-  bool valid() const { return engine_ != nullptr; }
+  // False for an empty or released Message, and for one whose engine is gone (its views are
+  // empty then: the memory they viewed went with the engine).
+  bool valid() const { return s_.anchor != nullptr && s_.anchor->core != nullptr; }
   // The sender: its rank in rank mode, its Peer::id() in client/server mode.
-  int source() const { return source_; }
+  int source() const { return s_.source; }
   Peer* peer() const;
-  HandlerId handler() const { return handler_; }
-  std::span<const std::byte> header() const { return header_; }
-  std::span<std::byte> payload() const { return payload_; }
-  bool is_request() const { return request_; }
+  HandlerId handler() const { return s_.handler; }
+  std::span<const std::byte> header() const { return valid() ? s_.header : std::span<const std::byte>(); }
+  std::span<std::byte> payload() const { return valid() ? s_.payload : std::span<std::byte>(); }
+  bool is_request() const { return s_.request; }
 
   // Answering a request (once). Every variant returns kOk, kUnavailable (the caller is gone)
   // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader or a
@@ -93,34 +140,9 @@ class Message {
 
  private:
   friend class detail::EngineCore;
-  detail::EngineCore* engine_ = nullptr;
-  std::uint32_t peer_ = 0;
-  int source_ = -1;
-  std::uint64_t incarnation_ = 0;
-  HandlerId handler_ = 0;
-  bool request_ = false;
-  bool replied_ = false;
-  bool credit_ = false;  // releasing returns a credit to the sender
-  std::uint64_t rpc_id_ = 0;
-  std::uint64_t reply_capacity_ = 0;  // request with a caller-posted reply buffer
-  bool reply_buf_ = false;
-  bool holds_rpc_slot_ = false;  // a request that took one of the server's slots
-  bool reply_flag_ = false;      // this is a reply
-  std::uint16_t status_ = 0;
-  std::uint64_t seq_ = 0;
-  std::size_t announced_ = 0;  // payload length announced by a rendezvous header
-  bool borrowed_ = false;      // views receive memory the engine holds while the
-                               // handler runs; moving the Message makes the bytes its
-                               // own: it takes over `lender_` when there is one (a
-                               // tagged message that held only this message), else
-                               // copies them (one of a coalesced tagged message's)
-  Slot* lender_ = nullptr;
-  bool sink_landing_ = false;          // payload_ is a handler's sink buffer no handler has seen
-  Slot slot_;                          // the eager slot holding the wire message
-  Slot landing_;                       // rendezvous landing slot from the receive pool
-  std::unique_ptr<std::byte[]> heap_;  // a kept message's copy when no receive slot was free
-  std::span<const std::byte> header_;
-  std::span<std::byte> payload_;
+  void own_bytes();
+  detail::EngineCore* answering(const char* what) const;
+  detail::MessageState s_;
 };
 
 }  // namespace sluice

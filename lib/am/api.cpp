@@ -8,113 +8,139 @@
 
 namespace sluice {
 
+namespace {
+// A public method called on a thread that does not drive its engine returns this (or the
+// Result kInvalidArgument) after EngineCore::refused() has logged it.
+absl::Status wrong_thread(const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: called on a thread that does not drive the engine (see the log)", what));
+}
+}  // namespace
+
+// Returns `fail` from the enclosing function when the calling thread may not use `core`.
+#define SLUICE_ENGINE_THREAD_OR_RETURN(core, what, fail) \
+  do {                                                   \
+    if (!(core)->engine_thread(what)) [[unlikely]]       \
+      return fail;                                       \
+  } while (0)
+
 // ---- Message ---------------------------------------------------------------------------------
 
-Message::Message(Message&& o) noexcept { *this = std::move(o); }
-
 Message& Message::operator=(Message&& o) noexcept {
-  if (this == &o) return *this;
-  release();
-  engine_ = o.engine_;
-  peer_ = o.peer_;
-  source_ = o.source_;
-  incarnation_ = o.incarnation_;
-  handler_ = o.handler_;
-  request_ = o.request_;
-  replied_ = o.replied_;
-  credit_ = o.credit_;
-  rpc_id_ = o.rpc_id_;
-  reply_capacity_ = o.reply_capacity_;
-  reply_buf_ = o.reply_buf_;
-  holds_rpc_slot_ = o.holds_rpc_slot_;
-  reply_flag_ = o.reply_flag_;
-  status_ = o.status_;
-  seq_ = o.seq_;
-  announced_ = o.announced_;
-  slot_ = std::move(o.slot_);
-  landing_ = std::move(o.landing_);
-  heap_ = std::move(o.heap_);
-  header_ = o.header_;
-  payload_ = o.payload_;
-  borrowed_ = o.borrowed_;
-  lender_ = o.lender_;
-  sink_landing_ = o.sink_landing_;
-  o.sink_landing_ = false;
-  o.engine_ = nullptr;
-  o.header_ = {};
-  o.payload_ = {};
-  o.borrowed_ = false;
-  o.lender_ = nullptr;
-  if (borrowed_) engine_->own_bytes(*this);  // it outlives the handler: its bytes must too
+  if (this != &o) {
+    release();
+    s_ = std::exchange(o.s_, {});
+    if (s_.borrowed) [[unlikely]]
+      own_bytes();
+  }
   return *this;
 }
 
+// Only a Message its handler is running with borrows: its engine is there.
+void Message::own_bytes() { s_.anchor->core->own_bytes(*this); }
+
 void Message::release() {
-  if (engine_ != nullptr) engine_->release(*this);
-  slot_.release();
-  landing_.release();
-  heap_.reset();
-  header_ = {};
-  payload_ = {};
-  borrowed_ = false;  // released: nothing left to own when it is moved
-  lender_ = nullptr;
+  detail::MessageAnchor* anchor = s_.anchor;
+  if (anchor == nullptr) return;
+  if (detail::EngineCore* core = anchor->core) [[likely]] {
+    core->release(*this);
+    return;
+  }
+  // Its engine is gone, and the memory it viewed with it: nothing of that is touched.
+  (void)s_.slot.detach();
+  (void)s_.landing.detach();
+  s_ = {};
+  if (anchor->held.fetch_sub(1, std::memory_order_acq_rel) == 1) delete anchor;
 }
 
-Peer* Message::peer() const { return engine_ ? engine_->peer_handle(peer_) : nullptr; }
+Peer* Message::peer() const {
+  if (!valid()) return nullptr;
+  SLUICE_ENGINE_THREAD_OR_RETURN(s_.anchor->core, "Message::peer", nullptr);
+  return s_.anchor->core->peer_handle(s_.peer);
+}
+
+// The engine a Message's answer goes through, or nullptr (logged) when it has none or is
+// called from a thread that does not drive it.
+detail::EngineCore* Message::answering(const char* what) const {
+  if (!valid()) [[unlikely]] {
+    static detail::RateLimit limit;
+    std::uint64_t suppressed = 0;
+    if (limit.allow(&suppressed))
+      SLUICE_LOG(kWarn, "api",
+                 "%s on an empty, released or moved-from Message (or one whose engine is gone): "
+                 "kInvalidArgument",
+                 what);
+    return nullptr;
+  }
+  detail::EngineCore* core = s_.anchor->core;
+  return core->engine_thread(what) ? core : nullptr;
+}
 
 Result Message::reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload) {
-  if (engine_ == nullptr) return Result::kInvalidArgument;
-  return engine_->reply(*this, header, payload, 0);
+  detail::EngineCore* core = answering("Message::reply_copy");
+  return core ? core->reply(*this, header, payload, 0) : Result::kInvalidArgument;
 }
 
 Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done) {
-  if (engine_ == nullptr) return Result::kInvalidArgument;
-  return engine_->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done));
+  detail::EngineCore* core = answering("Message::reply");
+  return core ? core->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done))
+              : Result::kInvalidArgument;
 }
 
 Result Message::reply_with_payload(std::span<const std::byte> header, SendCallback on_done) {
-  if (engine_ == nullptr) return Result::kInvalidArgument;
-  return engine_->reply_own(*this, header, std::move(on_done));
+  detail::EngineCore* core = answering("Message::reply_with_payload");
+  return core ? core->reply_own(*this, header, std::move(on_done)) : Result::kInvalidArgument;
 }
 
 Result Message::reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
                       SendCallback on_done) {
-  if (engine_ == nullptr || !payload || length > payload.size()) return Result::kInvalidArgument;
-  return engine_->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0, detail::PayloadCopy::kNo,
-                        std::move(on_done), payload.memh());
+  detail::EngineCore* core = answering("Message::reply");
+  if (core == nullptr) return Result::kInvalidArgument;
+  if (!payload || length > payload.size()) return core->bad_slot("Message::reply", payload, length);
+  return core->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0, detail::PayloadCopy::kNo,
+                     std::move(on_done), payload.memh());
 }
 
 Result Message::reply_error(const absl::Status& status) {
-  if (engine_ == nullptr || status.ok()) return Result::kInvalidArgument;
+  detail::EngineCore* core = answering("Message::reply_error");
+  if (core == nullptr) return Result::kInvalidArgument;
+  if (status.ok()) return core->bad_status();
   std::string text(status.message());
   if (text.size() > 512) text.resize(512);
-  return engine_->reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
-                        static_cast<std::uint16_t>(status.code()));
+  return core->reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
+                     static_cast<std::uint16_t>(status.code()));
 }
 
 // ---- Peer ----------------------------------------------------------------------------------
 
-bool Peer::alive() const { return data_->state != detail::PeerState::kDead; }
+bool Peer::alive() const {
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::alive", false);
+  return data_->state != detail::PeerState::kDead;
+}
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback on_done) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
                   SendCallback on_done) {
-  if (!payload || length > payload.size()) return Result::kInvalidArgument;
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
+  if (!payload || length > payload.size()) return engine_->bad_slot("Peer::send", payload, length);
   return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length), std::move(on_done),
                        detail::PayloadCopy::kNo, payload.memh());
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                        SendCallback on_done) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send_copy", Result::kInvalidArgument);
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                   CallOptions options, ReplyCallback on_reply, CallId* id) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call", Result::kInvalidArgument);
   return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
@@ -126,14 +152,28 @@ int Engine::rank() const { return core_->rank(); }
 int Engine::size() const { return core_->size(); }
 int Engine::id() const { return core_->id(); }
 absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::register_handler", wrong_thread("Engine::register_handler"));
   return core_->register_handler(id, std::move(fn), std::move(options));
 }
-absl::Status Engine::unregister_handler(HandlerId id) { return core_->unregister_handler(id); }
-Peer* Engine::peer(int rank) { return core_->peer(rank); }
-absl::StatusOr<int> Engine::listen(std::string_view host_port) { return core_->listen(host_port); }
-absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) { return core_->connect(host_port); }
+absl::Status Engine::unregister_handler(HandlerId id) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::unregister_handler", wrong_thread("Engine::unregister_handler"));
+  return core_->unregister_handler(id);
+}
+Peer* Engine::peer(int rank) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::peer", nullptr);
+  return core_->peer(rank);
+}
+absl::StatusOr<int> Engine::listen(std::string_view host_port) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::listen", wrong_thread("Engine::listen"));
+  return core_->listen(host_port);
+}
+absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::connect", wrong_thread("Engine::connect"));
+  return core_->connect(host_port);
+}
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
+  if (!core_->bind_driver("Engine::run_until")) return false;
   // Busy-polls while there is work, and for SLUICE_SPIN after the last of it; then sleeps in
   // wait() until a message, a timer or post() wakes it. Polling threads that never sleep
   // turn an oversubscribed machine into one where each hand-off between two of them waits
@@ -163,12 +203,32 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
 }
 void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
 void Engine::post(std::function<void()> fn) { core_->post(std::move(fn)); }
-void Engine::cancel(CallId id) { core_->cancel(id); }
-Result Engine::try_get_send_slot(std::size_t size, Slot* out) { return core_->try_get_send_slot(size, out); }
-const Stats& Engine::stats() { return core_->stats(); }
-PoolStats Engine::pool_stats(Direction d) const { return core_->pool_stats(d); }
-std::size_t Engine::outstanding_sends() const { return core_->outstanding_sends(); }
-std::size_t Engine::posted_exact_receives() const { return core_->posted_exact_receives(); }
+void Engine::release_thread() { core_->release_thread(); }
+void Engine::cancel(CallId id) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::cancel", );
+  core_->cancel(id);
+}
+Result Engine::try_get_send_slot(std::size_t size, Slot* out) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::try_get_send_slot", Result::kInvalidArgument);
+  return core_->try_get_send_slot(size, out);
+}
+const Stats& Engine::stats() {
+  static const Stats kNone;
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::stats", kNone);
+  return core_->stats();
+}
+PoolStats Engine::pool_stats(Direction d) const {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::pool_stats", (PoolStats{d, 0, 0, 0, {}}));
+  return core_->pool_stats(d);
+}
+std::size_t Engine::outstanding_sends() const {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::outstanding_sends", 0);
+  return core_->outstanding_sends();
+}
+std::size_t Engine::posted_exact_receives() const {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::posted_exact_receives", 0);
+  return core_->posted_exact_receives();
+}
 std::size_t Engine::eager_limit() const { return core_->eager_limit(); }
 
 // ---- Context -------------------------------------------------------------------------------

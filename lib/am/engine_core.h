@@ -27,12 +27,22 @@
 #include "am/op.h"
 #include "am/peer_data.h"
 #include "core/fault.h"
+#include "core/log.h"
 #include "door/door.h"
 #include "flow/flow.h"
 #include "mem/pool.h"
 #include "topo/topology.h"
 #include "transport/transport.h"
 #include "wire/wire.h"
+
+// Returns kInvalidArgument from an EngineCore method after counting it (api.invalid_argument)
+// and logging why (rate-limited per call site): the arguments are a format and its values.
+#define SLUICE_INVALID(...)                             \
+  do {                                                  \
+    c_.invalid_argument->add();                         \
+    SLUICE_LOG_RATE_LIMITED(kWarn, "api", __VA_ARGS__); \
+    return Result::kInvalidArgument;                    \
+  } while (0)
 
 namespace sluice::detail {
 
@@ -48,6 +58,29 @@ class EngineCore final : private Door::Owner {
   absl::Status init(int numa_node_option);
 
   // --- public API, forwarded from Engine/Peer/Message ---
+  // Whether the calling thread may call `what` (a public method's name): the thread driving
+  // the engine, or any thread before one does. Otherwise counted (api.wrong_thread), logged
+  // once per engine naming both threads, and false: the caller returns kInvalidArgument.
+  bool engine_thread(const char* what) {
+    if (on_driver_thread()) [[likely]]
+      return true;
+    refused(what);
+    return false;
+  }
+  void refused(const char* what);
+  // kInvalidArgument, logged: a send or reply from an empty Slot or beyond its size; an OK
+  // status given to reply_error().
+  Result bad_slot(const char* what, const Slot& slot, std::size_t length) {
+    SLUICE_INVALID("%s: %s", what,
+                   !slot ? std::string("the Slot is empty")
+                         : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot.size()));
+  }
+  Result bad_status() { SLUICE_INVALID("Message::reply_error: the status is OK (use reply() for an answer)"); }
+  // Binds the calling thread when nothing drives the engine; false (after refused()) when
+  // another thread does.
+  bool bind_driver(const char* what);
+  // The driving thread lets go: the next thread to drive the engine binds it.
+  void release_thread();
   absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options);
   absl::Status unregister_handler(HandlerId id);
   Peer* peer(int rank);
@@ -66,6 +99,15 @@ class EngineCore final : private Door::Owner {
   // operation (Op::pending) until it completes.
   Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
   void release(Message& m);
+  // A Message comes to hold something of this engine / lets go of it (MessageAnchor::held).
+  void attach(Message& m) {
+    m.s_.anchor = anchor_;
+    anchor_->held.store(anchor_->held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void detach(Message& m) {
+    m.s_.anchor = nullptr;
+    anchor_->held.store(anchor_->held.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
   // A sink's buffer whose payload will not reach its handler goes back (HandlerOptions).
   void give_back_sink(Message& m);
   // Releases a plain message its handler neither kept nor released, on the engine thread
@@ -77,6 +119,8 @@ class EngineCore final : private Door::Owner {
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
+  // The end of the engine: Messages the application still holds are cut loose (counted, logged).
+  void leave_kept_messages();
   // One JSON line: time, host, pid, rank or listening port, engine, trigger, every counter,
   // the busiest peers' traffic (docs/stats.md#live-stats).
   std::string stats_line(const char* trigger);
@@ -289,6 +333,8 @@ class EngineCore final : private Door::Owner {
 
   // ---- rpc.cpp: calls, replies, server slots
   void on_request(PeerData& p, Message& m);
+  // kInvalidArgument, logged: `m` is not a request, or was answered already.
+  Result not_answerable(const Message& m);
   void on_reply(PeerData& p, Message& m, const wire::Header& h);
   void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
   void finish_call(CallId id, absl::Status status);
@@ -365,10 +411,13 @@ class EngineCore final : private Door::Owner {
   bool closing_ = false;        // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
-  // The thread driving the engine, by its thread pointer: comparing that is one instruction
-  // where std::this_thread::get_id() is a call into libc, on every progress() call.
-  const void* driver_tp_ = thread_pointer();
-  bool on_driver_thread() const { return thread_pointer() == driver_tp_; }
+  // The thread driving the engine, by its thread pointer (comparing that is one instruction
+  // where std::this_thread::get_id() is a call into libc): nullptr until the first progress(),
+  // run_until() or wait() binds the calling thread, and again after release_thread().
+  std::atomic<const void*> driver_tp_{nullptr};
+  std::atomic<int> driver_tid_{0};  // its kernel thread id, for messages
+  std::atomic<std::uint64_t> wrong_thread_calls_{0};
+  std::atomic<bool> wrong_thread_logged_{false};
   static const void* thread_pointer() {
 #if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
     return __builtin_thread_pointer();
@@ -377,6 +426,13 @@ class EngineCore final : private Door::Owner {
     return &marker;
 #endif
   }
+  // The calling thread drives the engine, or nothing does yet.
+  bool on_driver_thread() const {
+    const void* d = driver_tp_.load(std::memory_order_relaxed);
+    return d == thread_pointer() || d == nullptr;
+  }
+  // Messages point here, not at the engine: one that outlives the engine finds it gone.
+  MessageAnchor* anchor_ = new MessageAnchor{this};
   CallTable<Call> calls_;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
@@ -427,6 +483,7 @@ class EngineCore final : private Door::Owner {
     Counter* sink_returned;
     Counter* landing_waits;
     Counter* credits_recovered;
+    Counter* invalid_argument;
   } c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.
   void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {

@@ -11,14 +11,14 @@
 namespace sluice::detail {
 
 [[gnu::always_inline]] inline EngineCore::Invoke EngineCore::invoke_handler(Message& m) {
-  if (m.handler_ >= kMaxHandlers || !handlers_[m.handler_].fn) [[unlikely]] {
+  if (m.s_.handler >= kMaxHandlers || !handlers_[m.s_.handler].fn) [[unlikely]] {
     c_.unknown_handler->add();
     return Invoke::kNoHandler;
   }
-  m.sink_landing_ = false;  // the handler has it now
+  m.s_.sink_landing = false;  // the handler has it now
   try {
     probe::stamp(probe::kHandler);
-    handlers_[m.handler_].fn(m);
+    handlers_[m.s_.handler].fn(m);
     return Invoke::kDone;
   } catch (const std::exception& e) {
     handler_threw(m, e.what());

@@ -64,7 +64,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                 &s.counter("am.copied_bytes"),
                 &s.counter("am.sink_returned"),
                 &s.counter("am.landing_waits"),
-                &s.counter("flow.credits_recovered")};
+                &s.counter("flow.credits_recovered"),
+                &s.counter("api.invalid_argument")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -109,8 +110,12 @@ absl::Status EngineCore::init(int numa_node_option) {
 EngineCore::~EngineCore() {
   if (!initialized_) {
     for (auto& op : ops_) op.slot.release();
+    delete anchor_;
     return;  // init failed part-way: nothing was posted, no peer was contacted
   }
+  // The last call on the engine, on whichever thread destroys it: that thread drives the close.
+  driver_tp_.store(nullptr, std::memory_order_relaxed);
+  (void)bind_driver("Engine::~Engine");
   shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
@@ -168,6 +173,9 @@ EngineCore::~EngineCore() {
     p->rx.frag = Message();
     p->ep = Endpoint();
   }
+  calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
+  run_posted();    // Messages released on other threads meanwhile
+  leave_kept_messages();
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
   if (config_.stats) {
     std::string text = stats().to_text();
@@ -198,7 +206,8 @@ absl::Status EngineCore::unregister_handler(HandlerId id) {
 
 Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
-  if (cls == nullptr) return Result::kInvalidArgument;
+  if (cls == nullptr)
+    SLUICE_INVALID("try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size);
   return cls->try_get(out);
 }
 
@@ -232,6 +241,24 @@ std::string EngineCore::stats_line(const char* trigger) {
   return line + "]}";
 }
 
+void EngineCore::leave_kept_messages() {
+  std::size_t kept = anchor_->held.load(std::memory_order_acquire);
+  if (kept == 0) {
+    delete anchor_;
+    return;
+  }
+  // The application still holds them. They become invalid and never touch this engine again
+  // (their slots go with the pools); the last of them frees the anchor.
+  stats_.counter("api.messages_outlived_engine").set(kept);
+  SLUICE_LOG(kError, "api",
+             "engine %d destroyed while the application still holds %u received Message(s): they are invalid "
+             "now (empty views), and their receive memory goes with the engine. Release every Message before "
+             "destroying its engine",
+             engine_id_, kept);
+  anchor_->core = nullptr;
+  anchor_ = nullptr;
+}
+
 const Stats& EngineCore::stats() {
   for (auto* pool : {send_pool_.get(), recv_pool_.get()}) {
     PoolStats ps = pool->stats();
@@ -249,6 +276,7 @@ const Stats& EngineCore::stats() {
     }
   }
   stats_.counter("am.tx_inflight").set(tx_inflight_);
+  stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   stats_.counter("am.landings_waiting").set(parked_.size());

@@ -1,6 +1,7 @@
 // The engine loop: progress, sleeping, work posted from other threads, timers (deadlines,
 // heartbeats, credit ticks, liveness), and the completions of operations.
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -66,13 +67,41 @@ void EngineCore::run_posted() {
   for (auto& fn : fns) fn();
 }
 
-bool EngineCore::progress() {
+bool EngineCore::bind_driver(const char* what) {
   // The thread that drives the engine owns its pools' free lists (slots released elsewhere
   // come back through the pools' lock-free return path).
-  if (!on_driver_thread()) [[unlikely]] {
-    driver_tp_ = thread_pointer();
+  const void* me = thread_pointer();
+  const void* expected = nullptr;
+  if (driver_tp_.compare_exchange_strong(expected, me, std::memory_order_acq_rel)) {
+    driver_tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
     send_pool_->set_owner(std::this_thread::get_id());
     recv_pool_->set_owner(std::this_thread::get_id());
+    return true;
+  }
+  if (expected == me) return true;
+  refused(what);
+  return false;
+}
+
+void EngineCore::refused(const char* what) {
+  wrong_thread_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (wrong_thread_logged_.exchange(true, std::memory_order_relaxed)) return;
+  SLUICE_LOG(kError, "am",
+             "engine %d: %s called on thread %d while thread %d drives the engine: refused with "
+             "kInvalidArgument (logged once; counted in api.wrong_thread). One thread drives an engine: "
+             "hand it work with Engine::post(), or hand the engine over with Engine::release_thread() "
+             "on the driving thread",
+             engine_id_, what, static_cast<int>(gettid()), driver_tid_.load(std::memory_order_relaxed));
+}
+
+void EngineCore::release_thread() {
+  if (!engine_thread("Engine::release_thread")) return;
+  driver_tp_.store(nullptr, std::memory_order_release);
+}
+
+bool EngineCore::progress() {
+  if (driver_tp_.load(std::memory_order_relaxed) != thread_pointer()) [[unlikely]] {
+    if (!bind_driver("Engine::progress")) return false;
   }
   // Receives consumed in the last call are re-posted here, before polling, rather than at
   // the end of it: a handler's reply, or the caller's next send after progress() returns,
@@ -109,6 +138,7 @@ bool EngineCore::progress() {
 }
 
 void EngineCore::wait(Clock::time_point deadline) {
+  if (driver_tp_.load(std::memory_order_relaxed) != thread_pointer() && !bind_driver("Engine::wait")) return;
   since_timer_check_ = kTimerEvery;  // about to sleep: timers first
   if (progress()) return;
   if (!worker_->arm()) return;  // events pending: progress instead of sleeping

@@ -145,7 +145,7 @@ void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
     // (A heap copy is kept until the callback: that memory could be unmapped; so is a request's
     // landing, which the receive pool unmaps when another class needs the room.)
     op.slot.release();
-    if (op.pending.valid() && !op.pending.heap_ && !op.pending.landing_) op.pending = Message();  // its eager slot
+    if (op.pending.valid() && !op.pending.s_.heap && !op.pending.s_.landing) op.pending = Message();  // its eager slot
   }
 }
 

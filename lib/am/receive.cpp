@@ -276,29 +276,29 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   // The fast path builds only the Message; the early-arrival path wraps it (with its header)
   // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
   Message m;
-  m.engine_ = this;
-  m.peer_ = p->id;
-  m.source_ = static_cast<int>(p->id);
-  m.incarnation_ = p->epoch;
-  m.handler_ = h.handler;
+  attach(m);
+  m.s_.peer = p->id;
+  m.s_.source = static_cast<int>(p->id);
+  m.s_.incarnation = p->epoch;
+  m.s_.handler = h.handler;
   if (h.flags & (wire::kFlagRequest | wire::kFlagReply)) {  // a plain message keeps the zeros
-    m.request_ = (h.flags & wire::kFlagRequest) != 0;
-    m.reply_flag_ = (h.flags & wire::kFlagReply) != 0;
-    m.reply_buf_ = (h.flags & wire::kFlagReplyBuf) != 0;
-    m.reply_capacity_ = h.aux;
-    m.rpc_id_ = h.rpc_id;
-    m.status_ = h.status;
+    m.s_.request = (h.flags & wire::kFlagRequest) != 0;
+    m.s_.reply_flag = (h.flags & wire::kFlagReply) != 0;
+    m.s_.reply_buf = (h.flags & wire::kFlagReplyBuf) != 0;
+    m.s_.reply_capacity = h.aux;
+    m.s_.rpc_id = h.rpc_id;
+    m.s_.status = h.status;
   }
-  m.seq_ = seq;
-  m.announced_ = h.payload_len;
-  m.credit_ = true;
+  m.s_.seq = seq;
+  m.s_.announced = h.payload_len;
+  m.s_.credit = true;
   ++p->rx.unreleased;
   std::byte* d = bytes.data() + wire::header_size(h);
-  m.header_ = std::span<const std::byte>(d, h.user_header_len);
+  m.s_.header = std::span<const std::byte>(d, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
-  m.payload_ = std::span<std::byte>(d + h.user_header_len, inl);
-  m.borrowed_ = true;
-  m.lender_ = lender;
+  m.s_.payload = std::span<std::byte>(d + h.user_header_len, inl);
+  m.s_.borrowed = true;
+  m.s_.lender = lender;
   if (!p->rx.blocked && !early && p->rx.window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
@@ -310,7 +310,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     // Still here (not kept, moved or released), and not a request waiting for its answer: its
     // credit goes back now, without the general release's checks (engine thread, nothing
     // owned but the borrow).
-    if (m.engine_ != nullptr && (!m.request_ || m.replied_)) [[likely]]
+    if (m.s_.anchor != nullptr && (!m.s_.request || m.s_.replied)) [[likely]]
       release_handled(*p, m);
     if (!p->rx.blocked && p->rx.window.held() != 0) deliver(*p);
     if (p->link.bye_received) [[unlikely]]
@@ -332,7 +332,7 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
       c_.duplicates->add();
-      in.message.credit_ = false;
+      in.message.s_.credit = false;
       --p.rx.unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
                               p.rx.window.expected());
@@ -359,7 +359,7 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
   bool reply_into_buffer = (h.flags & wire::kFlagReply) && (h.flags & wire::kFlagReplyBuf);
   if ((h.flags & wire::kFlagRndv) && !reply_into_buffer) {
     bool ordered = true;
-    if (m.handler_ < kMaxHandlers && !m.reply_flag_) ordered = !handlers_[m.handler_].options.unordered;
+    if (m.s_.handler < kMaxHandlers && !m.s_.reply_flag) ordered = !handlers_[m.s_.handler].options.unordered;
     start_rndv(p, std::move(m), h, ordered);
     return;
   }
@@ -367,53 +367,53 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
 }
 
 void EngineCore::finish_incoming(PeerData& p, Message& m) {
-  if (m.reply_flag_) on_reply(p, m, {});  // completes a call of ours, like a send completion
+  if (m.s_.reply_flag) on_reply(p, m, {});  // completes a call of ours, like a send completion
   else if (shutting_down_) [[unlikely]] {
-    if (m.request_) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnavailable));
+    if (m.s_.request) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnavailable));
     count_drop("the engine is closing; handlers no longer run");
-  } else if (m.request_) on_request(p, m);
+  } else if (m.s_.request) on_request(p, m);
   else dispatch(m);
 }
 
 void EngineCore::handler_threw(const Message& m, const char* what) {
   handler_error_ = what;
   c_.handler_errors->add();
-  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.handler_, handler_error_);
+  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.s_.handler, handler_error_);
 }
 
 void EngineCore::no_handler(const Message& m) {
   SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, which is not registered; dropped",
-                          peers_[m.source_]->name, m.handler_);
+                          peers_[m.s_.source]->name, m.s_.handler);
 }
 
 void EngineCore::own_bytes(Message& m) {
-  Slot* lender = m.lender_;
-  m.lender_ = nullptr;
-  m.borrowed_ = false;
+  Slot* lender = m.s_.lender;
+  m.s_.lender = nullptr;
+  m.s_.borrowed = false;
   if (lender != nullptr && *lender) {
-    m.slot_ = std::move(*lender);  // the bytes stay where they are
+    m.s_.slot = std::move(*lender);  // the bytes stay where they are
     return;
   }
-  std::size_t hl = m.header_.size(), pl = m.payload_.size();
+  std::size_t hl = m.s_.header.size(), pl = m.s_.payload.size();
   std::byte* d;
   Slot own;
   if (recv_pool_->eager().try_take(&own) == Result::kOk && own.size() >= hl + pl) {
     d = own.data();
-    m.slot_ = std::move(own);
+    m.s_.slot = std::move(own);
   } else {
     own.release();
-    m.heap_.reset(new std::byte[hl + pl]);
-    d = m.heap_.get();
+    m.s_.heap.reset(new std::byte[hl + pl]);
+    d = m.s_.heap.get();
   }
-  if (hl != 0) std::memcpy(d, m.header_.data(), hl);
-  if (pl != 0) copy_payload(d + hl, m.payload_.data(), pl);
-  m.header_ = std::span<const std::byte>(d, hl);
-  m.payload_ = std::span<std::byte>(d + hl, pl);
+  if (hl != 0) std::memcpy(d, m.s_.header.data(), hl);
+  if (pl != 0) copy_payload(d + hl, m.s_.payload.data(), pl);
+  m.s_.header = std::span<const std::byte>(d, hl);
+  m.s_.payload = std::span<std::byte>(d + hl, pl);
 }
 
 void EngineCore::release_handled(PeerData& p, Message& m) {
-  m.engine_ = nullptr;  // the caller destroys it next: nothing else of it needs resetting
-  return_credit(p, m.incarnation_);
+  detach(m);  // the caller destroys it next: nothing else of it needs resetting
+  return_credit(p, m.s_.incarnation);
 }
 
 void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
@@ -429,18 +429,18 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
 }
 
 void EngineCore::give_back_sink(Message& m) {
-  m.sink_landing_ = false;
-  const SinkRelease* give = m.handler_ < kMaxHandlers ? &handlers_[m.handler_].options.sink_release : nullptr;
+  m.s_.sink_landing = false;
+  const SinkRelease* give = m.s_.handler < kMaxHandlers ? &handlers_[m.s_.handler].options.sink_release : nullptr;
   if (give == nullptr || !*give) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                             "handler %d's sink buffer of %u bytes was not delivered and there is no "
                             "sink_release to give it back to",
-                            m.handler_, m.payload_.size());
+                            m.s_.handler, m.s_.payload.size());
     return;
   }
   c_.sink_returned->add();
   try {
-    (*give)(m, m.payload_);
+    (*give)(m, m.s_.payload);
   } catch (const std::exception& e) {
     handler_threw(m, e.what());
   } catch (...) {
@@ -456,16 +456,15 @@ void EngineCore::release(Message& m) {
     post([held] { delete held; });
     return;
   }
-  if (m.sink_landing_) [[unlikely]]
+  if (m.s_.sink_landing) [[unlikely]]
     give_back_sink(m);
-  if (m.request_ && !m.replied_) {
-    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kInternal));
+  if (m.s_.request && !m.s_.replied) {
+    static constexpr std::string_view kUnanswered = "the server's handler released the request without a reply";
+    (void)reply(m, {}, std::as_bytes(std::span(kUnanswered)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
   }
-  m.slot_.release();
-  m.landing_.release();
-  m.heap_.reset();
-  if (m.credit_) return_credit(*peers_[m.peer_], m.incarnation_);
-  m.engine_ = nullptr;
+  if (m.s_.credit) return_credit(*peers_[m.s_.peer], m.s_.incarnation);
+  detach(m);
+  m.s_ = {};
 }
 
 }  // namespace sluice::detail

@@ -10,25 +10,25 @@
 namespace sluice::detail {
 
 std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
-  if (m.handler_ >= kMaxHandlers || m.reply_flag_) return {};
-  const HandlerEntry& he = handlers_[m.handler_];
+  if (m.s_.handler >= kMaxHandlers || m.s_.reply_flag) return {};
+  const HandlerEntry& he = handlers_[m.s_.handler];
   if (!he.options.sink) return {};
   std::span<std::byte> dest = he.options.sink(m, size);
   if (dest.size() >= size) {
-    m.sink_landing_ = true;  // the handler gets it, or sink_release does (release())
+    m.s_.sink_landing = true;  // the handler gets it, or sink_release does (release())
     return dest.first(size);
   }
   if (!dest.empty()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am",
-                            "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool", m.handler_,
-                            dest.size(), size);
+                            "handler %d's sink gave %u bytes for a %u-byte payload; using the receive pool",
+                            m.s_.handler, dest.size(), size);
   }
   return {};
 }
 
 std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
-  if (recv_pool_->try_take_landing(size, &m.landing_) == Result::kOk) [[likely]]
-    return std::span(m.landing_.data(), size);
+  if (recv_pool_->try_take_landing(size, &m.s_.landing) == Result::kOk) [[likely]]
+    return std::span(m.s_.landing.data(), size);
   if (!recv_pool_->can_ever_land(size)) {
     fail_peer(p, absl::StatusCode::kResourceExhausted,
               absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
@@ -59,12 +59,12 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, boo
 }
 
 void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
-  m.payload_ = dest;
+  m.s_.payload = dest;
   Op* op = new_op(OpKind::kRndvRx, p.id);
   op->incarnation = p.epoch;
   op->recv.ordered = ordered;
-  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.seq_);
-  void* memh = m.landing_ ? m.landing_.memh() : nullptr;
+  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.s_.seq);
+  void* memh = m.s_.landing ? m.s_.landing.memh() : nullptr;
   op->pending = std::move(m);
   free_announcement(p, op->pending);
   if (ordered) p.rx.blocked = true;
@@ -80,18 +80,18 @@ void EngineCore::free_announcement(PeerData& p, Message& m) {
   // needs no receive slot: its credit goes back now, and the sender's next message does not wait
   // for this payload, its handler and a reply. A parked announcement keeps its credit, which
   // bounds how many can wait.
-  std::size_t hl = m.header_.size();
+  std::size_t hl = m.s_.header.size();
   std::unique_ptr<std::byte[]> copy;
   if (hl != 0) {
     copy.reset(new std::byte[hl]);
-    std::memcpy(copy.get(), m.header_.data(), hl);
+    std::memcpy(copy.get(), m.s_.header.data(), hl);
   }
-  m.slot_.release();
-  m.heap_ = std::move(copy);
-  m.header_ = std::span<const std::byte>(m.heap_.get(), hl);
-  if (m.credit_) {
-    m.credit_ = false;
-    return_credit(p, m.incarnation_);
+  m.s_.slot.release();
+  m.s_.heap = std::move(copy);
+  m.s_.header = std::span<const std::byte>(m.s_.heap.get(), hl);
+  if (m.s_.credit) {
+    m.s_.credit = false;
+    return_credit(p, m.s_.incarnation);
   }
 }
 
@@ -143,11 +143,11 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.rx.blocked = false;
   --p.rx.landing;
-  if (code != absl::StatusCode::kOk || length != m.payload_.size()) {
+  if (code != absl::StatusCode::kOk || length != m.s_.payload.size()) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name,
-                            m.payload_.size(), absl::StatusCodeToString(code), length);
-    if (m.credit_) {  // returned already when the landing was posted (free_announcement)
-      m.credit_ = false;
+                            m.s_.payload.size(), absl::StatusCodeToString(code), length);
+    if (m.s_.credit) {  // returned already when the landing was posted (free_announcement)
+      m.s_.credit = false;
       --p.rx.unreleased;
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
@@ -176,22 +176,22 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
   }
   // A later piece is only bytes: the first piece stands for the message (its request, its
   // reply), and this one's slot and credit go back once it is copied.
-  m.request_ = false;
-  m.reply_flag_ = false;
-  std::size_t piece = m.payload_.size();
-  if (!p.rx.frag.valid() || h.aux != p.rx.frag_received || h.payload_len != p.rx.frag.payload_.size()) {
+  m.s_.request = false;
+  m.s_.reply_flag = false;
+  std::size_t piece = m.s_.payload.size();
+  if (!p.rx.frag.valid() || h.aux != p.rx.frag_received || h.payload_len != p.rx.frag.s_.payload.size()) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
     return;
   }
-  copy_payload(p.rx.frag.payload_.data() + h.aux, m.payload_.data(), piece);
+  copy_payload(p.rx.frag.s_.payload.data() + h.aux, m.s_.payload.data(), piece);
   add_fragment(p, piece);
 }
 
 void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest) {
-  std::size_t piece = m.payload_.size();
-  copy_payload(dest.data(), m.payload_.data(), piece);
-  m.payload_ = dest;
+  std::size_t piece = m.s_.payload.size();
+  copy_payload(dest.data(), m.s_.payload.data(), piece);
+  m.s_.payload = dest;
   p.rx.frag = std::move(m);
   p.rx.frag_received = 0;
   add_fragment(p, piece);
@@ -200,7 +200,7 @@ void EngineCore::start_fragments(PeerData& p, Message&& m, std::span<std::byte> 
 void EngineCore::add_fragment(PeerData& p, std::size_t piece) {
   c_.bounce_bytes->add(piece);
   p.rx.frag_received += piece;
-  if (p.rx.frag_received == p.rx.frag.payload_.size()) {
+  if (p.rx.frag_received == p.rx.frag.s_.payload.size()) {
     Message done = std::move(p.rx.frag);
     p.rx.frag_received = 0;
     finish_incoming(p, done);

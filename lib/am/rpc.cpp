@@ -15,7 +15,11 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
                         std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
                         CallId* id_out) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
-  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message || !cb) return Result::kInvalidArgument;
+  if (!cb) SLUICE_INVALID("call(method %d) to %s: no reply callback", method, p.name);
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message)
+    SLUICE_INVALID(
+        "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
+        method, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message);
   if (p.tx.queued + p.rpc.call_queue.size() >= config_.send_queue_max) {
     c_.would_block->add();
     return Result::kWouldBlock;
@@ -51,7 +55,10 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
     if (!options.reply_buffer.empty()) {
       calls_.erase(id);
-      return Result::kInvalidArgument;
+      SLUICE_INVALID(
+          "call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
+          "buffer in bounce mode (SLUICE_RNDV=n)",
+          method, p.name, header.size() + payload.size());
     }
     if (p.state != PeerState::kReady || p.rpc.calls_outstanding >= p.rpc.slots) {
       if (p.state == PeerState::kNew) start_handshake(p);
@@ -114,7 +121,7 @@ void EngineCore::on_request(PeerData& p, Message& m) {
     (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
     return;
   }
-  m.holds_rpc_slot_ = true;
+  m.s_.holds_rpc_slot = true;
   switch (invoke_handler(m)) {
     case Invoke::kDone: break;
     case Invoke::kNoHandler:
@@ -122,7 +129,7 @@ void EngineCore::on_request(PeerData& p, Message& m) {
       break;
     case Invoke::kThrew:
       // The caller learns why; the server goes on.
-      if (m.valid() && !m.replied_) {
+      if (m.valid() && !m.s_.replied) {
         std::string what = std::move(handler_error_);
         what.resize(std::min<std::size_t>(what.size(), 512));
         (void)reply(m, {}, std::as_bytes(std::span(what)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
@@ -131,15 +138,25 @@ void EngineCore::on_request(PeerData& p, Message& m) {
   }
 }
 
+Result EngineCore::not_answerable(const Message& m) {
+  SLUICE_INVALID("reply to handler %d's message: %s", m.s_.handler,
+                 !m.s_.request ? "it is not a request (no call waits for a reply)" : "it was answered already");
+}
+
 Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
                          std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
-  if (!m.request_ || m.replied_) return Result::kInvalidArgument;
-  PeerData& p = *peers_[m.peer_];
-  if (p.state == PeerState::kDead || p.epoch != m.incarnation_) {
-    m.replied_ = true;
+  if (!m.s_.request || m.s_.replied) [[unlikely]]
+    return not_answerable(m);
+  PeerData& p = *peers_[m.s_.peer];
+  if (p.state == PeerState::kDead || p.epoch != m.s_.incarnation) {
+    m.s_.replied = true;
     return Result::kUnavailable;
   }
-  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) return Result::kInvalidArgument;
+  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message)
+    SLUICE_INVALID(
+        "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
+        "SLUICE_MAX_MESSAGE)",
+        m.s_.handler, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message);
   std::uint8_t flags = wire::kFlagReply;
   Op* hop = nullptr;
   Op* pop = nullptr;
@@ -147,27 +164,27 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
   // The reply is handed over: its slot is free for the caller's next request (the reply's own
   // send, when not complete already, is counted until it completes: SlotTable).
   auto answered = [&](bool sent) {
-    m.replied_ = true;
-    if (m.holds_rpc_slot_) {
+    m.s_.replied = true;
+    if (m.s_.holds_rpc_slot) {
       if (sent) p.rpc.server_slots.release();
       else p.rpc.server_slots.answer();
     }
     c_.rpc_replies->add();
   };
-  if (m.reply_buf_ && status == 0) {
-    if (payload.size() > m.reply_capacity_) {
+  if (m.s_.reply_buf && status == 0) {
+    if (payload.size() > m.s_.reply_capacity) {
       status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
       header = {};
       payload = {};
     }
   }
-  if (m.reply_buf_ && status == 0 && !payload.empty()) {
+  if (m.s_.reply_buf && status == 0 && !payload.empty()) {
     // Straight into the buffer the caller posted: exact tag on the call id.
     Outgoing announcement{.flags = static_cast<std::uint8_t>(flags | wire::kFlagRndv | wire::kFlagReplyBuf),
-                          .handler = m.handler_,
+                          .handler = m.s_.handler,
                           .header = header,
                           .payload = {},
-                          .rpc_id = m.rpc_id_,
+                          .rpc_id = m.s_.rpc_id,
                           .aux = 0,
                           .status = status};
     r = pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop);
@@ -182,17 +199,17 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
     answered(false);
     if (copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
     pop->send.on_done = std::move(on_done);
-    pop->send.releases_rpc_slot = m.holds_rpc_slot_;
-    pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, m.rpc_id_);
+    pop->send.releases_rpc_slot = m.s_.holds_rpc_slot;
+    pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, m.s_.rpc_id);
     if (last_out != nullptr) *last_out = pop;
     return enqueue(p, hop, pop);
   }
-  if (m.reply_buf_ && status == 0) flags |= wire::kFlagReplyBuf;
+  if (m.s_.reply_buf && status == 0) flags |= wire::kFlagReplyBuf;
   Outgoing out{.flags = flags,
-               .handler = m.handler_,
+               .handler = m.s_.handler,
                .header = header,
                .payload = payload,
-               .rpc_id = m.rpc_id_,
+               .rpc_id = m.s_.rpc_id,
                .aux = 0,
                .status = status};
   if (send_inline(p, out)) [[likely]] {
@@ -204,41 +221,44 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
     r = pack_message(p, out, copy, &hop, &pop);
   } else {
     answered(false);
-    return send_fragmented(p, out, std::move(on_done), m.holds_rpc_slot_);
+    return send_fragmented(p, out, std::move(on_done), m.s_.holds_rpc_slot);
   }
   if (r != Result::kOk) return r;
   answered(false);
   if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
   Op* last = pop ? pop : hop;
   last->send.on_done = std::move(on_done);
-  last->send.releases_rpc_slot = m.holds_rpc_slot_;
+  last->send.releases_rpc_slot = m.s_.holds_rpc_slot;
   if (last_out != nullptr) *last_out = last;
   return enqueue(p, hop, pop);
 }
 
 Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
-  if (!m.request_ || m.replied_) return Result::kInvalidArgument;
-  if (!m.reply_buf_ && header.size() + m.payload_.size() <= eager_limit_) [[likely]] {
+  if (!m.s_.request || m.s_.replied) [[unlikely]]
+    return not_answerable(m);
+  if (!m.s_.reply_buf && header.size() + m.s_.payload.size() <= eager_limit_) [[likely]] {
     // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
     // that borrows a coalesced receive would copy its bytes first.
-    if (header.size() > kMaxUserHeader) return Result::kInvalidArgument;
+    if (header.size() > kMaxUserHeader)
+      SLUICE_INVALID("reply to method %d: header of %u bytes (at most %u)", m.s_.handler, header.size(),
+                     kMaxUserHeader);
     // The request's receive slot is released right after the reply is packed, so the reply
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
-    PeerData& p = *peers_[m.peer_];
-    if (m.credit_ && p.epoch == m.incarnation_ && p.state == PeerState::kReady) [[likely]] {
-      m.credit_ = false;
+    PeerData& p = *peers_[m.s_.peer];
+    if (m.s_.credit && p.epoch == m.s_.incarnation && p.state == PeerState::kReady) [[likely]] {
+      m.s_.credit = false;
       --p.rx.unreleased;
       p.rx.owed.released();
     }
-    Result r = reply(m, header, m.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
+    Result r = reply(m, header, m.s_.payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();
     maybe_return_credits(p);  // a queued reply carries it later
     return r;
   }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty
   Op* last = nullptr;
-  Result r = reply(held, header, held.payload_, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);
+  Result r = reply(held, header, held.s_.payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);
   // Sent by rendezvous from that memory: it stays until the send completes (free_op). Inline
   // or eager, the payload is packed already, and `held` goes now.
   if (r == Result::kOk && last != nullptr && last->kind == OpKind::kSendPayload) last->pending = std::move(held);
@@ -247,26 +267,26 @@ Result EngineCore::reply_own(Message& m, std::span<const std::byte> header, Send
 
 void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   release_call_slot(p);
-  Call* found = calls_.find(m.rpc_id_);
+  Call* found = calls_.find(m.s_.rpc_id);
   if (found == nullptr || found->finishing) {
     c_.rpc_late_replies->add();
-    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, m.rpc_id_);
+    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, m.s_.rpc_id);
     return;
   }
   Call& c = *found;
   if (c.started != Clock::time_point{}) [[unlikely]]
     p.traffic.sample_rtt(Clock::now() - c.started);
-  absl::StatusCode code = code_from_wire(m.status_);
+  absl::StatusCode code = code_from_wire(m.s_.status);
   if (code != absl::StatusCode::kOk) {
-    std::string text(reinterpret_cast<const char*>(m.payload_.data()), m.payload_.size());
+    std::string text(reinterpret_cast<const char*>(m.s_.payload.data()), m.s_.payload.size());
     if (text.empty())
-      text = absl::StrFormat("%s answered call %u with %s", p.name, m.rpc_id_, absl::StatusCodeToString(code));
-    finish_call(m.rpc_id_, absl::Status(code, text));
+      text = absl::StrFormat("%s answered call %u with %s", p.name, m.s_.rpc_id, absl::StatusCodeToString(code));
+    finish_call(m.s_.rpc_id, absl::Status(code, text));
     return;
   }
-  if (m.reply_buf_) {
-    CallId id = m.rpc_id_;
-    if (c.landing == nullptr || m.announced_ > c.landing->buffer.size()) [[unlikely]] {
+  if (m.s_.reply_buf) {
+    CallId id = m.s_.rpc_id;
+    if (c.landing == nullptr || m.s_.announced > c.landing->buffer.size()) [[unlikely]] {
       // A reply into a buffer the call did not give (or larger than it): the peer broke the
       // protocol. The call fails now rather than wait for a payload that has nowhere to land.
       c_.parse_errors->add();
@@ -276,10 +296,10 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     }
     ReplyLanding& l = *c.landing;
     l.header_arrived = true;
-    l.payload_len = m.announced_;
+    l.payload_len = m.s_.announced;
     l.reply = std::move(m);
     if (l.payload_len == 0 || l.payload_landed) {
-      l.reply.payload_ = l.buffer.first(l.payload_len);
+      l.reply.s_.payload = l.buffer.first(l.payload_len);
       finish_call(id, absl::OkStatus());
     }
     return;
@@ -287,13 +307,13 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
   if (c.reply_rx == nullptr) [[likely]] {
     // Complete as it arrived: the callback gets this message (no moves through the call).
     ReplyCallback cb = std::move(c.on_reply);
-    calls_.erase(m.rpc_id_);
+    calls_.erase(m.s_.rpc_id);
     cb(absl::OkStatus(), m);
     return;
   }
   // A reply to a call with a reply buffer (landing exists), not sent into it (an error
   // status, or a reply the server packed whole): the buffer's receive is cancelled first.
-  CallId id = m.rpc_id_;
+  CallId id = m.s_.rpc_id;
   c.landing->reply = std::move(m);
   finish_call(id, absl::OkStatus());
 }
@@ -321,7 +341,7 @@ void EngineCore::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t len
   l.payload_len = length;
   if (peers_[c.peer]) count_received(*peers_[c.peer], 0, length);
   if (l.header_arrived) {
-    l.reply.payload_ = l.buffer.first(length);
+    l.reply.s_.payload = l.buffer.first(length);
     finish_call(id, absl::OkStatus());
   }
 }

@@ -120,7 +120,10 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
-    return Result::kInvalidArgument;
+    SLUICE_INVALID(
+        "send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
+        "SLUICE_MAX_MESSAGE)",
+        h, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message);
   if (p.tx.queued >= config_.send_queue_max) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;

@@ -237,6 +237,10 @@ class CallTable {
   }
   std::size_t size() const { return entries_.size() - free_.size(); }
   bool empty() const { return size() == 0; }
+  void clear() {
+    entries_.clear();
+    free_.clear();
+  }
 
  private:
   struct Entry {

@@ -22,7 +22,7 @@ namespace detail {
 std::size_t eager_slot_size(std::size_t eager_limit) { return (eager_limit + 64 + 63) / 64 * 64; }
 
 void SlotOwner::release(SlotDesc* d) {
-  if (std::this_thread::get_id() == owner_) [[likely]] {
+  if (std::this_thread::get_id() == owner_.load(std::memory_order_relaxed)) [[likely]] {
     put_back(d);
     return;
   }

@@ -46,12 +46,12 @@ class SlotOwner {
  public:
   virtual ~SlotOwner() = default;
   void release(SlotDesc* d);
-  void set_owner(std::thread::id id) { owner_ = id; }
+  void set_owner(std::thread::id id) { owner_.store(id, std::memory_order_relaxed); }
 
  protected:
   virtual void put_back(SlotDesc* d) = 0;
   void drain_remote();
-  std::thread::id owner_ = std::this_thread::get_id();
+  std::atomic<std::thread::id> owner_{std::this_thread::get_id()};
   std::uint64_t cross_thread_ = 0;
 
  private:

@@ -454,6 +454,7 @@ TEST_P(Messaging, ClosingEngineDeliversWhatItSentAndThePeerClosesWithoutFailure)
   std::thread receiver([&] {
     Engine& e1 = pair.engine(1);
     e1.run_until([&] { return got.size() == kCount && !e1.peer(0)->alive(); }, Clock::now() + kLong);
+    e1.release_thread();  // the main thread reads its counters below
   });
   for (std::uint32_t i = 0; i < kCount; ++i) {
     Result r;

@@ -42,7 +42,10 @@ class RankPair {
 
   // Runs `f0` on rank 0 and `f1` on rank 1 concurrently, each on its own thread.
   void run(const std::function<void(Engine&)>& f0, const std::function<void(Engine&)>& f1) {
-    std::thread t([&] { f1(*engines_[1]); });
+    std::thread t([&] {
+      f1(*engines_[1]);
+      engines_[1]->release_thread();  // the next run() drives it from another thread
+    });
     f0(*engines_[0]);
     t.join();
   }
