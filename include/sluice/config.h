@@ -78,6 +78,7 @@ struct Config {
   Duration peer_timeout = std::chrono::seconds(10);
   Duration heartbeat = std::chrono::seconds(1);
   Duration connect_timeout = std::chrono::seconds(10);
+  Duration call_warn = std::chrono::seconds(30);  // a call without a timeout outstanding this long is logged
   // progress
   Duration spin = std::chrono::microseconds(100);  // run_until() busy-polls this long idle
   // client/server mode: the front door

@@ -29,6 +29,8 @@ struct Call {
   std::uint32_t peer;
   ReplyCallback on_reply;
   Clock::time_point deadline;
+  Clock::time_point warn_at;  // a call without a timeout: when it is logged as overdue (SLUICE_CALL_WARN)
+  HandlerId method = 0;
   Clock::time_point started{};            // sampled calls only (PeerTraffic::rtt)
   Op* reply_rx = nullptr;                 // posted exact receive for the reply payload
   bool finishing = false;                 // cancelled or expired, waiting for reply_rx to be cancelled

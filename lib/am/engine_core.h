@@ -166,11 +166,23 @@ class EngineCore final : private Door::Owner {
   void drain_completions();
   void run_posted();
   void timers(Clock::time_point now);
+  // Logs a peer all of whose credits the application's unreleased messages hold, once per
+  // stretch that lasts SLUICE_HEARTBEAT.
+  void watch_held_credits(PeerData& p, Clock::time_point now);
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
+  // The close's waits: progresses while `busy()` and before `deadline`, sleeping (at most a
+  // millisecond at a time) instead of spinning whenever a pass finds nothing to do.
+  template <typename Busy>
+  void drain_while(Busy&& busy, Clock::time_point deadline) {
+    while (busy() && Clock::now() < deadline)
+      if (!progress()) wait(std::min(deadline, Clock::now() + std::chrono::milliseconds(1)));
+  }
 
   // ---- peer_table.cpp: rank and client/server peers, endpoints, failure, the front door
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
+  // Queued messages (or requests) that never reached the transport complete with `status`.
+  void drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status);
   void complete_stuck_sends(PeerData& p, const absl::Status& status);
   absl::Status ensure_endpoint(PeerData& p);
   PeerData* create_rank_peer(int rank);
@@ -484,6 +496,7 @@ class EngineCore final : private Door::Owner {
     Counter* landing_waits;
     Counter* credits_recovered;
     Counter* invalid_argument;
+    Counter* rpc_overdue;
   } c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.
   void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {

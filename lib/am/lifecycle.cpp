@@ -65,7 +65,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                 &s.counter("am.sink_returned"),
                 &s.counter("am.landing_waits"),
                 &s.counter("flow.credits_recovered"),
-                &s.counter("api.invalid_argument")};
+                &s.counter("api.invalid_argument"),
+                &s.counter("rpc.overdue")};
 }
 
 absl::Status EngineCore::init(int numa_node_option) {
@@ -118,17 +119,26 @@ EngineCore::~EngineCore() {
   (void)bind_driver("Engine::~Engine");
   shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
+  // Calls end at once, Cancelled: those waiting only for their replies, and requests still
+  // queued for a server slot (which frees only with another reply). A server that answers
+  // late, or never, would otherwise hold the close until the deadline.
+  absl::Status closing = absl::CancelledError("the engine is shutting down");
+  for (auto& p : peers_)
+    if (p) drop_queue(*p, p->rpc.call_queue, closing);
+  for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
+    c_.rpc_cancelled->add();
+    finish_call(id, closing);
+  }
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
   // in-flight ones, rendezvous payloads included, until the deadline...
   auto unsent = [&] {
     if (tx_inflight_ > 0) return true;
     for (auto& p : peers_)
-      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) &&
-          (!p->tx.queue.empty() || !p->rpc.call_queue.empty()))
+      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) && !p->tx.queue.empty())
         return true;  // a connecting peer's queue goes out once its HELLO is in
     return false;
   };
-  while (unsent() && Clock::now() < deadline) progress();
+  drain_while(unsent, deadline);
   // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
   // it; then a short wait for the peers' own goodbyes, so no message arrives after the
   // receives go.
@@ -141,7 +151,7 @@ EngineCore::~EngineCore() {
       if (p && p->state == PeerState::kReady) return true;
     return false;
   };
-  while ((tx_inflight_ > 0 || live()) && Clock::now() < bye_deadline) progress();
+  drain_while([&] { return tx_inflight_ > 0 || live(); }, bye_deadline);
   for (auto& p : peers_) {
     if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
   }
@@ -152,15 +162,15 @@ EngineCore::~EngineCore() {
       if (op->request != nullptr) return true;
     return false;
   };
-  while ((tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted()) &&
-         Clock::now() < deadline)
-    progress();
+  drain_while(
+      [&] { return tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted(); },
+      deadline);
   // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
   // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
   // queue (UCX warns about each such message when the worker goes).
   worker_->progress();
   purge_stragglers(Clock::time_point::min());
-  while ((contact_inflight_ > 0 || !done_.empty()) && Clock::now() < deadline) progress();
+  drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
   for (auto& op : ops_) {
     op.slot.release();
@@ -277,6 +287,9 @@ const Stats& EngineCore::stats() {
   }
   stats_.counter("am.tx_inflight").set(tx_inflight_);
   stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
+  stats_.counter("flow.peers_held").set(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
+    return p && p->state == PeerState::kReady && p->rx.granted != 0 && p->rx.unreleased >= p->rx.granted;
+  }));
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   stats_.counter("am.landings_waiting").set(parked_.size());

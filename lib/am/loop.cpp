@@ -170,6 +170,23 @@ void EngineCore::post(std::function<void()> fn) {
 
 // ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
 
+void EngineCore::watch_held_credits(PeerData& p, Clock::time_point now) {
+  if (p.rx.granted == 0 || p.rx.unreleased < p.rx.granted) [[likely]] {
+    p.rx.held_since = {};
+    p.rx.held_logged = false;
+    return;
+  }
+  if (p.rx.held_since == Clock::time_point{}) p.rx.held_since = now;
+  if (p.rx.held_logged || now - p.rx.held_since < config_.heartbeat) return;
+  p.rx.held_logged = true;
+  SLUICE_LOG(kWarn, "flow",
+             "%s cannot send: all %u of its credits are held by %u of its messages this application has not "
+             "released (for %s). A Message returns its credit when it is destroyed or release()d; raise "
+             "SLUICE_CREDITS if the application must keep more (flow.peers_held)",
+             p.name, p.rx.granted, p.rx.unreleased,
+             format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.rx.held_since)));
+}
+
 void EngineCore::timers(Clock::time_point now) {
   Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
                                      std::chrono::milliseconds(1));
@@ -229,6 +246,7 @@ void EngineCore::timers(Clock::time_point now) {
                                 format_duration(config_.peer_timeout)));
       continue;
     }
+    watch_held_credits(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
     if (p.rx.owed.owed() != 0) {

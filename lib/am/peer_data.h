@@ -97,6 +97,10 @@ struct PeerData {
     std::size_t frag_received = 0;
     std::uint32_t landing = 0;  // exact receives posted for its payloads
     std::uint32_t parked = 0;   // its payloads waiting for receive memory (parked_)
+    // Since when every credit it has is held by a Message the application has not released
+    // (timers(): logged once per such stretch when it lasts a heartbeat interval).
+    Clock::time_point held_since{};
+    bool held_logged = false;
   } rx;
 
   // RPC both ways: our calls to it, its calls to us.

@@ -44,6 +44,19 @@ absl::Status EngineCore::ensure_endpoint(PeerData& p) {
   return absl::OkStatus();
 }
 
+void EngineCore::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status) {
+  while (!q.empty()) {
+    Pending m = q.front();
+    q.pop_front();
+    Op* last = m.payload ? m.payload : m.header;
+    if (last->send.on_done) last->send.on_done(status);
+    if (last->send.releases_rpc_slot) release_call_slot(p);
+    complete_coalesced(m.header, status, false);  // sends that joined it in the queue
+    free_op(m.header);
+    if (m.payload) free_op(m.payload);
+  }
+}
+
 void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
   if (p.state == PeerState::kDead) return;
   bool orderly = code == absl::StatusCode::kCancelled;
@@ -62,18 +75,8 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
   p.tx.queued = 0;
-  for (auto* q : {&p.tx.queue, &p.rpc.call_queue}) {
-    while (!q->empty()) {
-      Pending m = q->front();
-      q->pop_front();
-      Op* last = m.payload ? m.payload : m.header;
-      if (last->send.on_done) last->send.on_done(status);
-      if (last->send.releases_rpc_slot) release_call_slot(p);
-      complete_coalesced(m.header, status, false);  // sends that joined it in the queue
-      free_op(m.header);
-      if (m.payload) free_op(m.payload);
-    }
-  }
+  drop_queue(p, p.tx.queue, status);
+  drop_queue(p, p.rpc.call_queue, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);

@@ -75,7 +75,14 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   Call& c = *cp;
   c.peer = p.id;
   c.on_reply = std::move(cb);
-  c.deadline = options.timeout == kInfinite ? Clock::time_point::max() : Clock::now() + options.timeout;
+  c.method = method;
+  if (options.timeout == kInfinite) [[likely]] {
+    c.deadline = Clock::time_point::max();
+    c.warn_at = config_.call_warn == kInfinite ? Clock::time_point::max() : now_ + config_.call_warn;
+  } else {
+    c.deadline = Clock::now() + options.timeout;
+    c.warn_at = Clock::time_point::max();
+  }
   if ((++p.traffic.sampler & 63) == 0) [[unlikely]]
     c.started = Clock::now();
   if (!options.reply_buffer.empty()) {
@@ -118,15 +125,19 @@ void EngineCore::on_request(PeerData& p, Message& m) {
     c_.rpc_slot_refused->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name,
                             p.rpc.server_slots.capacity());
-    (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
+    std::string why =
+        absl::StrFormat("the client exceeded the %u RPC slots the server granted it", p.rpc.server_slots.capacity());
+    (void)reply(m, {}, std::as_bytes(std::span(why)), static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
     return;
   }
   m.s_.holds_rpc_slot = true;
   switch (invoke_handler(m)) {
     case Invoke::kDone: break;
-    case Invoke::kNoHandler:
-      (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
+    case Invoke::kNoHandler: {
+      std::string why = absl::StrFormat("no method %d is registered on the server", m.s_.handler);
+      (void)reply(m, {}, std::as_bytes(std::span(why)), static_cast<std::uint16_t>(absl::StatusCode::kUnimplemented));
       break;
+    }
     case Invoke::kThrew:
       // The caller learns why; the server goes on.
       if (m.valid() && !m.s_.replied) {
@@ -171,11 +182,14 @@ Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::spa
     }
     c_.rpc_replies->add();
   };
+  std::string too_large;  // the error's text, when it is one (lives until the reply is packed)
   if (m.s_.reply_buf && status == 0) {
     if (payload.size() > m.s_.reply_capacity) {
       status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
+      too_large = absl::StrFormat("the reply's %u-byte payload does not fit the call's %u-byte reply_buffer",
+                                  payload.size(), m.s_.reply_capacity);
       header = {};
-      payload = {};
+      payload = std::as_bytes(std::span(too_large));
     }
   }
   if (m.s_.reply_buf && status == 0 && !payload.empty()) {
@@ -278,9 +292,10 @@ void EngineCore::on_reply(PeerData& p, Message& m, const wire::Header&) {
     p.traffic.sample_rtt(Clock::now() - c.started);
   absl::StatusCode code = code_from_wire(m.s_.status);
   if (code != absl::StatusCode::kOk) {
-    std::string text(reinterpret_cast<const char*>(m.s_.payload.data()), m.s_.payload.size());
-    if (text.empty())
-      text = absl::StrFormat("%s answered call %u with %s", p.name, m.s_.rpc_id, absl::StatusCodeToString(code));
+    std::string text = absl::StrFormat("%s answered call %u of method %d with %s", p.name, m.s_.rpc_id, c.method,
+                                       absl::StatusCodeToString(code));
+    if (!m.s_.payload.empty())
+      text.append(": ").append(reinterpret_cast<const char*>(m.s_.payload.data()), m.s_.payload.size());
     finish_call(m.s_.rpc_id, absl::Status(code, text));
     return;
   }
@@ -365,9 +380,23 @@ void EngineCore::finish_call(CallId id, absl::Status status) {
 }
 
 void EngineCore::expire_calls(Clock::time_point now) {
-  for (CallId id : calls_.ids_where([&](const Call& c) { return !c.finishing && c.deadline <= now; })) {
-    c_.rpc_deadline->add();
-    finish_call(id, absl::DeadlineExceededError(absl::StrFormat("call %u passed its deadline", id)));
+  auto due = [&](const Call& c) { return !c.finishing && (c.deadline <= now || c.warn_at <= now); };
+  for (CallId id : calls_.ids_where(due)) {
+    Call& c = *calls_.find(id);
+    const char* peer = peers_[c.peer] ? peers_[c.peer]->name.c_str() : "a gone peer";
+    if (c.deadline <= now) {
+      c_.rpc_deadline->add();
+      finish_call(id, absl::DeadlineExceededError(
+                          absl::StrFormat("call %u of method %d to %s passed its deadline", id, c.method, peer)));
+      continue;
+    }
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - (c.warn_at - config_.call_warn));
+    c.warn_at = Clock::time_point::max();
+    c_.rpc_overdue->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc",
+                            "call %u of method %d to %s has waited %s for its reply, without a timeout; it goes on "
+                            "waiting (SLUICE_CALL_WARN=%s; CallOptions::timeout or Engine::cancel end it)",
+                            id, c.method, peer, format_duration(age), format_duration(config_.call_warn));
   }
 }
 

@@ -356,6 +356,10 @@ std::vector<Field> liveness_vars() {
                    "Deadline for connecting and handshaking with a peer, and for bootstrap "
                    "fences.",
                    &Config::connect_timeout, true),
+      duration_var("SLUICE_CALL_WARN", "rpc", "30s",
+                   "A call without a timeout outstanding this long is logged once (peer, method, "
+                   "age) and counted in rpc.overdue; it goes on waiting. inf: never.",
+                   &Config::call_warn, true),
       duration_var("SLUICE_SPIN", "progress", "100us",
                    "Engine::run_until() busy-polls while there is work and this long after "
                    "the last of it, then sleeps until a message, a timer or post() wakes it "
