@@ -14,6 +14,7 @@ void EngineCore::start_handshake(PeerData& p) {
     return;
   }
   p.state = PeerState::kConnecting;
+  watch_timers();
   p.link.hello_deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   send_hello(p);
@@ -284,6 +285,7 @@ void EngineCore::close_after_bye(PeerData& p) {
 void EngineCore::maybe_ready(PeerData& p) {
   if (p.state != PeerState::kConnecting || !p.link.hello_sent || !p.link.hello_received) return;
   p.state = PeerState::kReady;
+  watch_timers();
   p.link.last_heard = Clock::now();
   p.link.early_since = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.rx.granted,

@@ -166,6 +166,9 @@ class EngineCore final : private Door::Owner {
   void drain_completions();
   void run_posted();
   void timers(Clock::time_point now);
+  // A peer began connecting or became ready: timers tick from now on, where an engine with
+  // nothing to watch checked them once a second.
+  void watch_timers() { next_timer_ = std::min(next_timer_, now_); }
   // Logs a peer all of whose credits the application's unreleased messages hold, once per
   // stretch that lasts SLUICE_HEARTBEAT.
   void watch_held_credits(PeerData& p, Clock::time_point now);

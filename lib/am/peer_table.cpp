@@ -287,6 +287,7 @@ absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
   p.ep = std::move(*ep);
   // The client speaks first over UCX: its HELLO, then ours (handle_hello).
   p.state = PeerState::kConnecting;
+  watch_timers();
   p.link.hello_deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
@@ -339,6 +340,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   }
   p.ep = std::move(*ep);
   p.state = PeerState::kConnecting;
+  watch_timers();
   p.link.hello_deadline = deadline;
   send_hello(p);
   // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)

@@ -150,8 +150,9 @@ void EngineCore::on_request(PeerData& p, Message& m) {
 }
 
 Result EngineCore::not_answerable(const Message& m) {
-  SLUICE_INVALID("reply to handler %d's message: %s", m.s_.handler,
-                 !m.s_.request ? "it is not a request (no call waits for a reply)" : "it was answered already");
+  if (!m.s_.request)
+    SLUICE_INVALID("reply to handler %d's message: it is not a request (no call waits for a reply)", m.s_.handler);
+  SLUICE_INVALID("reply to method %d's request: it was answered already", m.s_.handler);
 }
 
 Result EngineCore::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,

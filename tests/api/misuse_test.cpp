@@ -1,0 +1,361 @@
+// The mistakes a hurried user makes, each with its documented outcome: a clear status, one log
+// line that says what and why, no crash, nothing lost, nothing leaked (run under ASan and TSan
+// by scripts/sanitize).
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sluice/context.h>
+
+#include "testing/payload.h"
+#include "testing/ranks.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_support::bytes_of;
+using testing_support::RankPair;
+
+constexpr HandlerId kData = 5, kKeep = 6, kEcho = 7;
+const auto kLong = std::chrono::seconds(60);
+
+// Occurrences of `what` in `text`.
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// Drives `e` on this thread until `done()`; fails the test on a minute's wait.
+void drive(Engine& e, const std::function<bool()>& done) { ASSERT_TRUE(e.run_until(done, Clock::now() + kLong)); }
+
+double thread_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+TEST(Threads, ASendFromAThreadThatDoesNotDriveTheEngineIsRefusedAndLoggedOnce) {
+  RankPair pair;
+  int received = 0;
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message&) { ++received; }).ok());
+  std::atomic<bool> stop{false};
+  std::thread receiver([&] { pair.engine(1).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  Engine& e = pair.engine(0);
+  Peer* peer = e.peer(1);
+  ASSERT_NE(peer, nullptr);
+  ASSERT_EQ(peer->send_copy(kData, {}, bytes_of(1)), Result::kOk);
+  e.progress();  // this thread drives the engine from now on
+  ::testing::internal::CaptureStderr();
+  constexpr int kTries = 500;
+  std::atomic<int> refused{0};
+  std::atomic<bool> worker_done{false};
+  std::thread worker([&] {
+    for (int i = 0; i < kTries; ++i)
+      if (peer->send_copy(kData, {}, bytes_of(i)) == Result::kInvalidArgument) ++refused;
+    worker_done = true;
+  });
+  drive(e, [&] { return worker_done.load(); });
+  worker.join();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(refused.load(), kTries);
+  EXPECT_EQ(count_of(log, "Peer::send_copy called on thread"), 1) << log;
+  EXPECT_THAT(log, HasSubstr("Engine::release_thread()"));
+  EXPECT_EQ(e.stats().value("api.wrong_thread"), static_cast<std::uint64_t>(kTries));
+  // The engine's own sends were not disturbed: the first arrives, the refused ones never left.
+  drive(e, [&] { return e.outstanding_sends() == 0; });
+  stop = true;
+  receiver.join();
+  EXPECT_EQ(received, 1);
+  EXPECT_EQ(e.stats().value("am.msgs_sent"), 1u);
+}
+
+TEST(Threads, ProgressFromASecondThreadIsRefusedUntilTheEngineIsHandedOver) {
+  RankPair pair;
+  std::atomic<int> received{0};
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [&](Message&) { ++received; }).ok());
+  std::atomic<bool> stop{false};
+  std::thread receiver([&] { pair.engine(1).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  Engine& e = pair.engine(0);
+  ASSERT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(1)), Result::kOk);
+  drive(e, [&] { return received == 1; });
+  ::testing::internal::CaptureStderr();
+  bool progressed = true;
+  std::thread second([&] { progressed = e.progress(); });
+  second.join();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(progressed);
+  EXPECT_THAT(log, HasSubstr("Engine::progress called on thread"));
+  // Still this thread's: it sends and progresses as before.
+  ASSERT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(2)), Result::kOk);
+  drive(e, [&] { return received == 2; });
+  // Handed over explicitly, the engine works from the new thread, and no longer from this one.
+  e.release_thread();
+  Result sent = Result::kInvalidArgument;
+  std::thread next([&] {
+    sent = e.peer(1)->send_copy(kData, {}, bytes_of(3));
+    e.run_until([&] { return received == 3; }, Clock::now() + kLong);
+  });
+  next.join();
+  EXPECT_EQ(sent, Result::kOk);
+  EXPECT_EQ(received.load(), 3);
+  EXPECT_EQ(e.peer(1), nullptr) << "the new thread drives it now";
+  std::thread back([&] { e.release_thread(); });
+  back.join();
+  EXPECT_NE(e.peer(1), nullptr);
+  stop = true;
+  receiver.join();
+}
+
+TEST(Lifetime, MessagesKeptPastTheirEngineAreInvalidAndSafeToDestroy) {
+  RankPair pair;
+  std::vector<Message> kept;
+  ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [&](Message& m) { kept.push_back(std::move(m)); }).ok());
+  std::vector<std::byte> large(256 << 10, std::byte{7});  // lands by rendezvous in a slot of its own
+  pair.run(
+      [&](Engine& e) {
+        int done = 0;
+        for (int i = 0; i < 9; ++i)
+          ASSERT_EQ(e.peer(1)->send_copy(kKeep, bytes_of(i), bytes_of(i), [&](absl::Status) { ++done; }), Result::kOk);
+        ASSERT_EQ(e.peer(1)->send(kKeep, {}, large, [&](absl::Status) { ++done; }), Result::kOk);
+        drive(e, [&] { return done == 10; });
+      },
+      [&](Engine& e) { drive(e, [&] { return kept.size() == 10; }); });
+  for (const Message& m : kept) ASSERT_TRUE(m.valid());
+  // Rank 0 keeps answering the close while rank 1's engine goes, messages still held.
+  pair.engine(0).release_thread();
+  std::atomic<bool> stop{false};
+  std::thread other([&] { pair.engine(0).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  ::testing::internal::CaptureStderr();
+  pair.close(1);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  stop = true;
+  other.join();
+  EXPECT_THAT(log, HasSubstr("still holds 10 received Message(s)")) << log;
+  for (Message& m : kept) {
+    EXPECT_FALSE(m.valid());
+    EXPECT_TRUE(m.payload().empty());
+    EXPECT_TRUE(m.header().empty());
+    EXPECT_EQ(m.peer(), nullptr);
+    EXPECT_EQ(m.reply_copy({}, {}), Result::kInvalidArgument);
+  }
+  kept.erase(kept.begin(), kept.begin() + 5);                                     // destroyed here, on this thread
+  std::thread elsewhere([moved = std::move(kept)]() mutable { moved.clear(); });  // and there
+  elsewhere.join();
+}
+
+TEST(Close, CallsWaitingForRepliesEndAtOnceWhenTheEngineCloses) {
+  Config c;
+  c.rpc_slots = 32;
+  RankPair pair(c);
+  std::vector<Message> unanswered;
+  ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [&](Message& m) { unanswered.push_back(std::move(m)); }).ok());
+  std::atomic<bool> stop{false};
+  std::thread server([&] { pair.engine(1).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  constexpr int kCalls = 100;  // 32 reach the server, 68 wait for one of its slots
+  int cancelled = 0, other = 0;
+  Engine& e = pair.engine(0);
+  for (int i = 0; i < kCalls; ++i)
+    ASSERT_EQ(e.peer(1)->call(kKeep, {}, bytes_of(i), {},
+                              [&](absl::Status s, Message&) { (absl::IsCancelled(s) ? cancelled : other)++; }),
+              Result::kOk);
+  drive(e, [&] { return e.outstanding_sends() == 0; });
+  auto start = Clock::now();
+  pair.close(0);
+  auto took = Clock::now() - start;
+  EXPECT_EQ(cancelled, kCalls);
+  EXPECT_EQ(other, 0);
+  EXPECT_LT(took, std::chrono::seconds(2)) << "the close waited for replies that were not coming";
+  stop = true;
+  server.join();
+  unanswered.clear();
+}
+
+TEST(Close, WhileSendsWaitToDrainTheCloseSleepsInsteadOfSpinning) {
+  Config c;
+  c.credits = 2;
+  c.rx_posted = 2;
+  c.connect_timeout = std::chrono::seconds(1);  // bounds the close
+  RankPair pair(c);
+  ASSERT_TRUE(pair.engine(1).register_handler(kData, [](Message&) {}).ok());
+  Engine& e = pair.engine(0);
+  int handshaken = 0;
+  ASSERT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(0), [&](absl::Status) { ++handshaken; }), Result::kOk);
+  std::thread once([&] {
+    pair.engine(1).run_until([&] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+    pair.engine(1).release_thread();
+  });
+  drive(e, [&] { return handshaken == 1; });
+  once.join();
+  // Rank 1 no longer progresses: rank 0's queued sends wait for credits that do not come.
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(i)), Result::kOk);
+  double cpu = thread_cpu_seconds();
+  auto start = Clock::now();
+  pair.close(0);
+  double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  cpu = thread_cpu_seconds() - cpu;
+  EXPECT_GE(wall, 0.9) << "the close waited for the sends until its deadline";
+  EXPECT_LT(cpu, wall / 2) << "the close spun: " << cpu << " s of CPU in " << wall << " s";
+}
+
+TEST(Rpc, ACallOutstandingLongerThanCallWarnIsLoggedOnceAndGoesOn) {
+  Config c;
+  c.call_warn = std::chrono::milliseconds(200);
+  RankPair pair(c);
+  std::vector<Message> held;
+  ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [&](Message& m) { held.push_back(std::move(m)); }).ok());
+  absl::Status got = absl::UnknownError("not yet");
+  ::testing::internal::CaptureStderr();
+  pair.run(
+      [&](Engine& e) {
+        ASSERT_EQ(e.peer(1)->call(kKeep, {}, bytes_of(1), {}, [&](absl::Status s, Message&) { got = s; }), Result::kOk);
+        e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(700));
+        EXPECT_EQ(e.stats().value("rpc.overdue"), 1u);
+        drive(e, [&] { return got.ok(); });
+      },
+      [&](Engine& e) {
+        drive(e, [&] { return held.size() == 1; });
+        e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(900));
+        EXPECT_EQ(held[0].reply_copy({}, {}), Result::kOk);
+        drive(e, [&] { return e.outstanding_sends() == 0; });
+      });
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_of(log, "has waited"), 1) << log;
+  EXPECT_THAT(log, HasSubstr("method 6 to rank 1"));
+  EXPECT_TRUE(got.ok()) << got;
+}
+
+TEST(Flow, APeerWhoseCreditsTheApplicationHoldsIsLoggedAndCounted) {
+  Config c;
+  c.credits = 4;
+  c.rx_posted = 4;
+  c.heartbeat = std::chrono::milliseconds(100);
+  RankPair pair(c);
+  std::vector<Message> kept;
+  ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [&](Message& m) { kept.push_back(std::move(m)); }).ok());
+  constexpr std::size_t kCount = 10;
+  std::uint64_t held_while = 0, held_after = 0;
+  std::atomic<bool> all_in{false};
+  ::testing::internal::CaptureStderr();
+  pair.run(
+      [&](Engine& e) {
+        for (std::size_t i = 0; i < kCount; ++i) ASSERT_EQ(e.peer(1)->send_copy(kKeep, {}, bytes_of(i)), Result::kOk);
+        drive(e, [&] { return all_in.load(); });
+      },
+      [&](Engine& e) {
+        drive(e, [&] { return kept.size() == 4; });
+        e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(500));
+        held_while = e.stats().value("flow.peers_held");
+        EXPECT_EQ(kept.size(), 4u) << "the sender waits for credits";
+        std::size_t total = 0;
+        while (true) {
+          total += kept.size();
+          kept.clear();  // released: their credits go back
+          if (total >= kCount) break;
+          drive(e, [&] { return !kept.empty(); });
+        }
+        held_after = e.stats().value("flow.peers_held");
+        all_in = true;
+      });
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_of(log, "cannot send: all 4 of its credits are held by 4 of its messages"), 1) << log;
+  EXPECT_THAT(log, HasSubstr("rank 0 cannot send"));
+  EXPECT_EQ(held_while, 1u);
+  EXPECT_EQ(held_after, 0u);
+}
+
+TEST(Errors, EveryInvalidArgumentSaysWhy) {
+  RankPair pair;
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kEcho,
+                                    [](Message& m) {
+                                      EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kOk);
+                                      EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kInvalidArgument);
+                                      EXPECT_EQ(m.reply_error(absl::OkStatus()), Result::kInvalidArgument);
+                                    })
+                  .ok());
+  ASSERT_TRUE(
+      pair.engine(1)
+          .register_handler(kData, [](Message& m) { EXPECT_EQ(m.reply_copy({}, {}), Result::kInvalidArgument); })
+          .ok());
+  std::uint64_t invalid0 = 0, invalid1 = 0;
+  std::atomic<bool> done{false};
+  ::testing::internal::CaptureStderr();
+  pair.run(
+      [&](Engine& e) {
+        std::vector<std::byte> big_header(kMaxUserHeader + 1);
+        EXPECT_EQ(e.peer(1)->send(kData, big_header, {}), Result::kInvalidArgument);
+        EXPECT_EQ(e.peer(1)->call(kEcho, {}, {}, {}, nullptr), Result::kInvalidArgument);
+        Slot none;
+        EXPECT_EQ(e.peer(1)->send(kData, {}, none, 8), Result::kInvalidArgument);
+        Message empty;
+        EXPECT_EQ(empty.reply_copy({}, {}), Result::kInvalidArgument);
+        bool answered = false;
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, bytes_of(1), {}, [&](absl::Status, Message&) { answered = true; }),
+                  Result::kOk);
+        ASSERT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(2)), Result::kOk);
+        drive(e, [&] { return answered; });
+        invalid0 = e.stats().value("api.invalid_argument");
+        done = true;
+      },
+      [&](Engine& e) {
+        drive(e, [&] { return done.load(); });
+        invalid1 = e.stats().value("api.invalid_argument");
+      });
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(invalid0, 3u);
+  EXPECT_EQ(invalid1, 3u);
+  EXPECT_THAT(log, HasSubstr("header of 1025 bytes (at most 1024)"));
+  EXPECT_THAT(log, HasSubstr("no reply callback"));
+  EXPECT_THAT(log, HasSubstr("the Slot is empty"));
+  EXPECT_THAT(log, HasSubstr("empty, released or moved-from Message"));
+  EXPECT_THAT(log, HasSubstr("it was answered already"));
+  EXPECT_THAT(log, HasSubstr("the status is OK"));
+  EXPECT_THAT(log, HasSubstr("it is not a request"));
+}
+
+TEST(Errors, ErrorRepliesNameWhatTheyAreAbout) {
+  RankPair pair;
+  ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [](Message&) {}).ok());  // releases unanswered
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kEcho,
+                                    [](Message& m) {
+                                      std::vector<std::byte> big(100);
+                                      EXPECT_EQ(m.reply_copy({}, big), Result::kOk);
+                                    })
+                  .ok());
+  std::vector<absl::Status> got;
+  std::atomic<bool> done{false};
+  pair.run(
+      [&](Engine& e) {
+        auto keep = [&](absl::Status s, Message&) { got.push_back(s); };
+        ASSERT_EQ(e.peer(1)->call(77, {}, {}, {}, keep), Result::kOk);
+        ASSERT_EQ(e.peer(1)->call(kKeep, {}, {}, {}, keep), Result::kOk);
+        std::vector<std::byte> buffer(10);
+        CallOptions small;
+        small.reply_buffer = buffer;
+        ASSERT_EQ(e.peer(1)->call(kEcho, {}, {}, small, keep), Result::kOk);
+        drive(e, [&] { return got.size() == 3; });
+        done = true;
+      },
+      [&](Engine& e) { drive(e, [&] { return done.load(); }); });
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(got[0].message()), HasSubstr("no method 77 is registered"));
+  EXPECT_EQ(got[1].code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(got[1].message()), HasSubstr("released the request without a reply"));
+  EXPECT_EQ(got[2].code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(got[2].message()), HasSubstr("100-byte payload does not fit the call's 10-byte"));
+}
+
+}  // namespace
+}  // namespace sluice
