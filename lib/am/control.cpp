@@ -235,6 +235,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
     SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
     ++p.epoch;  // completions of the old incarnation's operations are ignored
+    revive_slot(p.id);
     p.state = PeerState::kNew;
     p.link.hello_sent = p.link.hello_received = false;
     p.tx.credits = SendCredits();

@@ -154,9 +154,13 @@ class EngineCore final : private Door::Owner {
   // exception's message in handler_error_) when it threw. Handlers never throw past this point.
   // Inline (am/invoke.h): every handler call passes here.
   enum class Invoke { kDone, kNoHandler, kThrew };
+  // Tags of a failed peer's messages, taken out of UCX's unexpected queue and dropped while
+  // it stays dead: its keyed EAGER tag, and its RNDV and REPLY tags (any id).
   struct Straggler {
     std::uint64_t tag;
-    Clock::time_point until;
+    std::uint64_t mask;
+    std::uint32_t slot;
+    Clock::time_point until;  // max while the peer is dead; a window once its slot lives again
   };
 
   // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
@@ -316,6 +320,10 @@ class EngineCore final : private Door::Owner {
   // taken), and stragglers of closed connections (dropped).
   void take_first_contacts();
   void purge_stragglers(Clock::time_point now);
+  // Slot `slot` serves a peer again (a restarted rank, a new client): its old keyed tag is
+  // purged for kStragglerWindow more, its any-id tags no longer (they would match the new
+  // peer's payloads).
+  void revive_slot(std::uint32_t slot);
   // Receives one (a CTRL-class one is then handled at once); false when the transport
   // refused it (logged; UCX has let go of it).
   bool receive_unexpected(const Worker::Unexpected& u);
@@ -376,7 +384,7 @@ class EngineCore final : private Door::Owner {
   std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
   std::string handler_error_;
   std::vector<Op*> unposted_;          // per-peer receive ops waiting to be posted
-  std::vector<Straggler> stale_tags_;  // EAGER tags of closed connections, purged until `until`
+  std::vector<Straggler> stale_tags_;  // tags of failed connections, purged until `until`
   std::uint64_t next_rx_key_ = 0;
   // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
   static constexpr std::size_t kContactMax = 1024;

@@ -183,6 +183,12 @@ EngineCore::~EngineCore() {
     p->rx.frag = Message();
     p->ep = Endpoint();
   }
+  // Whatever waits unmatched (a failed peer's late messages, a goodbye that crossed
+  // ours) is taken and dropped: nothing of this engine is left in UCX's unexpected queue.
+  worker_->progress();
+  for (Worker::Unexpected u; (u = worker_->take_unexpected(0, 0)).message != nullptr;)
+    if (!receive_unexpected(u)) break;
+  drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
   calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
   run_posted();    // Messages released on other threads meanwhile
   leave_kept_messages();

@@ -203,6 +203,7 @@ PeerData& EngineCore::new_cs_peer() {
     fresh.rx.ops = std::move(old.rx.ops);
     old = std::move(fresh);
     c_.peers_reused->add();
+    revive_slot(id);
     SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
                gone_cs_.size());
     return init_cs_peer(old);

@@ -73,9 +73,14 @@ void EngineCore::open_receives(PeerData& p) {
 void EngineCore::close_receives(PeerData& p) {
   if (p.rx.key == 0) return;
   for (Op* op : p.rx.ops) worker_->cancel(op);
-  // Messages the peer sent before it failed may still arrive: no receive takes them now, so
-  // they are taken out of UCX's unexpected queue for a while, not left to pin its memory.
-  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx.key), Clock::now() + kStragglerWindow});
+  // What the peer sent before it failed may still arrive, and a peer that was only stopped
+  // (declared dead, then resumed) goes on sending: no receive takes those now, so they are
+  // taken out of UCX's unexpected queue and dropped (counted), not left to pin its memory.
+  constexpr std::uint64_t kAnyId = wire::kClassMask | (std::uint64_t{wire::kSlotMask} << wire::kSlotShift);
+  constexpr auto kDead = Clock::time_point::max();
+  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, p.id, kDead});
+  stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id, 0), kAnyId, p.id, kDead});
+  stale_tags_.push_back({wire::make_tag(wire::kReply, p.id, 0), kAnyId, p.id, kDead});
   p.rx.key = 0;
 }
 
@@ -89,10 +94,17 @@ void EngineCore::take_first_contacts() {
   }
 }
 
+void EngineCore::revive_slot(std::uint32_t slot) {
+  auto until = Clock::now() + kStragglerWindow;
+  std::erase_if(stale_tags_, [&](const Straggler& s) { return s.slot == slot && s.mask != kFullMask; });
+  for (Straggler& s : stale_tags_)
+    if (s.slot == slot) s.until = std::min(s.until, until);
+}
+
 void EngineCore::purge_stragglers(Clock::time_point now) {
   for (std::size_t i = 0; i < stale_tags_.size();) {
     Worker::Unexpected u;
-    while ((u = worker_->take_unexpected(stale_tags_[i].tag, kFullMask)).message != nullptr) {
+    while ((u = worker_->take_unexpected(stale_tags_[i].tag, stale_tags_[i].mask)).message != nullptr) {
       if (!receive_unexpected(u)) return;
     }
     if (now >= stale_tags_[i].until) {
@@ -130,10 +142,10 @@ bool EngineCore::receive_unexpected(const Worker::Unexpected& u) {
 
 void EngineCore::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   --contact_inflight_;
-  if (code != absl::StatusCode::kOk) {
+  if (wire::tag_class(tag) != wire::kCtrl && code != absl::StatusCode::kCancelled) {
+    count_drop("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
+  } else if (code != absl::StatusCode::kOk) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
-  } else if (wire::tag_class(tag) == wire::kEager) {
-    count_drop("sent to a closed connection");
   } else {
     parse_and_accept(std::span<std::byte>(op->heap.get(), length), nullptr, tag, /*ctrl_only=*/true);
   }

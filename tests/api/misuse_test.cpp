@@ -273,6 +273,41 @@ TEST(Flow, APeerWhoseCreditsTheApplicationHoldsIsLoggedAndCounted) {
   EXPECT_EQ(held_after, 0u);
 }
 
+TEST(Flow, WhatAPeerSendsAfterItWasDeclaredDeadIsDroppedAndCounted) {
+  Config c;
+  c.peer_timeout = std::chrono::milliseconds(500);
+  c.heartbeat = std::chrono::milliseconds(100);
+  RankPair pair(c);
+  int received = 0;
+  ASSERT_TRUE(pair.engine(0).register_handler(kData, [&](Message&) { ++received; }).ok());
+  pair.run([&](Engine& e) { drive(e, [&] { return received == 1; }); },
+           [&](Engine& e) {
+             bool done = false;
+             ASSERT_EQ(e.peer(0)->send_copy(kData, {}, bytes_of(0), [&](absl::Status) { done = true; }), Result::kOk);
+             drive(e, [&] { return done; });
+           });
+  // Rank 1 stops (nothing drives it), rank 0 declares it dead, and goes on for longer than the
+  // few seconds in which a dead peer's last messages usually arrive.
+  Engine& e0 = pair.engine(0);
+  drive(e0, [&] { return !e0.peer(1)->alive(); });
+  e0.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(5500));
+  std::uint64_t dropped_before = e0.stats().value("am.dropped");
+  // Rank 1 resumes and sends, unaware.
+  constexpr int kLate = 5;
+  std::atomic<bool> sent{false};
+  std::thread resumed([&] {
+    Engine& e1 = pair.engine(1);
+    for (int i = 0; i < kLate; ++i) EXPECT_EQ(e1.peer(0)->send_copy(kData, {}, bytes_of(i)), Result::kOk);
+    e1.run_until([&] { return e1.outstanding_sends() == 0; }, Clock::now() + kLong);
+    sent = true;
+    e1.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+  });
+  drive(e0, [&] { return sent && e0.stats().value("am.dropped") >= dropped_before + kLate; });
+  resumed.join();
+  EXPECT_EQ(received, 1) << "nothing of a dead peer is delivered";
+  EXPECT_GE(e0.stats().value("am.dropped"), dropped_before + kLate);
+}
+
 TEST(Errors, EveryInvalidArgumentSaysWhy) {
   RankPair pair;
   ASSERT_TRUE(pair.engine(1)
