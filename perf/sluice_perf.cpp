@@ -484,7 +484,7 @@ int main(int argc, char** argv) {
   if (o.baseline == "bounce") {
     sluice::Config c = (*ctx)->config();
     c.rndv = false;
-    auto b = (*ctx)->create_engine({.numa_node = -2, .config = c});
+    auto b = (*ctx)->create_engine({.numa = std::nullopt, .config = c});
     if (!b.ok()) {
       std::fprintf(stderr, "sluice-perf: bounce engine: %s\n", b.status().ToString().c_str());
       return 1;

@@ -11,7 +11,7 @@
 // token or a malformed frame is rejected, logged to stderr and its connection closed; the job
 // is not disturbed.
 //
-// Threads: one thread drives the service (fd() in a poll loop, then handle()).
+// Threads: one thread drives the service (fds() in a poll loop, then handle()).
 #pragma once
 
 #include <memory>

@@ -1,9 +1,15 @@
 // sluice/engine.h — engines, peers, handlers, sends and calls.
 //
 // Model: an Engine owns one UCX worker, its send and receive pools, its peers, its handler
-// table and its timers. Exactly one thread drives it (progress(), run_until(), wait()); every
-// other method is called on that thread too, except post(), which any thread may call to hand
-// it work. Several engines per process are the way to use several cores.
+// table and its timers. Exactly one thread drives it: the first that calls progress(),
+// run_until() or wait() is bound to it, and every method is called on that thread from then
+// on, except post(), which any thread may call to hand it work, rank()/size()/id()/
+// eager_limit(), and the destructor. A call from another thread is refused (kInvalidArgument,
+// an InvalidArgument status, nullptr or false), counted in api.wrong_thread and logged once,
+// naming both threads. Before the first drive, one thread at a time may set the engine up
+// (register handlers, look up peers). Handing the engine to another thread is an explicit
+// step: release_thread() on the driving thread, then the new thread drives it. Several
+// engines per process are the way to use several cores.
 //
 // Peers: in rank mode, peer(rank) names the engine with the same index in process `rank`
 // (engines are created collectively, in the same order, by every rank); the endpoint and the
@@ -30,6 +36,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include <sluice/config.h>
 #include <sluice/message.h>
@@ -95,28 +103,61 @@ class Peer {
   bool alive() const;
 
   // Sends an active message to `handler` on the peer. `header` (at most kMaxUserHeader bytes)
-  // is copied at once. Payloads up to the eager limit are copied into a send-pool slot;
-  // larger ones go by rendezvous straight from `payload`, which must stay valid and unchanged
-  // until on_done runs (like MPI_Isend).
-  // Returns kOk (on_done will run once), kWouldBlock (send queue or send pool full: progress,
-  // then retry), kInvalidArgument (sizes), kUnavailable (peer dead). on_done does not run when
-  // the call returns anything but kOk.
+  // is copied at once. A message whose user header and payload together fit the eager limit
+  // (eager_limit(), SLUICE_EAGER_MAX) is copied into a send-pool slot and travels in one
+  // tagged message; a larger payload goes by rendezvous straight from `payload`, which must
+  // stay valid and unchanged until on_done runs (like MPI_Isend).
+  // Returns (status.h):
+  //   kOk               on_done will run once, with OK or why the message was lost
+  //   kWouldBlock       the peer's send queue (SLUICE_SEND_QUEUE_MAX) or the send pool is
+  //                     full: progress, then retry
+  //   kInvalidArgument  a header above kMaxUserHeader, a payload above SLUICE_MAX_MESSAGE, or
+  //                     a thread that does not drive the engine (the reason is logged)
+  //   kUnavailable      the peer is dead or closed
+  // on_done runs only when kOk was returned.
   Result send(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback on_done = {});
+  // send() without a user header. (The completion is a template parameter so that
+  // send(handler, header, {}) still means an empty payload.)
+  Result send(HandlerId handler, std::span<const std::byte> payload) { return send(handler, {}, payload); }
+  template <typename F>
+  requires std::is_invocable_v<F&, absl::Status> Result send(HandlerId handler, std::span<const std::byte> payload,
+                                                             F&& on_done) {
+    return send(handler, {}, payload, SendCallback(std::forward<F>(on_done)));
+  }
   // send() of the first `length` bytes of a registered send-pool slot (Engine::try_get_send_slot):
   // a large payload goes by rendezvous with the slot's memory handle, so UCX looks up no
-  // registration. The slot must stay alive (and unchanged) until on_done runs.
+  // registration. The slot must stay alive (and unchanged) until on_done runs. Returns as
+  // send(); kInvalidArgument also for an empty slot or a length beyond it.
   Result send(HandlerId handler, std::span<const std::byte> header, const Slot& payload, std::size_t length,
               SendCallback on_done = {});
   // send(), but the payload is copied first: the caller's buffer is free when this returns.
+  // Returns as send().
   Result send_copy(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
                    SendCallback on_done = {});
-  // Calls `method` on the peer; `on_reply` runs once. Requests beyond the slots the server
-  // granted wait in this peer's queue. Same returns as send() (kWouldBlock also when 2^20
-  // calls of this engine are outstanding); `id` (optional) receives the call's id for
-  // Engine::cancel(). Ids are never 0 and never reused; they are not consecutive.
+  // send_copy() without a user header.
+  Result send_copy(HandlerId handler, std::span<const std::byte> payload) { return send_copy(handler, {}, payload); }
+  template <typename F>
+  requires std::is_invocable_v<F&, absl::Status> Result send_copy(HandlerId handler, std::span<const std::byte> payload,
+                                                                  F&& on_done) {
+    return send_copy(handler, {}, payload, SendCallback(std::forward<F>(on_done)));
+  }
+  // Calls `method` on the peer; `on_reply` runs once (ReplyCallback: the statuses it gets).
+  // Requests beyond the slots the server granted wait in this peer's queue. `id` (optional)
+  // receives the call's id for Engine::cancel(); ids are never 0 and never reused, and not
+  // consecutive. A call without a timeout outstanding longer than SLUICE_CALL_WARN is logged
+  // once (it goes on waiting). Returns as send(), and:
+  //   kWouldBlock       also when 2^20 calls of this engine are outstanding
+  //   kInvalidArgument  also without an on_reply, or (bounce mode, SLUICE_RNDV=n) a request
+  //                     above the eager limit with a reply_buffer
+  // on_reply runs only when kOk was returned.
   Result call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
               CallOptions options, ReplyCallback on_reply, CallId* id = nullptr);
+  // call() without a user header.
+  Result call(HandlerId method, std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
+              CallId* id = nullptr) {
+    return call(method, {}, payload, options, std::move(on_reply), id);
+  }
 
  private:
   friend class detail::EngineCore;
@@ -129,8 +170,8 @@ class Peer {
 };
 
 struct EngineOptions {
-  // SLUICE_NUMA unless set: -1 auto, or a node number.
-  int numa_node = -2;
+  // Where this engine's pools live, instead of SLUICE_NUMA (the configuration's numa).
+  std::optional<NumaPolicy> numa;
   // This engine's own configuration instead of the context's (validated; e.g. rndv = false for
   // a bounce-buffer baseline engine beside a normal one).
   std::optional<Config> config;
@@ -143,8 +184,12 @@ class Engine {
   // every connected peer is told BYE with the last sequence sent, so it closes only once all of
   // those are in. While it runs, completion callbacks of sends and calls still run (they may be
   // told Cancelled); handlers do not: messages that arrive are dropped and counted, requests are
-  // answered Unavailable. What the deadline cuts off completes with Cancelled. Buffers passed
-  // to send() must outlive the Engine when their sends have not completed.
+  // answered Unavailable. Calls waiting for replies (or for a server slot) complete with
+  // Cancelled at once; the close sleeps, not spins, while sends drain. What the deadline cuts
+  // off completes with Cancelled. Buffers passed to send() must outlive the Engine when their
+  // sends have not completed. Messages the application still holds become invalid (counted in
+  // api.messages_outlived_engine, logged): safe to destroy later, on any thread. The
+  // destructor may run on any thread once no other thread uses the engine.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -153,11 +198,14 @@ class Engine {
   int size() const;
   int id() const;
 
-  // Installs `fn` for `id` (< kMaxHandlers). AlreadyExists when one is installed.
+  // Installs `fn` for `id`. AlreadyExists when one is installed; InvalidArgument for an id not
+  // below kMaxHandlers, an empty `fn`, or a thread that does not drive the engine.
   absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options = {});
+  // NotFound when none is installed; InvalidArgument from a thread that does not drive it.
   absl::Status unregister_handler(HandlerId id);
 
-  // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range.
+  // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range, or on a
+  // thread that does not drive the engine (logged).
   Peer* peer(int rank);
 
   // Client/server mode, through Sluice's own TCP front door (docs/security.md). listen()
@@ -202,10 +250,14 @@ class Engine {
   // Cancels a call: it completes once with Cancelled (unless it completed already).
   void cancel(CallId id);
 
-  // A registered send-pool slot of at least `size` bytes, for messages built in place.
+  // A registered send-pool slot of at least `size` bytes, for messages built in place. kOk;
+  // kWouldBlock when its class is full (slots free as sends complete and the application
+  // releases its own: progress, then retry); kInvalidArgument for a size above the largest
+  // class (SLUICE_POOL_CLASSES) or a thread that does not drive the engine.
   Result try_get_send_slot(std::size_t size, Slot* out);
 
-  // Counters (updated on read with the pool and queue gauges). Engine thread only.
+  // Counters (updated on read with the pool and queue gauges). On a thread that does not
+  // drive the engine: logged, and an empty Stats.
   const Stats& stats();
   PoolStats pool_stats(Direction d) const;
   // Operations the transport still holds: sends in flight, and receives posted for

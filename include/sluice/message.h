@@ -7,10 +7,16 @@
 //
 // Ownership rules:
 // - Release every Message before its engine is destroyed, on its engine's thread. (One
-//   released on another thread is handed to the engine thread through Engine::post(), so
-//   its credit and slot still come back, a little later.)
+//   released on another thread while its engine lives is handed to the engine thread through
+//   Engine::post(), so its credit and slot still come back, a little later.) One still held
+//   when its engine is destroyed becomes invalid: its views are empty, its calls return
+//   kInvalidArgument, and destroying it later (on any thread) touches nothing of the engine;
+//   the engine counts and logs such Messages when it goes.
 // - A request (is_request()) must be answered once with reply() or reply_error(); a request
-//   released without an answer is answered with an Internal error for the caller.
+//   released without an answer is answered with Internal ("released the request without a
+//   reply") for the caller.
+// - Its methods are called on its engine's thread (engine.h); from another they return
+//   kInvalidArgument (logged).
 #pragma once
 
 #include <atomic>
@@ -102,8 +108,9 @@ class Message {
   bool is_request() const { return s_.request; }
 
   // Answering a request (once). Every variant returns kOk, kUnavailable (the caller is gone)
-  // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader or a
-  // payload above SLUICE_MAX_MESSAGE); never kWouldBlock: the server's slot table bounds how
+  // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader, a
+  // payload above SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the
+  // engine; the reason is logged); never kWouldBlock: the server's slot table bounds how
   // many replies to a client exist, and what they need is held back per client (docs/rpc.md).
   // (Bounce mode, SLUICE_RNDV=n, is the exception: a large reply's pieces go through send-pool
   // slots and may meet kWouldBlock.) The request's RPC slot is free for the caller's next

@@ -1,17 +1,34 @@
-// sluice/status.h — how Sluice reports errors.
+// sluice/status.h — how Sluice reports errors: the one place each result is defined.
 //
 // Control paths (creating contexts and engines, connecting, registering handlers, parsing
-// configuration) return absl::Status or absl::StatusOr<T>. The message says what to change.
+// configuration) return absl::Status or absl::StatusOr<T>; hot paths (sends, calls, replies,
+// taking a pool slot) return the Result enum below, which never allocates. Completions (of
+// sends, calls, transfers) carry an absl::Status. Every public function's comment lists what
+// it returns and when; each value means the same everywhere:
 //
-// Hot paths (posting a send, taking a pool slot) return the small Result enum below: it never
-// allocates and is cheap to test. Every hot-path function documents which Results it returns
-// and the retry rule for kWouldBlock ("progress the engine, then retry").
-//
-// Completions (of sends, calls, transfers) carry an absl::Status. The codes Sluice uses:
-//   OK, InvalidArgument (API misuse, bad sizes), ResourceExhausted (pool or slot table full),
-//   DeadlineExceeded, Unavailable (peer dead or closed), Cancelled, Unimplemented (unknown
-//   handler or method), Internal (a remote handler threw), DataLoss (corrupt wire data),
-//   FailedPrecondition (wrong state, e.g. engine shut down).
+//   Result / absl code          meaning                                         what to do
+//   kOk / OK                    done, or accepted: its completion will run      -
+//   kWouldBlock                 no room now (send queue, send pool, calls       progress the engine,
+//                               outstanding); frees as the engine progresses    then retry
+//   kInvalidArgument /          the call itself is wrong: a size, an id, a      fix the caller; the
+//     InvalidArgument           state (a Message answered already), or the      reason is logged
+//                               wrong thread; nothing was done                  (rate-limited)
+//   kUnavailable / Unavailable  the peer is dead, closed or unreachable         drop or reconnect
+//   kDeadlineExceeded /         a deadline passed (a call's timeout, a          -
+//     DeadlineExceeded          connect)
+//   kExhausted                  no public call returns it (a full pool is       -
+//                               kWouldBlock); pool internals only
+//   Cancelled                   Engine::cancel(), or the engine closing         -
+//   ResourceExhausted           a server refused a call beyond the RPC slots    -
+//                               it granted; a peer's credits cannot be reserved
+//   Unimplemented               no handler or method is registered (names it)  -
+//   Internal                    a remote handler threw, or released a request   -
+//                               without answering (says which)
+//   OutOfRange                  a reply larger than the call's reply_buffer     -
+//                               (names both sizes)
+//   PermissionDenied            the front door's keys do not match             -
+//   FailedPrecondition          wrong state (already listening, ...)           -
+//   DataLoss                    corrupt wire data                               -
 #pragma once
 
 #include <absl/status/status.h>
@@ -19,14 +36,9 @@
 
 namespace sluice {
 
-// Result of a hot-path call. Never allocates.
+// Result of a hot-path call (see the table above). Never allocates.
 enum class [[nodiscard]] Result : int{
-    kOk = 0,            // done, or accepted: completion will be reported
-    kWouldBlock,        // no resource now: progress the engine, then retry
-    kExhausted,         // a bounded resource is full and will not free by progressing alone
-    kInvalidArgument,   // the call itself is wrong (size, id, state)
-    kUnavailable,       // the peer is dead or closed
-    kDeadlineExceeded,  // the caller's deadline passed
+    kOk = 0, kWouldBlock, kExhausted, kInvalidArgument, kUnavailable, kDeadlineExceeded,
 };
 
 const char* to_string(Result r);

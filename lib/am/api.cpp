@@ -277,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Context::create_engine(EngineOptions opt
   if (options.config) SLUICE_RETURN_IF_ERROR(options.config->validate());
   const Config& config = options.config ? *options.config : s.config;
   auto core = std::make_unique<detail::EngineCore>(config, s.topo.get(), s.ucx.get(), s.boot.get(), s.engines++);
-  SLUICE_RETURN_IF_ERROR(core->init(options.numa_node));
+  SLUICE_RETURN_IF_ERROR(core->init(options.numa));
   return std::unique_ptr<Engine>(new Engine(std::move(core)));
 }
 

@@ -55,7 +55,7 @@ class EngineCore final : private Door::Owner {
  public:
   EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot, int engine_id);
   ~EngineCore();
-  absl::Status init(int numa_node_option);
+  absl::Status init(const std::optional<NumaPolicy>& numa);
 
   // --- public API, forwarded from Engine/Peer/Message ---
   // Whether the calling thread may call `what` (a public method's name): the thread driving
@@ -508,6 +508,7 @@ class EngineCore final : private Door::Owner {
     Counter* credits_recovered;
     Counter* invalid_argument;
     Counter* rpc_overdue;
+    Counter* messages_outlived;
   } c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.
   void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {

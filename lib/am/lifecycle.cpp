@@ -66,10 +66,11 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                 &s.counter("am.landing_waits"),
                 &s.counter("flow.credits_recovered"),
                 &s.counter("api.invalid_argument"),
-                &s.counter("rpc.overdue")};
+                &s.counter("rpc.overdue"),
+                &s.counter("api.messages_outlived_engine")};
 }
 
-absl::Status EngineCore::init(int numa_node_option) {
+absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa) {
   SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
   if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
     SLUICE_LOG(kWarn, "config",
@@ -83,9 +84,7 @@ absl::Status EngineCore::init(int numa_node_option) {
     SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
   }
   SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
-  NumaPolicy policy = config_.numa;
-  if (numa_node_option >= 0) policy = {NumaPolicy::Kind::kNode, numa_node_option};
-  SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(policy, *topo_, current_cpu()));
+  SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(numa.value_or(config_.numa), *topo_, current_cpu()));
   arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk, &fault_};
   std::size_t slot = eager_slot_size(eager_limit_);
   SLUICE_ASSIGN_OR_RETURN(send_pool_, Pool::create(Direction::kSend, config_, slot, arena_source_));
@@ -224,7 +223,13 @@ Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
   if (cls == nullptr)
     SLUICE_INVALID("try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size);
-  return cls->try_get(out);
+  // A full class frees as sends complete and the application's slots come back.
+  Result r = cls->try_get(out);
+  if (r == Result::kExhausted) [[unlikely]] {
+    c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  return r;
 }
 
 std::string EngineCore::stats_line(const char* trigger) {
@@ -265,7 +270,7 @@ void EngineCore::leave_kept_messages() {
   }
   // The application still holds them. They become invalid and never touch this engine again
   // (their slots go with the pools); the last of them frees the anchor.
-  stats_.counter("api.messages_outlived_engine").set(kept);
+  c_.messages_outlived->add(kept);
   SLUICE_LOG(kError, "api",
              "engine %d destroyed while the application still holds %u received Message(s): they are invalid "
              "now (empty views), and their receive memory goes with the engine. Release every Message before "

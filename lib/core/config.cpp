@@ -111,12 +111,6 @@ absl::Status Config::validate() const {
         absl::StrFormat("SLUICE_SEND_POOL_MAX=%s is smaller than one eager slot (%s, from SLUICE_EAGER_MAX)",
                         format_size(send_pool_max), format_size(eager_slot)));
   }
-  if (pool_chunk > recv_pool_max || pool_chunk > send_pool_max) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("SLUICE_POOL_CHUNK=%s is larger than a pool budget (SLUICE_SEND_POOL_MAX=%s, "
-                        "SLUICE_RECV_POOL_MAX=%s)",
-                        format_size(pool_chunk), format_size(send_pool_max), format_size(recv_pool_max)));
-  }
   for (std::size_t cls : pool_classes) {
     if (cls <= eager_limit()) {
       return absl::InvalidArgumentError(

@@ -220,9 +220,10 @@ std::vector<Field> core_vars() {
 std::vector<Field> am_vars() {
   return {
       {"SLUICE_EAGER_MAX", "am", "size | auto", "auto",
-       "Largest payload sent eagerly (header and payload in one tagged message); larger "
-       "payloads go by rendezvous, zero-copy. auto: 8K, UCX's own eager/rendezvous switch on "
-       "shared memory (see docs/flow-control.md).",
+       "Largest message sent eagerly, counting its user header and payload together (both in "
+       "one tagged message with the wire header); a larger one sends its payload by "
+       "rendezvous, zero-copy. auto: 8K, UCX's own eager/rendezvous switch on shared memory "
+       "(see docs/flow-control.md).",
        [](std::string_view s, Config& c) -> absl::Status {
          if (sluice::detail::lower(sluice::detail::trim(s)) == "auto") {
            c.eager_max.reset();

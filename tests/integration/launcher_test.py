@@ -288,7 +288,7 @@ class LiveStats(unittest.TestCase):
             lines = self.lines(os.path.join(d, "s.jsonl"))
             self.assertEqual(sorted(l["rank"] for l in lines), [0, 1])
             # The same counters as SLUICE_STATS prints, with the same values (one engine per rank).
-            printed = re.findall(r"^((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+(\d+)$", r.stderr, re.M)
+            printed = re.findall(r"^((?:am|api|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+(\d+)$", r.stderr, re.M)
             self.assertEqual(len(printed), sum(len(l["counters"]) for l in lines))
             for l in lines:
                 self.assertEqual(l["peers"][0]["peer"], "rank %d" % (1 - l["rank"]))
@@ -407,14 +407,14 @@ class SluiceInfo(unittest.TestCase):
         # mode (blockstore demo) has a row in docs/stats.md (DIR and CLASS stand for the pool
         # direction and class there), and every row names a counter that exists.
         with open(os.path.join(SRC, "docs/stats.md")) as f:
-            documented = set(re.findall(r"`((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.[A-Za-z_.]+)`", f.read()))
+            documented = set(re.findall(r"`((?:am|api|flow|rpc|peers|ctrl|wire|door|mem)\.[A-Za-z_.]+)`", f.read()))
         patterns = [re.compile("^" + re.escape(d).replace("DIR", "(send|recv)").replace("CLASS", "[^.]+") + "$")
                     for d in documented]
         seen = set()
         for cmd in ([RUN, "-n", "2", PING, "100"], [BLOCKSTORE, "demo"]):
             r = run(cmd, env=dict(os.environ, SLUICE_STATS="1"))
             self.assertEqual(r.returncode, 0, r.stderr)
-            seen |= set(re.findall(r"^((?:am|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+\d+$", r.stderr, re.M))
+            seen |= set(re.findall(r"^((?:am|api|flow|rpc|peers|ctrl|wire|door|mem)\.\S+)\s+\d+$", r.stderr, re.M))
         self.assertGreater(len(seen), 50)
         undocumented = sorted(n for n in seen if not any(p.match(n) for p in patterns))
         self.assertEqual(undocumented, [], "counters missing from docs/stats.md")

@@ -1,6 +1,8 @@
 // The UCX wrappers against real UCX: one worker with an endpoint to itself.
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -135,6 +137,24 @@ TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
   EXPECT_EQ(shm_fifo_size(37), 256u);  // 2 x 127 = 254
   EXPECT_EQ(shm_fifo_size(38), 512u);  // 2 x 130 = 260
   EXPECT_EQ(shm_fifo_size(65535), kShmFifoMax);
+}
+
+// SLUICE_TLS wins over UCX_TLS, and says so; a UCX_TLS alone is left as the user gave it.
+TEST(TransportChoice, SluiceTlsOverridingUcxTlsIsLogged) {
+  ASSERT_EQ(setenv("UCX_TLS", "tcp", 1), 0);
+  Config config;
+  config.tls = "self,sm";
+  ::testing::internal::CaptureStderr();
+  auto ctx = TransportContext::create(config);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_NE(log.find("SLUICE_TLS=self,sm overrides UCX_TLS=tcp"), std::string::npos) << log;
+  ::testing::internal::CaptureStderr();
+  auto alone = TransportContext::create(Config());
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(log.find("overrides"), std::string::npos) << log;
+  unsetenv("UCX_TLS");
 }
 
 }  // namespace
