@@ -92,6 +92,7 @@ struct Config {
   // UCX_SYSV_FIFO_SIZE or UCX_POSIX_FIFO_SIZE; found by from_env): Sluice leaves it as given
   // instead of deriving it from the credits.
   bool ucx_fifo_size_set = false;
+  std::string ucx_tls;  // UCX_TLS as the environment gave it (found by from_env): what SLUICE_TLS overrides
   // boot
   std::string boot = "auto";
   int rank = -1;  // set by sluice-run (SLUICE_RANK); -1 when absent

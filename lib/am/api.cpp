@@ -63,13 +63,10 @@ Peer* Message::peer() const {
 // called from a thread that does not drive it.
 detail::EngineCore* Message::answering(const char* what) const {
   if (!valid()) [[unlikely]] {
-    static detail::RateLimit limit;
-    std::uint64_t suppressed = 0;
-    if (limit.allow(&suppressed))
-      SLUICE_LOG(kWarn, "api",
-                 "%s on an empty, released or moved-from Message (or one whose engine is gone): "
-                 "kInvalidArgument",
-                 what);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "api",
+                            "%s on an empty, released or moved-from Message (or one whose engine is gone): "
+                            "kInvalidArgument",
+                            what);
     return nullptr;
   }
   detail::EngineCore* core = s_.anchor->core;

@@ -82,6 +82,7 @@ absl::StatusOr<Config> Config::from_env() {
   }
   for (const char* ucx : {"UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"})
     if (detail::config_lookup(ucx)) config.ucx_fifo_size_set = true;
+  config.ucx_tls = detail::config_lookup("UCX_TLS").value_or("");
   detail::set_log_level(config.log_level);
   if (config.rank >= 0) detail::set_log_rank(config.rank);
   SLUICE_RETURN_IF_ERROR(config.validate());

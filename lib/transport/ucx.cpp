@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -139,12 +138,11 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // prefixed names are reported as "invalid configuration" and silently not applied. They are
   // set only when the transports that read them may be in use, or UCX warns about them.
   // SLUICE_TLS, when set, is what UCX uses; else UCX_TLS as the user gave it.
-  const char* ucx_tls = std::getenv("UCX_TLS");
-  if (!config.tls.empty() && ucx_tls != nullptr && config.tls != ucx_tls) {
+  if (!config.tls.empty() && !config.ucx_tls.empty() && config.tls != config.ucx_tls) {
     SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
-               ucx_tls);
+               config.ucx_tls);
   }
-  const std::string chosen = !config.tls.empty() ? config.tls : ucx_tls != nullptr ? ucx_tls : "";
+  const std::string& chosen = !config.tls.empty() ? config.tls : config.ucx_tls;
   auto may_use = [&](std::initializer_list<const char*> names) {
     const std::string& t = chosen;
     if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
@@ -179,7 +177,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
                  "cma does not work between processes here (ptrace permission, see "
                  "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
     });
-    if (tls.empty() && ucx_tls == nullptr) tls = "^cma";  // a UCX_TLS of the user's stays as given
+    if (tls.empty() && config.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
   }
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(

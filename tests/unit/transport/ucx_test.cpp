@@ -142,7 +142,10 @@ TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
 // SLUICE_TLS wins over UCX_TLS, and says so; a UCX_TLS alone is left as the user gave it.
 TEST(TransportChoice, SluiceTlsOverridingUcxTlsIsLogged) {
   ASSERT_EQ(setenv("UCX_TLS", "tcp", 1), 0);
-  Config config;
+  auto from_env = Config::from_env();
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  Config config = *from_env;
+  EXPECT_EQ(config.ucx_tls, "tcp");
   config.tls = "self,sm";
   ::testing::internal::CaptureStderr();
   auto ctx = TransportContext::create(config);
