@@ -226,7 +226,10 @@ class FrontDoorUnderAttack(unittest.TestCase):
         """What a real client sends through the front door, recorded by a relay between it and the
         server (the UCX traffic after it goes by worker address, not through the relay). With
         `inject`, the relay sends those bytes to the server on the client's link once the server
-        has accepted it, and the client is expected to fail."""
+        has accepted it, and holds the accept back from the client until the server has closed
+        that link: the client then sees the accept and the close together and is expected to fail
+        (whatever the scheduler does, it cannot finish its work before the server has judged the
+        bytes)."""
         relay = socket.socket()
         relay.bind(("127.0.0.1", 0))
         relay.listen(1)
@@ -238,6 +241,7 @@ class FrontDoorUnderAttack(unittest.TestCase):
         s = self.connect()
         recorded = b""
         from_server = 0
+        held = None
         expect_ok = inject is None
         other = {c: s, s: c}
         reading = [c, s]
@@ -249,21 +253,28 @@ class FrontDoorUnderAttack(unittest.TestCase):
                     data = x.recv(65536)
                 except ConnectionResetError:
                     data = b""
-                if not data:  # that side closed: pass the close on
+                if not data:  # that side closed: pass what was held and the close on
                     reading.remove(x)
                     try:
+                        if x is s and held:
+                            c.sendall(held)
                         other[x].shutdown(socket.SHUT_WR)
                     except OSError:
                         pass
                     continue
                 if x is c:
                     recorded += data
+                if x is s and held is not None:
+                    held += data
+                    continue
+                if x is s and inject and from_server + len(data) >= 16 + 72 + 16 + 49:
+                    held = data  # SERVER_HELLO and ACCEPT are through: the client waits for them
+                    s.sendall(inject)
+                    inject = None
+                    continue
                 other[x].sendall(data)
                 if x is s:
                     from_server += len(data)
-                    if inject and from_server >= 16 + 72 + 16 + 49:  # SERVER_HELLO and ACCEPT are through
-                        s.sendall(inject)
-                        inject = None
         c.close()
         s.close()
         out, err = client.communicate(timeout=30)
