@@ -18,12 +18,13 @@
 #include <string_view>
 #include <vector>
 
+#include <sluice/api.h>
 #include <sluice/config.h>
 #include <sluice/status.h>
 
 namespace sluice {
 
-class Bootstrap {
+class SLUICE_API Bootstrap {
  public:
   virtual ~Bootstrap() = default;
   virtual int rank() const = 0;
@@ -40,10 +41,10 @@ class Bootstrap {
 
 // The bootstrap SLUICE_BOOT selects: auto tries PMIx (PMIX_RANK and PMIX_NAMESPACE set), then
 // sluice-run (SLUICE_BOOT_ADDR set), then a single rank.
-absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& config);
+SLUICE_API absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& config);
 
 // `n` bootstraps for `n` ranks in one process (one per thread), for tests and for several
 // engines in one program.
-std::vector<std::unique_ptr<Bootstrap>> make_in_process_group(int n);
+SLUICE_API std::vector<std::unique_ptr<Bootstrap>> make_in_process_group(int n);
 
 }  // namespace sluice

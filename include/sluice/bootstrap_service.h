@@ -18,11 +18,12 @@
 #include <string>
 #include <vector>
 
+#include <sluice/api.h>
 #include <sluice/status.h>
 
 namespace sluice {
 
-class BootstrapService {
+class SLUICE_API BootstrapService {
  public:
   static absl::StatusOr<std::unique_ptr<BootstrapService>> create(int size);
   virtual ~BootstrapService() = default;

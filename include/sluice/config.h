@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include <sluice/api.h>
 #include <sluice/status.h>
 
 namespace sluice {
@@ -51,7 +52,7 @@ struct StatsTrigger {
   bool any() const { return at_exit || signal != 0 || every.count() != 0; }
 };
 
-struct Config {
+struct SLUICE_API Config {
   // core
   LogLevel log_level = LogLevel::kWarn;
   bool stats = false;
@@ -129,11 +130,11 @@ struct ConfigVar {
 };
 
 // Every variable with the value it has in `config`.
-std::vector<ConfigVar> describe(const Config& config);
+SLUICE_API std::vector<ConfigVar> describe(const Config& config);
 
 // Test helper: makes `name` read as `value` (or as unset, with nullopt) for Config::from_env()
 // until destroyed, then restores the previous state. Never touches the process environment.
-class ScopedConfigOverride {
+class SLUICE_API ScopedConfigOverride {
  public:
   ScopedConfigOverride(std::string name, std::optional<std::string> value);
   ~ScopedConfigOverride();
@@ -147,10 +148,10 @@ class ScopedConfigOverride {
 };
 
 // Parsers, exposed for tests and tools. Errors are InvalidArgument with a short reason.
-absl::StatusOr<std::size_t> parse_size(std::string_view text);
-absl::StatusOr<Duration> parse_duration(std::string_view text);
-absl::StatusOr<bool> parse_bool(std::string_view text);
-std::string format_size(std::size_t bytes);
-std::string format_duration(Duration d);
+SLUICE_API absl::StatusOr<std::size_t> parse_size(std::string_view text);
+SLUICE_API absl::StatusOr<Duration> parse_duration(std::string_view text);
+SLUICE_API absl::StatusOr<bool> parse_bool(std::string_view text);
+SLUICE_API std::string format_size(std::size_t bytes);
+SLUICE_API std::string format_duration(Duration d);
 
 }  // namespace sluice

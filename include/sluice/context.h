@@ -12,6 +12,7 @@
 
 #include <memory>
 
+#include <sluice/api.h>
 #include <sluice/bootstrap.h>
 #include <sluice/config.h>
 #include <sluice/engine.h>
@@ -30,7 +31,7 @@ struct ContextOptions {
   std::unique_ptr<Bootstrap> bootstrap;
 };
 
-class Context {
+class SLUICE_API Context {
  public:
   // InvalidArgument for a bad SLUICE_* value (naming it), Unavailable when UCX or the
   // bootstrap cannot start.

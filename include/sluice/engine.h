@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <sluice/api.h>
 #include <sluice/config.h>
 #include <sluice/message.h>
 #include <sluice/pool.h>
@@ -91,7 +92,7 @@ struct CallOptions {
   std::span<std::byte> reply_buffer;
 };
 
-class Peer {
+class SLUICE_API Peer {
  public:
   // The peer's rank in rank mode, -1 for a client/server peer.
   int rank() const { return rank_; }
@@ -177,7 +178,7 @@ struct EngineOptions {
   std::optional<Config> config;
 };
 
-class Engine {
+class SLUICE_API Engine {
  public:
   // Orderly close, bounded by min(SLUICE_CONNECT_TIMEOUT, 5 s): messages already sent or queued
   // go out first (rendezvous payloads included, queued ones as the peers return credits), then

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <sluice/api.h>
 #include <sluice/config.h>
 #include <sluice/status.h>
 #include <sluice/version.h>
@@ -12,24 +13,24 @@ namespace sluice {
 
 // The library's version, "major.minor.patch" (the headers' is SLUICE_VERSION_STRING,
 // <sluice/version.h>).
-const char* version();
+SLUICE_API const char* version();
 // The UCX library version in use, "1.13.1".
-std::string ucx_version();
+SLUICE_API std::string ucx_version();
 // NUMA nodes, CPUs, memory and RDMA devices with their nodes.
-absl::StatusOr<std::string> topology_report();
+SLUICE_API absl::StatusOr<std::string> topology_report();
 // The UCX transports and devices available under `config` (SLUICE_TLS applies), as UCX
 // itself reports them.
-absl::StatusOr<std::string> transport_report(const Config& config);
+SLUICE_API absl::StatusOr<std::string> transport_report(const Config& config);
 
 // Writes a new random key for SLUICE_AUTH_KEY_FILE to `path` (64 hex digits, mode 0600); an
 // existing file is never overwritten (InvalidArgument).
-absl::Status write_new_key_file(const std::string& path);
+SLUICE_API absl::Status write_new_key_file(const std::string& path);
 
 // The CPUs of this machine, all and per NUMA node (for launchers' binding).
 struct CpuLayout {
   std::vector<int> cpus;
   std::vector<std::vector<int>> nodes;
 };
-absl::StatusOr<CpuLayout> cpu_layout();
+SLUICE_API absl::StatusOr<CpuLayout> cpu_layout();
 
 }  // namespace sluice

@@ -27,6 +27,7 @@
 #include <span>
 #include <utility>
 
+#include <sluice/api.h>
 #include <sluice/pool.h>
 #include <sluice/status.h>
 
@@ -82,7 +83,7 @@ using HandlerId = std::uint16_t;
 // gone; Cancelled: the engine closed first). Runs once, on the engine thread, from progress().
 using SendCallback = std::function<void(absl::Status)>;
 
-class Message {
+class SLUICE_API Message {
  public:
   Message() = default;
   Message(Message&& other) noexcept : s_(std::exchange(other.s_, {})) {

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include <sluice/api.h>
 #include <sluice/status.h>
 
 namespace sluice {
@@ -60,10 +61,10 @@ struct SlotDesc {
 }  // namespace detail
 
 enum class Direction { kSend, kRecv };
-const char* to_string(Direction d);
+SLUICE_API const char* to_string(Direction d);
 
 // A slot of registered memory. Move-only; releasing (or destroying) returns it to its pool.
-class Slot {
+class SLUICE_API Slot {
  public:
   Slot() = default;
   explicit Slot(detail::SlotDesc* d) : d_(d) {}

@@ -14,9 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include <sluice/api.h>
+
 namespace sluice {
 
-class Counter {
+class SLUICE_API Counter {
  public:
   void add(std::uint64_t n = 1) { value_ += n; }
   void set(std::uint64_t v) { value_ = v; }  // for gauges (slots free, peers connected)
@@ -26,7 +28,7 @@ class Counter {
   std::uint64_t value_ = 0;
 };
 
-class HighWater {
+class SLUICE_API HighWater {
  public:
   void update(std::uint64_t v) {
     if (v > value_) value_ = v;
@@ -37,7 +39,7 @@ class HighWater {
   std::uint64_t value_ = 0;
 };
 
-class Stats {
+class SLUICE_API Stats {
  public:
   struct Entry {
     std::string name;

@@ -34,6 +34,8 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
+#include <sluice/api.h>
+
 namespace sluice {
 
 // Result of a hot-path call (see the table above). Never allocates.
@@ -41,10 +43,10 @@ enum class [[nodiscard]] Result : int{
     kOk = 0, kWouldBlock, kExhausted, kInvalidArgument, kUnavailable, kDeadlineExceeded,
 };
 
-const char* to_string(Result r);
+SLUICE_API const char* to_string(Result r);
 
 // Converts a hot-path Result into a Status with `what` as context.
-absl::Status to_status(Result r, std::string_view what);
+SLUICE_API absl::Status to_status(Result r, std::string_view what);
 
 }  // namespace sluice
 

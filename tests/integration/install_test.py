@@ -83,6 +83,35 @@ class Installed(unittest.TestCase):
         self.assertIn("SLUICE_FAULT_AT=hello ignored", r.stderr)
         self.assertNotIn("libsluice-testing", " ".join(os.listdir(self.libdir)))
 
+    def test_every_cpp_block_of_the_docs_compiles_against_the_installed_headers(self):
+        cflags = run(["pkg-config", "--cflags", "sluice"],
+                     env=dict(ENV, PKG_CONFIG_PATH=os.path.join(self.libdir, "pkgconfig")))
+        self.assertEqual(cflags.returncode, 0, cflags.stderr)
+        docs = os.path.join(self.prefix, "share/doc/sluice")
+        blocks = []
+        for name in sorted(os.listdir(docs)):
+            if name.endswith(".md"):
+                with open(os.path.join(docs, name)) as f:
+                    blocks += [(name, b) for b in re.findall(r"^```cpp\n(.*?)^```$", f.read(), re.M | re.S)]
+        self.assertGreaterEqual(len(blocks), 2, "the C++ blocks of getting-started.md and rpc.md")
+        for i, (name, code) in enumerate(blocks):
+            src = os.path.join(self.tmp, "snippet%d.cpp" % i)
+            with open(src, "w") as f:
+                f.write(code)
+            r = run(["c++", "-std=c++20", "-fsyntax-only", "-Wall", "-Werror", src] + cflags.stdout.split())
+            self.assertEqual(r.returncode, 0, "%s, block %d:\n%s\n%s" % (name, i, code, r.stderr))
+
+    def test_only_the_public_api_is_exported(self):
+        lib = os.path.join(self.libdir, "libsluice.so")
+        r = run(["nm", "-D", "-C", "--defined-only", lib])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = [line.split(" ", 2)[2] for line in r.stdout.splitlines() if line.count(" ") >= 2]
+        ours = [n for n in names if re.match(r"(typeinfo (name )?for |vtable for )?sluice::", n)]
+        self.assertIn("sluice::Engine::progress()", ours)
+        self.assertIn("sluice::Config::from_env()", ours)
+        internal = [n for n in ours if re.match(r"(typeinfo (name )?for |vtable for )?sluice::detail::", n)]
+        self.assertEqual(internal, [], "internal symbols in the library's ABI")
+
     def test_a_program_built_with_cmake(self):
         src = os.path.join(self.tmp, "cmake-src")
         os.makedirs(src, exist_ok=True)
