@@ -89,24 +89,15 @@ struct SLUICE_API Config {
   std::uint32_t handshake_max = 64;
   // transport
   std::string tls;  // empty: UCX's own choice
-  // UCX's shared-memory FIFO size was given in the environment (UCX_MM_FIFO_SIZE,
-  // UCX_SYSV_FIFO_SIZE or UCX_POSIX_FIFO_SIZE; found by from_env): Sluice leaves it as given
-  // instead of deriving it from the credits.
-  bool ucx_fifo_size_set = false;
-  std::string ucx_tls;  // UCX_TLS as the environment gave it (found by from_env): what SLUICE_TLS overrides
   // boot
   std::string boot = "auto";
-  int rank = -1;  // set by sluice-run (SLUICE_RANK); -1 when absent
-  int size = -1;
-  int local_rank = -1;
-  std::string boot_addr;
-  std::string boot_token;
-  // testing
-  std::string fault_at;  // SLUICE_FAULT_AT: a named fault point to die (or fail) at (fault tests)
 
   // Reads and checks every SLUICE_* variable. Errors (InvalidArgument) name the variable,
-  // the value and what is allowed. Unknown SLUICE_* variables are warned about once per
-  // process, with the closest known name.
+  // the value and what is allowed. The launcher's variables (SLUICE_RANK, SLUICE_SIZE,
+  // SLUICE_LOCAL_RANK, SLUICE_BOOT_ADDR, SLUICE_BOOT_TOKEN) and the tests' SLUICE_FAULT_AT are
+  // checked here too but are not fields: they describe the process, not a choice of the
+  // application's, and the library reads them itself whatever Config it is given. Unknown
+  // SLUICE_* variables are warned about once per process, with the closest known name.
   static absl::StatusOr<Config> from_env();
 
   // Cross-field checks (eager limit against slot sizes, pool maxima against chunks).

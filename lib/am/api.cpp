@@ -234,6 +234,7 @@ namespace detail {
 class ContextState {
  public:
   Config config;
+  ProcessEnv env;  // read from the environment whatever Config the application gave
   std::unique_ptr<Topology> topo;
   std::unique_ptr<TransportContext> ucx;
   std::unique_ptr<Bootstrap> boot;
@@ -252,6 +253,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
   } else {
     SLUICE_ASSIGN_OR_RETURN(s.config, Config::from_env());
   }
+  SLUICE_ASSIGN_OR_RETURN(s.env, detail::ProcessEnv::from_env());
   SLUICE_ASSIGN_OR_RETURN(s.topo, detail::Topology::load());
   if (options.bootstrap) {
     s.boot = std::move(options.bootstrap);
@@ -259,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
     SLUICE_ASSIGN_OR_RETURN(s.boot, make_bootstrap(s.config));
   }
   detail::set_log_rank(s.boot->rank());
-  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config));
+  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config, s.env));
   return ctx;
 }
 
@@ -274,7 +276,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Context::create_engine(EngineOptions opt
   if (options.config) SLUICE_RETURN_IF_ERROR(options.config->validate());
   const Config& config = options.config ? *options.config : s.config;
   auto core = std::make_unique<detail::EngineCore>(config, s.topo.get(), s.ucx.get(), s.boot.get(), s.engines++);
-  SLUICE_RETURN_IF_ERROR(core->init(options.numa));
+  SLUICE_RETURN_IF_ERROR(core->init(options.numa, s.env.fault_at));
   return std::unique_ptr<Engine>(new Engine(std::move(core)));
 }
 

@@ -55,7 +55,8 @@ class EngineCore final : private Door::Owner {
  public:
   EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot, int engine_id);
   ~EngineCore();
-  absl::Status init(const std::optional<NumaPolicy>& numa);
+  // fault_at: SLUICE_FAULT_AT as the process environment gave it.
+  absl::Status init(const std::optional<NumaPolicy>& numa, std::string_view fault_at);
 
   // --- public API, forwarded from Engine/Peer/Message ---
   // Whether the calling thread may call `what` (a public method's name): the thread driving

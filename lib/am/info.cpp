@@ -28,7 +28,8 @@ std::string ucx_version() { return detail::ucx_library_version(); }
 absl::Status write_new_key_file(const std::string& path) { return detail::door::write_new_key(path); }
 
 absl::StatusOr<std::string> transport_report(const Config& config) {
-  SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::TransportContext::create(config));
+  SLUICE_ASSIGN_OR_RETURN(detail::ProcessEnv env, detail::ProcessEnv::from_env());
+  SLUICE_ASSIGN_OR_RETURN(auto ctx, detail::TransportContext::create(config, env));
   return ctx->describe();
 }
 

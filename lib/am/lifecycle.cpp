@@ -70,12 +70,12 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                 &s.counter("api.messages_outlived_engine")};
 }
 
-absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa) {
-  SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(config_.fault_at));
+absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {
+  SLUICE_ASSIGN_OR_RETURN(FaultSpec fault, parse_fault_at(fault_at));
   if (fault.point != FaultPoint::kNone && !kFaultPointsBuilt) {
     SLUICE_LOG(kWarn, "config",
                "SLUICE_FAULT_AT=%s ignored: this library has no fault points (only the tests' libsluice-testing has)",
-               config_.fault_at);
+               fault_at);
   }
   fault_.arm(fault);
   if (config_.stats_trigger.any())

@@ -24,6 +24,7 @@
 #include "boot/pmix.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "core/process_env.h"
 
 namespace sluice {
 namespace detail {
@@ -262,7 +263,7 @@ class LauncherBootstrap final : public ExchangeBase {
   int epoch_ = 0;
 };
 
-absl::Status need_rank_and_size(const Config& c, const char* what) {
+absl::Status need_rank_and_size(const ProcessEnv& c, const char* what) {
   if (c.rank < 0 || c.size < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("SLUICE_BOOT=%s needs SLUICE_RANK and SLUICE_SIZE (now %d and %d)", what, c.rank, c.size));
@@ -275,30 +276,31 @@ absl::Status need_rank_and_size(const Config& c, const char* what) {
 
 absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
   using namespace detail;
+  SLUICE_ASSIGN_OR_RETURN(ProcessEnv env, ProcessEnv::from_env());
   std::string boot = c.boot;
   if (boot == "auto") {
     if (pmix_available_from_environment()) boot = "pmix";
-    else if (!c.boot_addr.empty()) boot = "sluice-run";
+    else if (!env.boot_addr.empty()) boot = "sluice-run";
     else boot = "single";
     SLUICE_LOG(kDebug, "boot", "SLUICE_BOOT=auto chose %s", boot);
   }
   if (boot == "single") return std::unique_ptr<Bootstrap>(new SingleBootstrap());
   if (boot == "pmix") return make_pmix_bootstrap(c);
   if (boot == "sluice-run") {
-    SLUICE_RETURN_IF_ERROR(need_rank_and_size(c, "sluice-run"));
-    if (c.boot_addr.empty())
+    SLUICE_RETURN_IF_ERROR(need_rank_and_size(env, "sluice-run"));
+    if (env.boot_addr.empty())
       return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_ADDR (run under sluice-run)");
     return std::unique_ptr<Bootstrap>(
-        new LauncherBootstrap(c.boot_addr, c.boot_token, c.rank, c.size, c.connect_timeout));
+        new LauncherBootstrap(env.boot_addr, env.boot_token, env.rank, env.size, c.connect_timeout));
   }
   if (boot.rfind("file:", 0) == 0) {
-    SLUICE_RETURN_IF_ERROR(need_rank_and_size(c, boot.c_str()));
+    SLUICE_RETURN_IF_ERROR(need_rank_and_size(env, boot.c_str()));
     std::string dir = boot.substr(5);
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s: %s is not a directory", boot, dir));
     }
-    return std::unique_ptr<Bootstrap>(new FileBootstrap(dir, c.rank, c.size, c.connect_timeout));
+    return std::unique_ptr<Bootstrap>(new FileBootstrap(dir, env.rank, env.size, c.connect_timeout));
   }
   return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s is not supported", boot));
 }

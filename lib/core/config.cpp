@@ -68,23 +68,47 @@ std::optional<std::string> config_lookup(const char* name) {
 
 }  // namespace detail
 
-absl::StatusOr<Config> Config::from_env() {
-  detail::warn_unknown_once();
-  Config config;
-  for (const auto& var : detail::config_table()) {
-    std::optional<std::string> value = detail::config_lookup(var.name);
+namespace detail {
+namespace {
+
+// Reads the table's variables (all of them, or only the process's) into `s`.
+absl::Status read_table(Settings& s, bool process_only) {
+  warn_unknown_once();
+  for (const auto& var : config_table()) {
+    if (process_only && !var.process()) continue;
+    std::optional<std::string> value = config_lookup(var.name);
     if (!value) continue;
-    absl::Status s = var.parse(*value, config);
-    if (!s.ok()) {
+    absl::Status st = var.parse(*value, s);
+    if (!st.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s=%s: %s; allowed: %s", var.name, *value, s.message(), var.type));
+          absl::StrFormat("%s=%s: %s; allowed: %s", var.name, *value, st.message(), var.type));
     }
   }
   for (const char* ucx : {"UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"})
-    if (detail::config_lookup(ucx)) config.ucx_fifo_size_set = true;
-  config.ucx_tls = detail::config_lookup("UCX_TLS").value_or("");
+    if (config_lookup(ucx)) s.ucx_fifo_size_set = true;
+  s.ucx_tls = config_lookup("UCX_TLS").value_or("");
+  if (s.rank >= 0 && s.size >= 0 && s.rank >= s.size) {
+    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", s.rank, s.size));
+  }
+  if (s.rank >= 0) set_log_rank(s.rank);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ProcessEnv> ProcessEnv::from_env() {
+  Settings s;
+  SLUICE_RETURN_IF_ERROR(read_table(s, true));
+  return static_cast<ProcessEnv&>(s);
+}
+
+}  // namespace detail
+
+absl::StatusOr<Config> Config::from_env() {
+  detail::Settings s;
+  SLUICE_RETURN_IF_ERROR(detail::read_table(s, false));
+  Config& config = s;
   detail::set_log_level(config.log_level);
-  if (config.rank >= 0) detail::set_log_rank(config.rank);
   SLUICE_RETURN_IF_ERROR(config.validate());
   return config;
 }
@@ -128,16 +152,16 @@ absl::Status Config::validate() const {
         absl::StrFormat("SLUICE_AUTH=%s needs a key: set SLUICE_AUTH_KEY_FILE (sluice-info --new-key FILE writes one)",
                         auth == AuthMode::kRequired ? "required" : "optional"));
   }
-  if (rank >= 0 && size >= 0 && rank >= size) {
-    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", rank, size));
-  }
   return absl::OkStatus();
 }
 
 std::vector<ConfigVar> describe(const Config& config) {
+  detail::Settings s;
+  static_cast<Config&>(s) = config;
+  static_cast<detail::ProcessEnv&>(s) = detail::ProcessEnv::from_env().value_or(detail::ProcessEnv{});
   std::vector<ConfigVar> out;
   for (const auto& v : detail::config_table()) {
-    out.push_back({v.name, v.component, v.type, v.default_value, v.doc, v.show(config)});
+    out.push_back({v.name, v.component, v.type, v.default_value, v.doc, v.show(s)});
   }
   return out;
 }

@@ -70,47 +70,49 @@ absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
   return static_cast<T>(v);
 }
 
-template <typename T>
-Field int_var(const char* name, const char* comp, const char* def, const char* doc, T Config::*field, T lo, T hi) {
+template <typename T, typename S>
+Field int_var(const char* name, const char* comp, const char* def, const char* doc, T S::*field, T lo, T hi) {
   return {name,
           comp,
           absl::StrFormat("int [%d, %d]", lo, hi),
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             auto v = parse_int<T>(s, lo, hi);
             if (!v.ok()) return v.status();
             c.*field = *v;
             return absl::OkStatus();
           },
-          [=](const Config& c) { return std::to_string(c.*field); }};
+          [=](const Settings& c) { return std::to_string(c.*field); }};
 }
 
-Field size_var(const char* name, const char* comp, const char* def, const char* doc, std::size_t Config::*field,
+template <typename S>
+Field size_var(const char* name, const char* comp, const char* def, const char* doc, std::size_t S::*field,
                std::size_t lo) {
   return {name,
           comp,
           absl::StrFormat("size >= %s", format_size(lo)),
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             auto v = parse_size(s);
             if (!v.ok()) return v.status();
             if (*v < lo) return absl::InvalidArgumentError("below the minimum");
             c.*field = *v;
             return absl::OkStatus();
           },
-          [=](const Config& c) { return format_size(c.*field); }};
+          [=](const Settings& c) { return format_size(c.*field); }};
 }
 
-Field duration_var(const char* name, const char* comp, const char* def, const char* doc, Duration Config::*field,
+template <typename S>
+Field duration_var(const char* name, const char* comp, const char* def, const char* doc, Duration S::*field,
                    bool allow_inf) {
   return {name,
           comp,
           allow_inf ? "duration | inf" : "duration",
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             if (allow_inf && sluice::detail::lower(sluice::detail::trim(s)) == "inf") {
               c.*field = kInfinite;
               return absl::OkStatus();
@@ -121,26 +123,27 @@ Field duration_var(const char* name, const char* comp, const char* def, const ch
             c.*field = *v;
             return absl::OkStatus();
           },
-          [=](const Config& c) { return format_duration(c.*field); }};
+          [=](const Settings& c) { return format_duration(c.*field); }};
 }
 
-Field bool_var(const char* name, const char* comp, const char* def, const char* doc, bool Config::*field) {
+template <typename S>
+Field bool_var(const char* name, const char* comp, const char* def, const char* doc, bool S::*field) {
   return {name,
           comp,
           "bool",
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             auto v = parse_bool(s);
             if (!v.ok()) return v.status();
             c.*field = *v;
             return absl::OkStatus();
           },
-          [=](const Config& c) { return std::string(c.*field ? "y" : "n"); }};
+          [=](const Settings& c) { return std::string(c.*field ? "y" : "n"); }};
 }
 
-template <typename E>
-Field enum_var(const char* name, const char* comp, const char* def, const char* doc, E Config::*field,
+template <typename E, typename S>
+Field enum_var(const char* name, const char* comp, const char* def, const char* doc, E S::*field,
                std::vector<std::pair<const char*, E>> values) {
   std::vector<std::string> names;
   for (auto& [n, v] : values) names.emplace_back(n);
@@ -149,7 +152,7 @@ Field enum_var(const char* name, const char* comp, const char* def, const char* 
           "enum: " + absl::StrJoin(names, "|"),
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             std::string lower = sluice::detail::lower(sluice::detail::trim(s));
             for (auto& [n, v] : values) {
               if (lower == n) {
@@ -159,25 +162,26 @@ Field enum_var(const char* name, const char* comp, const char* def, const char* 
             }
             return absl::InvalidArgumentError("not one of the allowed values");
           },
-          [=](const Config& c) -> std::string {
+          [=](const Settings& c) -> std::string {
             for (auto& [n, v] : values)
               if (c.*field == v) return n;
             return "?";
           }};
 }
 
+template <typename S>
 Field string_var(const char* name, const char* comp, const char* type, const char* def, const char* doc,
-                 std::string Config::*field) {
+                 std::string S::*field) {
   return {name,
           comp,
           type,
           def,
           doc,
-          [=](std::string_view s, Config& c) -> absl::Status {
+          [=](std::string_view s, Settings& c) -> absl::Status {
             c.*field = std::string(s);
             return absl::OkStatus();
           },
-          [=](const Config& c) { return c.*field; }};
+          [=](const Settings& c) { return c.*field; }};
 }
 
 std::vector<Field> core_vars() {
@@ -196,24 +200,24 @@ std::vector<Field> core_vars() {
        "SLUICE_STATS_DEST: when it is destroyed, when the process gets the signal, every DURATION "
        "(at least 10ms); comma-separated, e.g. signal:USR1,exit. Noticed in progress(), within a "
        "timer tick.",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          auto t = parse_stats_trigger(s);
          if (!t.ok()) return t.status();
          c.stats_trigger = *t;
          return absl::OkStatus();
        },
-       [](const Config& c) { return format_stats_trigger(c.stats_trigger); }},
+       [](const Settings& c) { return format_stats_trigger(c.stats_trigger); }},
       {"SLUICE_STATS_DEST", "core", "stderr | file:PATH", "stderr",
        "Where SLUICE_STATS_TRIGGER's lines go: stderr, or appended to the file PATH, in which %p "
        "is the process id and %h the host name.",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          std::string v(sluice::detail::trim(s));
          if (v != "stderr" && (v.rfind("file:", 0) != 0 || v.size() == 5))
            return absl::InvalidArgumentError("not stderr or file:PATH");
          c.stats_dest = v;
          return absl::OkStatus();
        },
-       [](const Config& c) { return c.stats_dest; }},
+       [](const Settings& c) { return c.stats_dest; }},
   };
 }
 
@@ -224,7 +228,7 @@ std::vector<Field> am_vars() {
        "one tagged message with the wire header); a larger one sends its payload by "
        "rendezvous, zero-copy. auto: 8K, UCX's own eager/rendezvous switch on shared memory "
        "(see docs/flow-control.md).",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          if (sluice::detail::lower(sluice::detail::trim(s)) == "auto") {
            c.eager_max.reset();
            return absl::OkStatus();
@@ -235,7 +239,7 @@ std::vector<Field> am_vars() {
          c.eager_max = *v;
          return absl::OkStatus();
        },
-       [](const Config& c) { return c.eager_max ? format_size(*c.eager_max) : std::string("auto"); }},
+       [](const Settings& c) { return c.eager_max ? format_size(*c.eager_max) : std::string("auto"); }},
       bool_var("SLUICE_RNDV", "am", "y",
                "Rendezvous for large payloads. n: cut them into eager pieces copied through "
                "send and receive pool slots (the bounce-buffer baseline for benchmarks).",
@@ -295,7 +299,7 @@ std::vector<Field> mem_vars() {
       {"SLUICE_POOL_CLASSES", "mem", "list of sizes", "64K,1M,4M",
        "Slot sizes of the pools' large classes (rendezvous landing slots; send_copy), "
        "besides the eager class; larger landings get arenas of their own, kept for reuse.",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          std::vector<std::size_t> out;
          for (std::string_view part : sluice::detail::split(s, ',')) {
            auto v = parse_size(part);
@@ -309,7 +313,7 @@ std::vector<Field> mem_vars() {
          c.pool_classes = std::move(out);
          return absl::OkStatus();
        },
-       [](const Config& c) {
+       [](const Settings& c) {
          std::vector<std::string> parts;
          for (auto v : c.pool_classes) parts.push_back(format_size(v));
          return absl::StrJoin(parts, ",");
@@ -321,7 +325,7 @@ std::vector<Field> mem_vars() {
       {"SLUICE_NUMA", "mem", "auto | nic | node number", "auto",
        "NUMA node of an engine's pools: auto (node of the CPU running the engine), nic "
        "(node of its RDMA device, else auto), or a node number.",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          std::string v = sluice::detail::lower(sluice::detail::trim(s));
          if (v == "auto") {
            c.numa = {NumaPolicy::Kind::kAuto, -1};
@@ -334,7 +338,7 @@ std::vector<Field> mem_vars() {
          }
          return absl::OkStatus();
        },
-       [](const Config& c) -> std::string {
+       [](const Settings& c) -> std::string {
          switch (c.numa.kind) {
            case NumaPolicy::Kind::kAuto: return "auto";
            case NumaPolicy::Kind::kNic: return "nic";
@@ -415,7 +419,7 @@ std::vector<Field> boot_vars() {
        "How ranks find each other: auto picks pmix (under mpirun/srun), then sluice-run, "
        "then a single rank. file:PATH uses a directory shared by the ranks (with "
        "SLUICE_RANK and SLUICE_SIZE).",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          std::string v(sluice::detail::trim(s));
          if (v == "auto" || v == "pmix" || v == "sluice-run" || v == "single" ||
              (v.rfind("file:", 0) == 0 && v.size() > 5)) {
@@ -424,22 +428,22 @@ std::vector<Field> boot_vars() {
          }
          return absl::InvalidArgumentError("not auto, pmix, sluice-run, single or file:PATH");
        },
-       [](const Config& c) { return c.boot; }},
+       [](const Settings& c) { return c.boot; }},
       int_var<int>("SLUICE_RANK", "launcher", "-1",
-                   "This process's rank (set by sluice-run, or by hand with SLUICE_BOOT=file).", &Config::rank, -1,
+                   "This process's rank (set by sluice-run, or by hand with SLUICE_BOOT=file).", &ProcessEnv::rank, -1,
                    (1 << 24) - 2),
       int_var<int>("SLUICE_SIZE", "launcher", "-1",
                    "Number of ranks in the job (set by sluice-run, or by hand with "
                    "SLUICE_BOOT=file).",
-                   &Config::size, -1, (1 << 24) - 1),
+                   &ProcessEnv::size, -1, (1 << 24) - 1),
       int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1", "Rank among the processes on this host (set by sluice-run).",
-                   &Config::local_rank, -1, (1 << 24) - 2),
+                   &ProcessEnv::local_rank, -1, (1 << 24) - 2),
       string_var("SLUICE_BOOT_ADDR", "launcher", "path | tcp:HOST:PORT", "",
                  "Where sluice-run's bootstrap service is: its Unix socket on sluice-run's host, "
                  "tcp:HOST:PORT on the others (set by sluice-run).",
-                 &Config::boot_addr),
+                 &ProcessEnv::boot_addr),
       string_var("SLUICE_BOOT_TOKEN", "launcher", "hex string", "",
-                 "Per-job secret every bootstrap request carries (set by sluice-run).", &Config::boot_token),
+                 "Per-job secret every bootstrap request carries (set by sluice-run).", &ProcessEnv::boot_token),
   };
 }
 
@@ -451,13 +455,13 @@ std::vector<Field> testing_vars() {
        "rndv-land, credit-return; or, with pool-grow, every pool growth from the N-th on "
        "fails as a failed mmap would. Only the tests' library (libsluice-testing) has "
        "these points; the installed libsluice ignores the variable, with a warning.",
-       [](std::string_view s, Config& c) -> absl::Status {
+       [](std::string_view s, Settings& c) -> absl::Status {
          std::string v(sluice::detail::trim(s));
          SLUICE_RETURN_IF_ERROR(parse_fault_at(v).status());
          c.fault_at = v;
          return absl::OkStatus();
        },
-       [](const Config& c) { return c.fault_at; }},
+       [](const Settings& c) { return c.fault_at; }},
   };
 }
 
@@ -485,6 +489,11 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
+
+bool ConfigVarSpec::process() const {
+  std::string_view c(component);
+  return c == "launcher" || c == "testing";
+}
 
 std::span<const ConfigVarSpec> config_table() {
   static const std::vector<Field> kTable = build_table();

@@ -8,18 +8,27 @@
 
 #include <sluice/config.h>
 
+#include "core/process_env.h"
+
 namespace sluice::detail {
 
+// Every variable's home: the application's Config and the process's environment. A table
+// entry's member pointer names a field of either base.
+struct Settings : Config, ProcessEnv {};
+
 // One SLUICE_* variable: {name, type, default, doc, parser, printer}. The parser stores the
-// parsed value into the Config; an error names only the reason (the caller adds the variable).
+// parsed value into the Settings; an error names only the reason (the caller adds the variable).
 struct ConfigVarSpec {
   const char* name;
   const char* component;
   std::string type;
   const char* default_value;
   const char* doc;
-  std::function<absl::Status(std::string_view, Config&)> parse;
-  std::function<std::string(const Config&)> show;
+  std::function<absl::Status(std::string_view, Settings&)> parse;
+  std::function<std::string(const Settings&)> show;
+  // A ProcessEnv field (launcher, testing): read from the environment even when the
+  // application gives its own Config.
+  bool process() const;
 };
 
 // All variables, grouped by component in declaration order.

@@ -264,7 +264,7 @@ void Fabric::reset() {
 
 // ---- context and memory ----------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config&) {
+absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config&, const ProcessEnv&) {
   return std::unique_ptr<TransportContext>(new TransportContext());
 }
 

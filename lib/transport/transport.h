@@ -23,6 +23,8 @@
 #include <sluice/config.h>
 #include <sluice/status.h>
 
+#include "core/process_env.h"
+
 namespace sluice::detail {
 
 using Tag = std::uint64_t;
@@ -55,9 +57,9 @@ class TransportContext {
   // Creates a UCP context for tag matching with peer error handling, with the shared-memory
   // transports' error handling switched on (so local peers keep sysv/posix/cma), their FIFO
   // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
-  // config.tls. Checks once per process that CMA works between processes and, when it does
-  // not, says so and leaves cma out.
-  static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config);
+  // config.tls (or UCX_TLS as given, env.ucx_tls). Checks once per process that CMA works
+  // between processes and, when it does not, says so and leaves cma out (unless UCX_TLS is set).
+  static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config, const ProcessEnv& env = {});
   ~TransportContext();
   TransportContext(const TransportContext&) = delete;
   TransportContext& operator=(const TransportContext&) = delete;

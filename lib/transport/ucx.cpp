@@ -123,7 +123,8 @@ bool cma_works() {
 
 // ---- context ---------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config) {
+absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config,
+                                                                           const ProcessEnv& env) {
   ucp_config_t* cfg = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read"));
   struct Release {
@@ -138,11 +139,11 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // prefixed names are reported as "invalid configuration" and silently not applied. They are
   // set only when the transports that read them may be in use, or UCX warns about them.
   // SLUICE_TLS, when set, is what UCX uses; else UCX_TLS as the user gave it.
-  if (!config.tls.empty() && !config.ucx_tls.empty() && config.tls != config.ucx_tls) {
+  if (!config.tls.empty() && !env.ucx_tls.empty() && config.tls != env.ucx_tls) {
     SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
-               config.ucx_tls);
+               env.ucx_tls);
   }
-  const std::string& chosen = !config.tls.empty() ? config.tls : config.ucx_tls;
+  const std::string& chosen = !config.tls.empty() ? config.tls : env.ucx_tls;
   auto may_use = [&](std::initializer_list<const char*> names) {
     const std::string& t = chosen;
     if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
@@ -165,7 +166,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
     // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than what
     // this process can leave in it. A size the user gave UCX is left alone.
-    if (!config.ucx_fifo_size_set)
+    if (!env.ucx_fifo_size_set)
       set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
   if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
@@ -177,7 +178,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
                  "cma does not work between processes here (ptrace permission, see "
                  "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
     });
-    if (tls.empty() && config.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
+    if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
   }
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(

@@ -873,9 +873,10 @@ TEST(Messaging, PoolsThatCannotGrowFailCleanlyAndLoseNothing) {
   // pool growth from the N-th on, as a failed mmap would.
   {
     // At start-up (the send pool's first chunk is growth 1): a clear error, no engine.
-    Config c;
-    c.fault_at = "pool-grow:1";
-    auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+    // Read from the process's environment, even with a Config given in code.
+    ScopedConfigOverride fault("SLUICE_FAULT_AT", "pool-grow:1");
+    auto ctx =
+        Context::create(ContextOptions{.config = Config(), .bootstrap = std::move(make_in_process_group(1).front())});
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     auto eng = (*ctx)->create_engine();
     ASSERT_FALSE(eng.ok());
@@ -892,8 +893,10 @@ TEST(Messaging, PoolsThatCannotGrowFailCleanlyAndLoseNothing) {
   // and both pools are whole again.
   Config c0;
   c0.pool_chunk = 1 << 20;  // 127 eager slots a chunk: enough for the credits
-  c0.fault_at = "pool-grow:3";
+  std::optional<ScopedConfigOverride> fault;
+  fault.emplace("SLUICE_FAULT_AT", "pool-grow:3");
   RankPair pair(c0);
+  fault.reset();  // read when the contexts were made
   ASSERT_FALSE(HasFatalFailure());
   std::vector<std::vector<std::byte>> payloads;
   for (int i = 0; i < 612; ++i)

@@ -1,6 +1,7 @@
 // Configuration: parsers for every type, errors that name the variable, unknown-variable
 // warnings with a suggestion, scoped overrides, cross-field checks.
 #include <csignal>
+#include <map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -131,15 +132,35 @@ TEST(Config, StatsTriggersCombineAndPrintBack) {
 TEST(Config, FaultPointNamesAndCounts) {
   for (const char* v : {"hello", "rndv-announce", "rndv-payload:3", "rndv-land", "credit-return:12"}) {
     ScopedConfigOverride o("SLUICE_FAULT_AT", v);
-    auto c = Config::from_env();
-    ASSERT_TRUE(c.ok()) << v << ": " << c.status();
-    EXPECT_EQ(c->fault_at, v);
+    ASSERT_TRUE(Config::from_env().ok()) << v;  // checked with the rest, kept out of Config
+    auto env = detail::ProcessEnv::from_env();
+    ASSERT_TRUE(env.ok()) << v << ": " << env.status();
+    EXPECT_EQ(env->fault_at, v);
   }
   auto spec = sluice::detail::parse_fault_at("rndv-payload:3");
   ASSERT_TRUE(spec.ok());
   EXPECT_EQ(spec->point, sluice::detail::FaultPoint::kRndvPayload);
   EXPECT_EQ(spec->nth, 3u);
   EXPECT_EQ(sluice::detail::parse_fault_at("")->point, sluice::detail::FaultPoint::kNone);
+}
+
+TEST(Config, TheLaunchersVariablesAreCheckedButDescribeTheProcess) {
+  ScopedConfigOverride rank("SLUICE_RANK", "3"), size("SLUICE_SIZE", "2");
+  for (const absl::Status& s : {Config::from_env().status(), detail::ProcessEnv::from_env().status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("SLUICE_RANK=3 is not below SLUICE_SIZE=2"));
+  }
+  ScopedConfigOverride ok("SLUICE_RANK", "1"), addr("SLUICE_BOOT_ADDR", "/tmp/x.sock");
+  auto env = detail::ProcessEnv::from_env();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->rank, 1);
+  EXPECT_EQ(env->size, 2);
+  EXPECT_EQ(env->boot_addr, "/tmp/x.sock");
+  // sluice-info -c shows them beside the application's settings.
+  std::map<std::string, std::string> shown;
+  for (const auto& v : describe(Config())) shown[v.name] = v.value;
+  EXPECT_EQ(shown["SLUICE_RANK"], "1");
+  EXPECT_EQ(shown["SLUICE_BOOT_ADDR"], "/tmp/x.sock");
 }
 
 TEST(Config, CrossFieldChecksNameBothVariables) {
@@ -211,9 +232,9 @@ TEST(ConfigTable, DeclaresEveryVariableOfTheDesign) {
 }
 
 TEST(ConfigTable, PrintedDefaultsParseBackToTheDefaults) {
-  Config defaults;
+  detail::Settings defaults;
   for (const auto& v : detail::config_table()) {
-    Config c;
+    detail::Settings c;
     ASSERT_TRUE(v.parse(v.default_value, c).ok()) << v.name << "=" << v.default_value;
     EXPECT_EQ(v.show(c), v.show(defaults)) << v.name;
   }

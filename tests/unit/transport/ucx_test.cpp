@@ -142,18 +142,18 @@ TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
 // SLUICE_TLS wins over UCX_TLS, and says so; a UCX_TLS alone is left as the user gave it.
 TEST(TransportChoice, SluiceTlsOverridingUcxTlsIsLogged) {
   ASSERT_EQ(setenv("UCX_TLS", "tcp", 1), 0);
-  auto from_env = Config::from_env();
-  ASSERT_TRUE(from_env.ok()) << from_env.status();
-  Config config = *from_env;
-  EXPECT_EQ(config.ucx_tls, "tcp");
+  auto env = detail::ProcessEnv::from_env();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->ucx_tls, "tcp");
+  Config config;
   config.tls = "self,sm";
   ::testing::internal::CaptureStderr();
-  auto ctx = TransportContext::create(config);
+  auto ctx = TransportContext::create(config, *env);
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(ctx.ok()) << ctx.status();
   EXPECT_NE(log.find("SLUICE_TLS=self,sm overrides UCX_TLS=tcp"), std::string::npos) << log;
   ::testing::internal::CaptureStderr();
-  auto alone = TransportContext::create(Config());
+  auto alone = TransportContext::create(Config(), *env);
   log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(alone.ok()) << alone.status();
   EXPECT_EQ(log.find("overrides"), std::string::npos) << log;
