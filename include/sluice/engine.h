@@ -189,8 +189,9 @@ class SLUICE_API Engine {
   // Cancelled at once; the close sleeps, not spins, while sends drain. What the deadline cuts
   // off completes with Cancelled. Buffers passed to send() must outlive the Engine when their
   // sends have not completed. Messages the application still holds become invalid (counted in
-  // api.messages_outlived_engine, logged): safe to destroy later, on any thread. The
-  // destructor may run on any thread once no other thread uses the engine.
+  // api.messages_outlived_engine, logged): safe to destroy later, on any thread; so are send
+  // Slots it still holds (empty: data() null, size() 0; logged). The destructor may run on any
+  // thread once no other thread uses the engine, nor releases its Messages or Slots meanwhile.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -29,11 +29,13 @@
 // room. Only a handler's sink lands payloads outside the budget.
 //
 // Threads: slots are taken only on the engine's thread. A Slot may be released (destroyed)
-// on any thread; off the engine thread it travels back through the lock-free stack.
+// on any thread; off the engine thread it travels back through the lock-free stack. A Slot
+// still held when its engine is destroyed keeps only its descriptor (empty-handed) until it is
+// released; it must not be released on another thread while the engine is being destroyed.
 //
-// Exhaustion is never silent: try_get returns kExhausted at once, a counter moves, and one
-// rate-limited warning names the pool, its direction, its size, its high-water mark and the
-// variable that raises it.
+// Exhaustion is never silent: the call returns at once (Engine::try_get_send_slot:
+// kWouldBlock), a counter moves, and one rate-limited warning names the pool, its direction, its size, its high-water
+// mark and the variable that raises it.
 #pragma once
 
 #include <cstddef>
@@ -47,27 +49,19 @@
 namespace sluice {
 
 namespace detail {
-class SlotOwner;
-// A slot's descriptor (internal; in this header so the accessors inline).
-struct SlotDesc {
-  SlotDesc* next;
-  std::byte* data;
-  void* memh;
-  SlotOwner* owner;
-  std::size_t size;
-  std::uint32_t chunk = 0;  // the arena it lies in, within its class
-  bool reserved = false;    // taken from a held-back reservation (send pool: reply capacity)
-};
+struct SlotDesc;
+struct SlotAccess;
 }  // namespace detail
 
 enum class Direction { kSend, kRecv };
 SLUICE_API const char* to_string(Direction d);
 
 // A slot of registered memory. Move-only; releasing (or destroying) returns it to its pool.
+// A Slot kept past its engine is safe to destroy: the engine leaves it empty-handed (data()
+// null, size() 0) and logs how many it found.
 class SLUICE_API Slot {
  public:
   Slot() = default;
-  explicit Slot(detail::SlotDesc* d) : d_(d) {}
   Slot(Slot&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
   Slot& operator=(Slot&& o) noexcept {
     if (this != &o) {
@@ -82,21 +76,17 @@ class SLUICE_API Slot {
   ~Slot() { release(); }
 
   explicit operator bool() const { return d_ != nullptr; }
-  std::byte* data() const { return d_->data; }
-  std::size_t size() const { return d_->size; }  // the slot's capacity
-  void* memh() const { return d_->memh; }        // UCX memory handle covering the slot
+  std::byte* data() const;
+  std::size_t size() const;  // the slot's capacity
+  void* memh() const;        // UCX memory handle covering the slot
   // Returns the slot to its pool (any thread). No-op on an empty Slot.
   void release() {
     if (d_ != nullptr) release_slow();
   }
-  // Gives up ownership without releasing (for the engine's own bookkeeping).
-  detail::SlotDesc* detach() {
-    auto* d = d_;
-    d_ = nullptr;
-    return d;
-  }
 
  private:
+  friend struct detail::SlotAccess;
+  explicit Slot(detail::SlotDesc* d) : d_(d) {}
   void release_slow();
   detail::SlotDesc* d_ = nullptr;
 };

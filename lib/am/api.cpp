@@ -47,8 +47,8 @@ void Message::release() {
     return;
   }
   // Its engine is gone, and the memory it viewed with it: nothing of that is touched.
-  (void)s_.slot.detach();
-  (void)s_.landing.detach();
+  (void)detail::SlotAccess::detach(s_.slot);
+  (void)detail::SlotAccess::detach(s_.landing);
   s_ = {};
   if (anchor->held.fetch_sub(1, std::memory_order_acq_rel) == 1) delete anchor;
 }
@@ -93,9 +93,9 @@ Result Message::reply(std::span<const std::byte> header, const Slot& payload, st
                       SendCallback on_done) {
   detail::EngineCore* core = answering("Message::reply");
   if (core == nullptr) return Result::kInvalidArgument;
-  if (!payload || length > payload.size()) return core->bad_slot("Message::reply", payload, length);
-  return core->reply(*this, header, std::span<const std::byte>(payload.data(), length), 0, detail::PayloadCopy::kNo,
-                     std::move(on_done), payload.memh());
+  if (!payload || length > detail::slot_size(payload)) return core->bad_slot("Message::reply", payload, length);
+  return core->reply(*this, header, std::span<const std::byte>(detail::slot_data(payload), length), 0,
+                     detail::PayloadCopy::kNo, std::move(on_done), detail::slot_memh(payload));
 }
 
 Result Message::reply_error(const absl::Status& status) {
@@ -124,9 +124,9 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<cons
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
                   SendCallback on_done) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
-  if (!payload || length > payload.size()) return engine_->bad_slot("Peer::send", payload, length);
-  return engine_->send(*data_, h, header, std::span<const std::byte>(payload.data(), length), std::move(on_done),
-                       detail::PayloadCopy::kNo, payload.memh());
+  if (!payload || length > detail::slot_size(payload)) return engine_->bad_slot("Peer::send", payload, length);
+  return engine_->send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
+                       std::move(on_done), detail::PayloadCopy::kNo, detail::slot_memh(payload));
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,

@@ -74,7 +74,7 @@ class EngineCore final : private Door::Owner {
   Result bad_slot(const char* what, const Slot& slot, std::size_t length) {
     SLUICE_INVALID("%s: %s", what,
                    !slot ? std::string("the Slot is empty")
-                         : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot.size()));
+                         : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot_size(slot)));
   }
   Result bad_status() { SLUICE_INVALID("Message::reply_error: the status is OK (use reply() for an answer)"); }
   // Binds the calling thread when nothing drives the engine; false (after refused()) when

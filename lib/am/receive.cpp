@@ -38,8 +38,8 @@ void EngineCore::post_receives() {
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
-    PostResult r = worker_->post_recv(op, op->slot.data(), op->slot.size(),
-                                      wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, op->slot.memh());
+    PostResult r = worker_->post_recv(op, slot_data(op->slot), slot_size(op->slot),
+                                      wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, slot_memh(op->slot));
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
@@ -171,7 +171,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
     }
     return;
   }
-  parse_and_accept(std::span<std::byte>(slot.data(), length), &slot, tag);
+  parse_and_accept(std::span<std::byte>(slot_data(slot), length), &slot, tag);
   if (slot && !op->slot) op->slot = std::move(slot);
 }
 
@@ -409,8 +409,8 @@ void EngineCore::own_bytes(Message& m) {
   std::size_t hl = m.s_.header.size(), pl = m.s_.payload.size();
   std::byte* d;
   Slot own;
-  if (recv_pool_->eager().try_take(&own) == Result::kOk && own.size() >= hl + pl) {
-    d = own.data();
+  if (recv_pool_->eager().try_take(&own) == Result::kOk && slot_size(own) >= hl + pl) {
+    d = slot_data(own);
     m.s_.slot = std::move(own);
   } else {
     own.release();

@@ -28,7 +28,7 @@ std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
 
 std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
   if (recv_pool_->try_take_landing(size, &m.s_.landing) == Result::kOk) [[likely]]
-    return std::span(m.s_.landing.data(), size);
+    return std::span(slot_data(m.s_.landing), size);
   if (!recv_pool_->can_ever_land(size)) {
     fail_peer(p, absl::StatusCode::kResourceExhausted,
               absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
@@ -64,7 +64,7 @@ void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> des
   op->incarnation = p.epoch;
   op->recv.ordered = ordered;
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, m.s_.seq);
-  void* memh = m.s_.landing ? m.s_.landing.memh() : nullptr;
+  void* memh = m.s_.landing ? slot_memh(m.s_.landing) : nullptr;
   op->pending = std::move(m);
   free_announcement(p, op->pending);
   if (ordered) p.rx.blocked = true;

@@ -29,7 +29,7 @@ Result EngineCore::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_le
   wh.status = m.status;
   wh.rpc_id = m.rpc_id;
   wh.aux = m.aux;
-  std::byte* d = slot.data();
+  std::byte* d = slot_data(slot);
   wire::encode(wh, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
@@ -67,7 +67,7 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
   // here, so it is counted once).
   if (send_pool_->eager().try_take(&slot) != Result::kOk) return false;
   Op* op = new_op(OpKind::kSend, p.id);
-  op->send.message_len = encode_next(p, plain_message(h, header, payload), slot.data());
+  op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
   op->incarnation = p.epoch;
   op->send.on_done = std::move(cb);
@@ -95,9 +95,9 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
     Slot slot;
     if (cls->try_get(&slot) == Result::kOk) {
       c_.copied_bytes->add(payload.size());
-      copy_payload(slot.data(), payload.data(), payload.size());
-      op->send.payload = slot.data();
-      op->send.payload_memh = slot.memh();
+      copy_payload(slot_data(slot), payload.data(), payload.size());
+      op->send.payload = slot_data(slot);
+      op->send.payload_memh = slot_memh(slot);
       op->slot = std::move(slot);
       return Result::kOk;
     }
@@ -194,7 +194,7 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback 
 
 Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.tx.next_seq++;
-  wire::patch_seq(header->slot.data(), seq);
+  wire::patch_seq(slot_data(header->slot), seq);
   std::uint32_t me = p.remote_slot;
   header->incarnation = p.epoch;
   if (payload != nullptr) {
@@ -220,15 +220,15 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
 void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.tx.sent_seq += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
-  wire::patch_piggyback(h->slot.data(), p.rx.owed.take(), p.rx.window.delivered());
+  wire::patch_piggyback(slot_data(h->slot), p.rx.owed.take(), p.rx.window.delivered());
   count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
-      (wire::flags_of(h->slot.data()) & wire::kFlagFrag) == 0) {
+      (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
     // that carries several already goes as it is: joining would copy them all again.)
     if (Op* head = *open) {
       if (std::byte* at = grow_batch(head, h->send.message_len)) {
-        copy_payload(at, h->slot.data(), h->send.message_len);
+        copy_payload(at, slot_data(h->slot), h->send.message_len);
         h->slot.release();
         chain(head, h);
         c_.coalesced->add();
@@ -256,8 +256,8 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
 
 std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
   std::size_t off = (head->send.message_len + 7) / 8 * 8;
-  if (off + len > head->slot.size()) return nullptr;
-  std::byte* b = head->slot.data();
+  if (off + len > slot_size(head->slot)) return nullptr;
+  std::byte* b = slot_data(head->slot);
   wire::set_flags(b + head->send.batch_last, wire::flags_of(b + head->send.batch_last) | wire::kFlagMore);
   // Zero the padding (under 8 bytes) with one 8-byte store: what it writes past `off` the
   // message written there next overwrites, and it stays inside the slot (len >= a header).
@@ -314,7 +314,8 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
 void EngineCore::post_message(PeerData& p, Op* header) {
   ++tx_inflight_;
   // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
-  PostResult r = p.ep.post_send(header, header->slot.data(), header->send.message_len, p.tx.tag, header->slot.memh());
+  PostResult r =
+      p.ep.post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag, slot_memh(header->slot));
   if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
@@ -341,7 +342,7 @@ bool EngineCore::send_packed_now(PeerData& p, Op* header) {
   // A call that waited for a slot, packed already: it leaves inline when it may, so a window
   // beyond the server's slots costs no transport request and completion per call.
   if (header->send.message_len > kInlineMax || header->send.batch_count != 1 || !p.can_send_now()) return false;
-  std::byte* bytes = header->slot.data();
+  std::byte* bytes = slot_data(header->slot);
   wire::patch_seq(bytes, p.tx.next_seq);
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed.owed()), p.rx.window.delivered());
   if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag).kind != Post::kDone) return false;

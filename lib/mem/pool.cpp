@@ -16,6 +16,9 @@ void Slot::release_slow() {
   d_->owner->release(d_);
   d_ = nullptr;
 }
+std::byte* Slot::data() const { return d_ == nullptr ? nullptr : d_->data; }
+std::size_t Slot::size() const { return d_ == nullptr ? 0 : d_->size; }
+void* Slot::memh() const { return d_ == nullptr ? nullptr : d_->memh; }
 
 namespace detail {
 
@@ -23,6 +26,10 @@ std::size_t eager_slot_size(std::size_t eager_limit) { return (eager_limit + 64 
 
 void SlotOwner::release(SlotDesc* d) {
   if (std::this_thread::get_id() == owner_.load(std::memory_order_relaxed)) [[likely]] {
+    put_back(d);
+    return;
+  }
+  if (orphaned_) {  // its class is gone: nothing to wait for
     put_back(d);
     return;
   }
@@ -56,14 +63,47 @@ PoolClass::PoolClass(std::string name, std::size_t slot_size, Budget* budget, co
                      bool reserved_only)
     : name_(std::move(name)), slot_size_(slot_size), budget_(budget), source_(source), reserved_only_(reserved_only) {}
 
-PoolClass::~PoolClass() {
-  if (in_use() != 0) {
-    drain_remote();
-    if (in_use() != 0) {
-      SLUICE_LOG(kError, "mem", "%s pool class %s destroyed with %u slots still held", to_string(budget_->direction),
-                 name_, in_use());
-    }
+namespace {
+// The descriptors of slots still held when their class was destroyed (Slots kept past their
+// engine). They outlive the class, empty-handed (no data, size 0, owned by this), until the last
+// of them is released, on any thread; the memory they pointed into is gone with the class.
+class OrphanedSlots final : public SlotOwner {
+ public:
+  OrphanedSlots(std::vector<std::unique_ptr<SlotDesc[]>> descs, std::size_t held)
+      : descs_(std::move(descs)), held_(held) {
+    orphaned_ = true;
+    owner_.store(std::thread::id{}, std::memory_order_relaxed);  // no thread: every release comes here
   }
+
+ private:
+  void put_back(SlotDesc*) override {
+    if (held_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  std::vector<std::unique_ptr<SlotDesc[]>> descs_;
+  std::atomic<std::size_t> held_;
+};
+}  // namespace
+
+PoolClass::~PoolClass() {
+  if (in_use() == 0) return;
+  drain_remote();
+  std::size_t held = in_use();
+  if (held == 0) return;
+  SLUICE_LOG(kWarn, "mem",
+             "%s pool class %s destroyed with %u slots still held (Slots kept past their engine): they are empty "
+             "now, and safe to destroy",
+             to_string(budget_->direction), name_, held);
+  for (SlotDesc* d = free_; d != nullptr; d = d->next) d->owner = nullptr;  // marks the free ones
+  std::vector<std::unique_ptr<SlotDesc[]>> kept;
+  std::vector<SlotDesc*> taken;
+  for (std::size_t c = 0; c < descs_.size(); ++c) {
+    if (descs_[c] == nullptr || chunk_free_[c] == chunk_slots_[c]) continue;
+    for (std::uint32_t i = 0; i < chunk_slots_[c]; ++i)
+      if (descs_[c][i].owner == this) taken.push_back(&descs_[c][i]);
+    kept.push_back(std::move(descs_[c]));
+  }
+  auto* orphans = new OrphanedSlots(std::move(kept), taken.size());
+  for (SlotDesc* d : taken) *d = SlotDesc{nullptr, nullptr, nullptr, orphans, 0};
 }
 
 std::size_t PoolClass::max_slots() const {
@@ -222,7 +262,7 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
   if (used > high_water_) high_water_ = used;
   budget_->held_bytes += slot_size_;
   if (budget_->held_bytes > budget_->high_water_bytes) budget_->high_water_bytes = budget_->held_bytes;
-  *out = Slot(d);
+  *out = SlotAccess::make(d);
   return Result::kOk;
 }
 
@@ -319,7 +359,7 @@ Result LargeClass::try_take(std::size_t bytes, Slot* out) {
   if (++held_ > high_water_) high_water_ = held_;
   budget_->held_bytes += best->desc.size;
   if (budget_->held_bytes > budget_->high_water_bytes) budget_->high_water_bytes = budget_->held_bytes;
-  *out = Slot(&best->desc);
+  *out = SlotAccess::make(&best->desc);
   return Result::kOk;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sluice/config.h>
@@ -19,6 +20,29 @@
 namespace sluice::detail {
 
 class Pool;
+class SlotOwner;
+
+// A slot's descriptor. Descriptors live in ordinary memory beside their arena.
+struct SlotDesc {
+  SlotDesc* next;
+  std::byte* data;
+  void* memh;
+  SlotOwner* owner;
+  std::size_t size;
+  std::uint32_t chunk = 0;  // the arena it lies in, within its class
+  bool reserved = false;    // taken from a held-back reservation (send pool: reply capacity)
+};
+
+// The library's side of a Slot: its descriptor without a call, Slots made from descriptors.
+struct SlotAccess {
+  static SlotDesc* desc(const Slot& s) { return s.d_; }
+  static Slot make(SlotDesc* d) { return Slot(d); }
+  // Gives up ownership without releasing (the engine's own bookkeeping).
+  static SlotDesc* detach(Slot& s) { return std::exchange(s.d_, nullptr); }
+};
+inline std::byte* slot_data(const Slot& s) { return SlotAccess::desc(s)->data; }
+inline std::size_t slot_size(const Slot& s) { return SlotAccess::desc(s)->size; }  // capacity
+inline void* slot_memh(const Slot& s) { return SlotAccess::desc(s)->memh; }
 
 // The byte budget of one direction; shared by that direction's classes, never the other's.
 struct Budget {
@@ -53,6 +77,7 @@ class SlotOwner {
   void drain_remote();
   std::atomic<std::thread::id> owner_{std::this_thread::get_id()};
   std::uint64_t cross_thread_ = 0;
+  bool orphaned_ = false;  // an OrphanedSlots: release() puts back on any thread
 
  private:
   std::atomic<SlotDesc*> remote_{nullptr};

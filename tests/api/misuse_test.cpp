@@ -159,6 +159,37 @@ TEST(Lifetime, MessagesKeptPastTheirEngineAreInvalidAndSafeToDestroy) {
   elsewhere.join();
 }
 
+TEST(Lifetime, SendSlotsKeptPastTheirEngineAreEmptyAndSafeToDestroy) {
+  std::vector<Slot> kept(6);
+  ::testing::internal::CaptureStderr();
+  {
+    auto ctx =
+        Context::create(ContextOptions{.config = Config(), .bootstrap = std::move(make_in_process_group(1).front())});
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    auto engine = (*ctx)->create_engine();
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (Slot& s : kept) {
+      ASSERT_EQ((*engine)->try_get_send_slot(4096, &s), Result::kOk);
+      ASSERT_NE(s.data(), nullptr);
+      ASSERT_GE(s.size(), 4096u);
+      std::memset(s.data(), 1, 4096);
+    }
+    Slot given_back;
+    ASSERT_EQ((*engine)->try_get_send_slot(4096, &given_back), Result::kOk);  // released in time: not counted
+  }
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("destroyed with 6 slots still held (Slots kept past their engine)")) << log;
+  for (const Slot& s : kept) {
+    EXPECT_TRUE(s) << "still owns its descriptor";
+    EXPECT_EQ(s.data(), nullptr);
+    EXPECT_EQ(s.size(), 0u);
+    EXPECT_EQ(s.memh(), nullptr);
+  }
+  kept.erase(kept.begin(), kept.begin() + 3);                                     // destroyed here, on this thread
+  std::thread elsewhere([moved = std::move(kept)]() mutable { moved.clear(); });  // and there: the last frees all
+  elsewhere.join();
+}
+
 TEST(Close, CallsWaitingForRepliesEndAtOnceWhenTheEngineCloses) {
   Config c;
   c.rpc_slots = 32;
