@@ -46,9 +46,8 @@ void Message::release() {
     core->release(*this);
     return;
   }
-  // Its engine is gone, and the memory it viewed with it: nothing of that is touched.
-  (void)detail::SlotAccess::detach(s_.slot);
-  (void)detail::SlotAccess::detach(s_.landing);
+  // Its engine is gone, and the memory it viewed with it: its slots keep only their
+  // descriptors (the pools left them empty-handed), given back here.
   s_ = {};
   if (anchor->held.fetch_sub(1, std::memory_order_acq_rel) == 1) delete anchor;
 }

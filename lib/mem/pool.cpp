@@ -64,46 +64,53 @@ PoolClass::PoolClass(std::string name, std::size_t slot_size, Budget* budget, co
     : name_(std::move(name)), slot_size_(slot_size), budget_(budget), source_(source), reserved_only_(reserved_only) {}
 
 namespace {
-// The descriptors of slots still held when their class was destroyed (Slots kept past their
-// engine). They outlive the class, empty-handed (no data, size 0, owned by this), until the last
-// of them is released, on any thread; the memory they pointed into is gone with the class.
+// The descriptors of slots still held when their class was destroyed (Slots and Messages kept
+// past their engine). They outlive the class, empty-handed (no data, size 0, owned by this),
+// until the last of them is released, on any thread; the memory they pointed into is gone.
 class OrphanedSlots final : public SlotOwner {
  public:
-  OrphanedSlots(std::vector<std::unique_ptr<SlotDesc[]>> descs, std::size_t held)
-      : descs_(std::move(descs)), held_(held) {
-    orphaned_ = true;
-    owner_.store(std::thread::id{}, std::memory_order_relaxed);  // no thread: every release comes here
+  // `keep`: what the descriptors lie in.
+  static void adopt(const std::vector<SlotDesc*>& held, std::vector<std::shared_ptr<const void>> keep) {
+    if (held.empty()) return;
+    auto* orphans = new OrphanedSlots(std::move(keep), held.size());
+    for (SlotDesc* d : held) *d = SlotDesc{nullptr, nullptr, nullptr, orphans, 0};
   }
 
  private:
+  OrphanedSlots(std::vector<std::shared_ptr<const void>> keep, std::size_t held) : keep_(std::move(keep)), held_(held) {
+    orphaned_ = true;
+    owner_.store(std::thread::id{}, std::memory_order_relaxed);  // no thread: every release comes here
+  }
   void put_back(SlotDesc*) override {
     if (held_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
-  std::vector<std::unique_ptr<SlotDesc[]>> descs_;
+  std::vector<std::shared_ptr<const void>> keep_;
   std::atomic<std::size_t> held_;
 };
+
+void log_held_at_destruction(Direction dir, const std::string& name, std::size_t held) {
+  SLUICE_LOG(kWarn, "mem",
+             "%s pool class %s destroyed with %u slots still held (Slots or Messages kept past their engine): they "
+             "are empty now, and safe to destroy",
+             to_string(dir), name, held);
+}
 }  // namespace
 
 PoolClass::~PoolClass() {
   if (in_use() == 0) return;
   drain_remote();
-  std::size_t held = in_use();
-  if (held == 0) return;
-  SLUICE_LOG(kWarn, "mem",
-             "%s pool class %s destroyed with %u slots still held (Slots kept past their engine): they are empty "
-             "now, and safe to destroy",
-             to_string(budget_->direction), name_, held);
+  if (in_use() == 0) return;
+  log_held_at_destruction(budget_->direction, name_, in_use());
   for (SlotDesc* d = free_; d != nullptr; d = d->next) d->owner = nullptr;  // marks the free ones
-  std::vector<std::unique_ptr<SlotDesc[]>> kept;
-  std::vector<SlotDesc*> taken;
+  std::vector<SlotDesc*> held;
+  std::vector<std::shared_ptr<const void>> keep;
   for (std::size_t c = 0; c < descs_.size(); ++c) {
     if (descs_[c] == nullptr || chunk_free_[c] == chunk_slots_[c]) continue;
     for (std::uint32_t i = 0; i < chunk_slots_[c]; ++i)
-      if (descs_[c][i].owner == this) taken.push_back(&descs_[c][i]);
-    kept.push_back(std::move(descs_[c]));
+      if (descs_[c][i].owner == this) held.push_back(&descs_[c][i]);
+    keep.push_back(std::shared_ptr<SlotDesc[]>(std::move(descs_[c])));
   }
-  auto* orphans = new OrphanedSlots(std::move(kept), taken.size());
-  for (SlotDesc* d : taken) *d = SlotDesc{nullptr, nullptr, nullptr, orphans, 0};
+  OrphanedSlots::adopt(held, std::move(keep));
 }
 
 std::size_t PoolClass::max_slots() const {
@@ -321,10 +328,18 @@ LargeClass::LargeClass(std::string name, Budget* budget, const ArenaSource* sour
 
 LargeClass::~LargeClass() {
   drain_remote();
-  if (held_ != 0) {
-    SLUICE_LOG(kError, "mem", "%s pool class %s destroyed with %u landing arenas still held",
-               to_string(budget_->direction), name_, held_);
+  if (held_ == 0) return;
+  log_held_at_destruction(budget_->direction, name_, held_);
+  std::vector<SlotDesc*> held;
+  std::vector<std::shared_ptr<const void>> keep;
+  for (auto& e : entries_) {
+    if (!e->held) continue;
+    e->arena.reset();  // unmapped now: only the descriptor stays
+    e->heap.reset();
+    held.push_back(&e->desc);
+    keep.push_back(std::shared_ptr<Entry>(std::move(e)));
   }
+  OrphanedSlots::adopt(held, std::move(keep));
 }
 
 Result LargeClass::try_take(std::size_t bytes, Slot* out) {

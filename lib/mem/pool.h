@@ -37,8 +37,6 @@ struct SlotDesc {
 struct SlotAccess {
   static SlotDesc* desc(const Slot& s) { return s.d_; }
   static Slot make(SlotDesc* d) { return Slot(d); }
-  // Gives up ownership without releasing (the engine's own bookkeeping).
-  static SlotDesc* detach(Slot& s) { return std::exchange(s.d_, nullptr); }
 };
 inline std::byte* slot_data(const Slot& s) { return SlotAccess::desc(s)->data; }
 inline std::size_t slot_size(const Slot& s) { return SlotAccess::desc(s)->size; }  // capacity

@@ -178,7 +178,7 @@ TEST(Lifetime, SendSlotsKeptPastTheirEngineAreEmptyAndSafeToDestroy) {
     ASSERT_EQ((*engine)->try_get_send_slot(4096, &given_back), Result::kOk);  // released in time: not counted
   }
   std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_THAT(log, HasSubstr("destroyed with 6 slots still held (Slots kept past their engine)")) << log;
+  EXPECT_THAT(log, HasSubstr("send pool class send.eager destroyed with 6 slots still held")) << log;
   for (const Slot& s : kept) {
     EXPECT_TRUE(s) << "still owns its descriptor";
     EXPECT_EQ(s.data(), nullptr);
