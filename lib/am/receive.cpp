@@ -461,7 +461,9 @@ void EngineCore::give_back_sink(Message& m) {
 }
 
 void EngineCore::release(Message& m) {
-  if (!on_driver_thread()) [[unlikely]] {
+  // Bound to this thread, not merely unbound: a Message may be dropped on any thread, also
+  // while the engine is between drivers (after release_thread()).
+  if (driver_tp_.load(std::memory_order_acquire) != thread_pointer()) [[unlikely]] {
     // Released on another thread (message.h asks for the engine's): its credit, slot and
     // unanswered request belong to the engine thread's state, so the release is handed there.
     auto* held = new Message(std::move(m));
