@@ -269,7 +269,7 @@ void EngineCore::leave_kept_messages() {
     return;
   }
   // The application still holds them. They become invalid and never touch this engine again
-  // (their slots go with the pools); the last of them frees the anchor.
+  // (the pools leave their slots only the descriptors); the last of them frees the anchor.
   c_.messages_outlived->add(kept);
   SLUICE_LOG(kError, "api",
              "engine %d destroyed while the application still holds %u received Message(s): they are invalid "
