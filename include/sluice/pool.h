@@ -34,8 +34,8 @@
 // released; it must not be released on another thread while the engine is being destroyed.
 //
 // Exhaustion is never silent: the call returns at once (Engine::try_get_send_slot:
-// kWouldBlock), a counter moves, and one rate-limited warning names the pool, its direction, its size, its high-water
-// mark and the variable that raises it.
+// kWouldBlock), a counter moves, and one rate-limited warning names the pool, its direction,
+// its size, its high-water mark and the variable that raises it.
 #pragma once
 
 #include <cstddef>
