@@ -477,17 +477,8 @@ void EngineCore::release(Message& m) {
     (void)reply(m, {}, std::as_bytes(std::span(kUnanswered)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
   }
   if (m.s_.credit) return_credit(*peers_[m.s_.peer], m.s_.incarnation);
-  // What it holds goes back, and what an invalid Message may still act on is cleared; the rest
-  // of the state is never read again (the engine fills a Message only when it makes one).
-  auto& s = m.s_;
-  s.slot.release();
-  s.landing.release();
-  s.heap.reset();
-  s.header = {};
-  s.payload = {};
-  s.lender = nullptr;
-  s.borrowed = s.sink_landing = s.request = s.replied = s.credit = s.holds_rpc_slot = false;
   detach(m);
+  m.s_ = {};
 }
 
 }  // namespace sluice::detail
