@@ -4,6 +4,7 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "boot/make_bootstrap.h"
 #include "core/log.h"
 
 namespace sluice {
@@ -257,7 +258,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
   if (options.bootstrap) {
     s.boot = std::move(options.bootstrap);
   } else {
-    SLUICE_ASSIGN_OR_RETURN(s.boot, make_bootstrap(s.config));
+    SLUICE_ASSIGN_OR_RETURN(s.boot, detail::make_bootstrap(s.config, s.env));
   }
   detail::set_log_rank(s.boot->rank());
   SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config, s.env));

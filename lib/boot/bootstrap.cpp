@@ -21,10 +21,10 @@
 #include <absl/strings/str_format.h>
 
 #include "boot/kv.h"
+#include "boot/make_bootstrap.h"
 #include "boot/pmix.h"
 #include "core/log.h"
 #include "core/net.h"
-#include "core/process_env.h"
 
 namespace sluice {
 namespace detail {
@@ -272,11 +272,8 @@ absl::Status need_rank_and_size(const ProcessEnv& c, const char* what) {
 }
 
 }  // namespace
-}  // namespace detail
 
-absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
-  using namespace detail;
-  SLUICE_ASSIGN_OR_RETURN(ProcessEnv env, ProcessEnv::from_env());
+absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c, const ProcessEnv& env) {
   std::string boot = c.boot;
   if (boot == "auto") {
     if (pmix_available_from_environment()) boot = "pmix";
@@ -303,6 +300,13 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
     return std::unique_ptr<Bootstrap>(new FileBootstrap(dir, env.rank, env.size, c.connect_timeout));
   }
   return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s is not supported", boot));
+}
+
+}  // namespace detail
+
+absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
+  SLUICE_ASSIGN_OR_RETURN(detail::ProcessEnv env, detail::ProcessEnv::from_env());
+  return detail::make_bootstrap(c, env);
 }
 
 std::vector<std::unique_ptr<Bootstrap>> make_in_process_group(int n) {
