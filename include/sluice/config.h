@@ -33,6 +33,14 @@ enum class HugePages : int { kNo, kTry, kYes };
 // Authentication of client/server connections (SLUICE_AUTH); kAuto: kRequired when a key
 // file is set, kOff otherwise (Config::auth_mode() resolves it).
 enum class AuthMode : int { kAuto, kOff, kOptional, kRequired };
+// Whether UCX may use TCP (SLUICE_UCX_TCP): its TCP transport listens on every interface and
+// trusts whoever sends its magic (docs/security.md). kAuto: in rank mode only.
+enum class UcxTcp : int { kAuto, kYes, kNo };
+// Encryption of the stream transport (SLUICE_ENCRYPT): client/server peers on other hosts.
+enum class Encrypt : int { kOff, kOn };
+// Which transport carries a client/server peer (SLUICE_CS_TRANSPORT): kAuto: UCX over shared
+// memory when it reaches the peer (same host), else Sluice's stream; kStream: always the stream.
+enum class CsTransport : int { kAuto, kStream };
 
 // Where an engine's pools live (SLUICE_NUMA).
 struct NumaPolicy {
@@ -87,8 +95,11 @@ struct SLUICE_API Config {
   std::string auth_key_file;  // SLUICE_AUTH_KEY_FILE: the path, never the key
   Duration handshake_timeout = std::chrono::seconds(3);
   std::uint32_t handshake_max = 64;
+  Encrypt encrypt = Encrypt::kOff;
+  CsTransport cs_transport = CsTransport::kAuto;
   // transport
   std::string tls;  // empty: UCX's own choice
+  UcxTcp ucx_tcp = UcxTcp::kAuto;
   // boot
   std::string boot = "auto";
 

@@ -261,7 +261,9 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
     SLUICE_ASSIGN_OR_RETURN(s.boot, detail::make_bootstrap(s.config, s.env));
   }
   detail::set_log_rank(s.boot->rank());
-  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config, s.env));
+  // UCX's TCP transport trusts whoever reaches its ports: in rank mode only, unless told.
+  bool ucx_tcp = s.config.ucx_tcp == UcxTcp::kYes || (s.config.ucx_tcp == UcxTcp::kAuto && s.boot->size() > 1);
+  SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config, s.env, ucx_tcp));
   return ctx;
 }
 

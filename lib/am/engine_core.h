@@ -164,6 +164,10 @@ class EngineCore final : private Door::Owner {
     Clock::time_point until;  // max while the peer is dead; a window once its slot lives again
   };
 
+  // ---- lifecycle.cpp
+  // Logs the TCP ports the worker opened (those listening now and not in `before`).
+  void log_ucx_ports(const std::vector<std::string>& before);
+
   // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
   Op* new_op(OpKind kind, std::uint32_t peer) { return ops_.take(kind, peer); }
   void free_op(Op* op) { ops_.give(op); }
@@ -202,9 +206,20 @@ class EngineCore final : private Door::Owner {
   void abandon_cs_peer(PeerData& p, const std::string& why);
   // The front door, made on first listen() or connect().
   Door& door();
-  // Door::Owner: a client passed the pre-handshake; its link closed.
-  absl::StatusOr<std::uint32_t> admit(const Door::Admission& a) override;
+  // Door::Owner: a client passed the pre-handshake; its link closed; its stream's socket.
+  absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
   void link_lost(std::uint32_t slot, const std::string& why) override;
+  void link_ready(std::uint32_t slot, int fd) override;
+  // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
+  // whether and how it is encrypted; `keys` are the door's session keys for it.
+  Endpoint stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
+                           bool client);
+  // The server's choice for an admitted client: UCX when its worker address is reachable over
+  // shared memory (or SLUICE_UCX_TCP=y lets UCX's TCP carry it), else the stream, encrypted
+  // when either side asks.
+  absl::StatusOr<door::Link> choose_link(PeerData& p, const Door::Admission& a);
+  // The client's side: the endpoint the server's ACCEPT asked for.
+  absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   void count_drop(const char* what);
   // Drops what waited for a HELLO that did not come (timers()).
   void drop_early(PeerData& p);

@@ -6,8 +6,10 @@
 #include <random>
 
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 
 #include "am/engine_core.h"
+#include "core/net.h"
 #include "core/log.h"
 
 namespace sluice::detail {
@@ -83,7 +85,9 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   if (config_.auth_mode() != AuthMode::kOff) {
     SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
   }
+  std::vector<std::string> listening = listening_tcp_sockets();
   SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
+  log_ucx_ports(listening);
   SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(numa.value_or(config_.numa), *topo_, current_cpu()));
   arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk, &fault_};
   std::size_t slot = eager_slot_size(eager_limit_);
@@ -105,6 +109,20 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
              node, eager_limit_);
   return absl::OkStatus();
+}
+
+void EngineCore::log_ucx_ports(const std::vector<std::string>& before) {
+  // What the worker opened: UCX's TCP transport listens on one port per interface it uses.
+  std::vector<std::string> opened;
+  for (const std::string& s : listening_tcp_sockets())
+    if (std::find(before.begin(), before.end(), s) == before.end()) opened.push_back(s);
+  if (opened.empty()) return;
+  std::string ports = absl::StrJoin(opened, ", ");
+  constexpr const char* kWhat =
+      "engine %d: UCX's TCP transport listens on %s; it trusts whoever reaches these ports (UCX_NET_DEVICES and "
+      "UCX_TCP_PORT_RANGE narrow them, SLUICE_UCX_TCP=n closes them: docs/security.md)";
+  if (ucx_->ucx_tcp()) SLUICE_LOG(kInfo, "transport", kWhat, engine_id_, ports);
+  else SLUICE_LOG(kWarn, "transport", kWhat, engine_id_, ports);
 }
 
 EngineCore::~EngineCore() {

@@ -22,7 +22,8 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   auto* p = static_cast<PeerData*>(arg);
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
-  p->link.fail_reason = absl::StrFormat("transport error: %s", transport_error_name(ucs_status));
+  std::string why = p->ep.failure();
+  p->link.fail_reason = why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why;
   p->handle->engine_->failed_eps_.push_back(p->id);
 }
 
@@ -151,8 +152,9 @@ void EngineCore::sleep_until(Clock::time_point until) {
   if (door_) until = std::min(until, door_->next_deadline());
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
-  pollfd fds[2] = {{worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0}};
-  if (ms > 0) ::poll(fds, door_ ? 2 : 1, static_cast<int>(std::min<long long>(ms, 1000)));
+  pollfd fds[3] = {{worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0},
+                   {worker_->stream_fd(), POLLIN, 0}};
+  if (ms > 0) ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
   if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
     door_due_ = Clock::now() + kDoorEvery;
     (void)door_->poll(Clock::now());  // what it did is handled by the caller's next progress()

@@ -2,12 +2,16 @@
 // nothing of a gone one is left, endpoints, and a peer's failure with all it had in flight;
 // the front door's glue (listen, connect, admission, lost links).
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
 #include "core/log.h"
+#include "transport/stream_crypto.h"
+#include "transport/ucx_address.h"
 
 namespace sluice::detail {
 
@@ -252,6 +256,8 @@ Door& EngineCore::door() {
     o.max_pending = config_.handshake_max;
     o.connect_timeout = config_.connect_timeout;
     o.worker_address = worker_->address();
+    o.client_link = static_cast<std::uint8_t>((stream::aes_available() ? door::kCanAes : 0) |
+                                              (config_.encrypt == Encrypt::kOn ? door::kWantsEncryption : 0));
     Door::Owner* owner = this;
     door_ = std::make_unique<Door>(owner, std::move(o), &stats_);
   }
@@ -274,25 +280,74 @@ void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
   gone_cs_.push_back(p.id);
 }
 
-absl::StatusOr<std::uint32_t> EngineCore::admit(const Door::Admission& a) {
+Endpoint EngineCore::stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
+                                     bool client) {
+  StreamOptions o;
+  o.name = p.name;
+  // Messages up to the eager limit go at once; larger ones (rendezvous payloads) wait at the
+  // sender until their landing is posted. What may wait here unasked is what the peer's credits
+  // and RPC slots allow, with room for its control messages.
+  o.eager_max = eager_limit_;
+  o.frame_max = std::max(eager_slot_size(eager_limit_), kContactMax);
+  o.unexpected_max = (std::size_t{config_.credits} + 2 * std::size_t{config_.rpc_slots} + 16) * (o.frame_max + 64);
+  if (link == door::Link::kStreamAes || link == door::Link::kStreamChaCha) {
+    o.suite = static_cast<std::uint8_t>(link == door::Link::kStreamAes ? stream::Suite::kAes256Gcm
+                                                                       : stream::Suite::kChaCha20Poly1305);
+    o.tx_key = client ? keys->client_to_server : keys->server_to_client;
+    o.rx_key = client ? keys->server_to_client : keys->client_to_server;
+  }
+  return worker_->stream_endpoint(std::move(o), &EngineCore::on_ep_error, &p);
+}
+
+absl::StatusOr<door::Link> EngineCore::choose_link(PeerData& p, const Door::Admission& a) {
+  // The client's worker address is checked before UCX parses it; a malformed one is refused.
+  if (absl::Status valid = check_ucx_address(a.address); !valid.ok())
+    return absl::InvalidArgumentError(absl::StrFormat("its UCX worker address is malformed: %s", valid.message()));
+  absl::StatusOr<Endpoint> ep = absl::UnavailableError("SLUICE_CS_TRANSPORT=stream");
+  if (config_.cs_transport == CsTransport::kAuto) ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+  if (ep.ok() && (config_.ucx_tcp == UcxTcp::kYes || ep->transports().find("tcp") == std::string::npos)) {
+    p.ep = std::move(*ep);
+    return door::Link::kUcx;
+  }
+  bool encrypt = config_.encrypt == Encrypt::kOn || (a.client_link & door::kWantsEncryption) != 0;
+  if (encrypt && !a.keys) {
+    return absl::PermissionDeniedError(
+        "encryption (SLUICE_ENCRYPT=on) needs a client that proved the key: set SLUICE_AUTH_KEY_FILE");
+  }
+  door::Link link = !encrypt ? door::Link::kStream
+                    : stream::aes_available() && (a.client_link & door::kCanAes) != 0 ? door::Link::kStreamAes
+                                                                                     : door::Link::kStreamChaCha;
+  p.ep = stream_endpoint(p, link, a.keys, /*client=*/false);
+  return link;
+}
+
+absl::StatusOr<Door::Admitted> EngineCore::admit(const Door::Admission& a) {
   if (closing_ || shutting_down_) return absl::UnavailableError("the server is shutting down");
   PeerData& p = new_cs_peer();
   p.name = "client " + a.name;
   p.remote_slot = a.slot;
-  auto ep = worker_->connect(a.address, &EngineCore::on_ep_error, &p);
-  if (!ep.ok()) {
-    abandon_cs_peer(p, std::string(ep.status().message()));
-    return absl::UnavailableError(
-        absl::StrFormat("the server cannot reach the client's UCX address: %s", ep.status().message()));
+  absl::StatusOr<door::Link> link = choose_link(p, a);
+  if (!link.ok()) {
+    abandon_cs_peer(p, std::string(link.status().message()));
+    return link.status();
   }
-  p.ep = std::move(*ep);
-  // The client speaks first over UCX: its HELLO, then ours (handle_hello).
+  // The client speaks first: its HELLO, then ours (handle_hello).
   p.state = PeerState::kConnecting;
   watch_timers();
   p.link.hello_deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
-  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s)", p.name, p.id, a.authenticated ? "authenticated" : "no key");
-  return p.id;
+  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s, over %s)", p.name, p.id,
+             a.authenticated ? "authenticated" : "no key", p.ep.stream() ? p.ep.transports() : "ucx");
+  return Door::Admitted{p.id, *link};
+}
+
+void EngineCore::link_ready(std::uint32_t slot, int fd) {
+  PeerData* p = slot < peers_.size() ? peers_[slot].get() : nullptr;
+  if (p == nullptr || p->state == PeerState::kDead || !p->ep.stream()) {
+    ::close(fd);
+    return;
+  }
+  p->ep.attach(fd);
 }
 
 void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
@@ -306,6 +361,34 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   } else {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
   }
+}
+
+absl::Status EngineCore::attach_dialed(PeerData& p, const Door::Dialed& d) {
+  if (d.link == door::Link::kUcx) {
+    auto ep = worker_->connect(d.address, &EngineCore::on_ep_error, &p);
+    if (!ep.ok()) {
+      door_->close_link(p.id);
+      return ep.status();
+    }
+    p.ep = std::move(*ep);
+    return absl::OkStatus();
+  }
+  bool encrypted = d.link != door::Link::kStream;
+  absl::Status refused;
+  if (encrypted && !d.keys) {
+    refused = absl::PermissionDeniedError("the server encrypts, but it did not prove the key (SLUICE_AUTH)");
+  } else if (!encrypted && config_.encrypt == Encrypt::kOn) {
+    refused = absl::PermissionDeniedError("the server does not encrypt, and SLUICE_ENCRYPT=on here");
+  } else if (d.link == door::Link::kStreamAes && !stream::aes_available()) {
+    refused = absl::UnavailableError("the server chose AES-256-GCM, which this CPU cannot run");
+  }
+  if (!refused.ok()) {
+    ::close(d.fd);
+    return refused;
+  }
+  p.ep = stream_endpoint(p, d.link, d.keys, /*client=*/true);
+  p.ep.attach(d.fd);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
@@ -333,13 +416,10 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason));
   }
   p.remote_slot = dialed->slot;
-  auto ep = worker_->connect(dialed->address, &EngineCore::on_ep_error, &p);
-  if (!ep.ok()) {
-    door_->close_link(p.id);
-    abandon_cs_peer(p, std::string(ep.status().message()));
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, ep.status().message()));
+  if (absl::Status s = attach_dialed(p, *dialed); !s.ok()) {
+    abandon_cs_peer(p, std::string(s.message()));
+    return absl::Status(s.code(), absl::StrFormat("cannot connect to %s: %s", host_port, s.message()));
   }
-  p.ep = std::move(*ep);
   p.state = PeerState::kConnecting;
   watch_timers();
   p.link.hello_deadline = deadline;

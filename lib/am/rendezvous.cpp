@@ -70,7 +70,7 @@ void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> des
   if (ordered) p.rx.blocked = true;
   ++p.rx.landing;
   ++exact_posted_;
-  PostResult r = worker_->post_recv(op, dest.data(), dest.size(), tag, kFullMask, memh);
+  PostResult r = worker_->post_recv(p.ep, op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
   fault_.pass(FaultPoint::kRndvLand);
 }

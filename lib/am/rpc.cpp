@@ -94,7 +94,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
     rx->incarnation = p.epoch;
     c.reply_rx = rx;
     ++exact_posted_;
-    PostResult pr = worker_->post_recv(rx, options.reply_buffer.data(), options.reply_buffer.size(),
+    PostResult pr = worker_->post_recv(p.ep, rx, options.reply_buffer.data(), options.reply_buffer.size(),
                                        wire::make_tag(wire::kReply, p.id, id), kFullMask, nullptr);
     if (pr.kind != Post::kPending) done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
   }

@@ -152,6 +152,11 @@ absl::Status Config::validate() const {
         absl::StrFormat("SLUICE_AUTH=%s needs a key: set SLUICE_AUTH_KEY_FILE (sluice-info --new-key FILE writes one)",
                         auth == AuthMode::kRequired ? "required" : "optional"));
   }
+  if (encrypt == Encrypt::kOn && (auth_key_file.empty() || auth_mode() == AuthMode::kOff)) {
+    return absl::InvalidArgumentError(
+        "SLUICE_ENCRYPT=on needs the shared key its session keys come from: set SLUICE_AUTH_KEY_FILE (and not "
+        "SLUICE_AUTH=off)");
+  }
   return absl::OkStatus();
 }
 

@@ -401,6 +401,20 @@ std::vector<Field> door_vars() {
                              "Connections a server keeps in pre-handshake at once; a new one "
                              "beyond it closes the oldest.",
                              &Config::handshake_max, 1, 65536),
+      enum_var("SLUICE_ENCRYPT", "door", "off",
+               "Encryption of client/server traffic that leaves the host (Sluice's TCP "
+               "transport; shared-memory peers are not encrypted): on (a server encrypts every "
+               "such client, a client refuses a server that does not), off (a client still "
+               "follows a server that encrypts). Needs SLUICE_AUTH_KEY_FILE: the keys come from "
+               "the door's authenticated handshake. AES-256-GCM where both CPUs have AES-NI, "
+               "else ChaCha20-Poly1305 (libsodium).",
+               &Config::encrypt, {{"off", Encrypt::kOff}, {"on", Encrypt::kOn}}),
+      enum_var("SLUICE_CS_TRANSPORT", "door", "auto",
+               "What carries a client/server peer's data, chosen by the server when it admits the "
+               "client: auto (UCX over shared memory when it reaches the client, i.e. on the same "
+               "host; else Sluice's TCP transport on the door's connection), stream (Sluice's TCP "
+               "transport for every client, on the same host too).",
+               &Config::cs_transport, {{"auto", CsTransport::kAuto}, {"stream", CsTransport::kStream}}),
   };
 }
 
@@ -410,6 +424,15 @@ std::vector<Field> transport_vars() {
                  "UCX transports to use, passed to UCX as UCX_TLS (e.g. tcp, sm, "
                  "sysv,cma,tcp). Empty: UCX's own choice.",
                  &Config::tls),
+      enum_var("SLUICE_UCX_TCP", "transport", "auto",
+               "Whether UCX may use its TCP transport, which listens on a port per network "
+               "interface and trusts any peer that sends its public magic (remote memory "
+               "writes included: docs/security.md). auto: in rank mode (a job of several "
+               "ranks, on the trusted fabric of a cluster), not in client/server mode, where "
+               "peers on other hosts use Sluice's own TCP transport on the door's connection. "
+               "y: also in client/server mode, for a fabric where every host is trusted (the "
+               "engine logs the ports it opens). n: never (ranks on one host only).",
+               &Config::ucx_tcp, {{"auto", UcxTcp::kAuto}, {"y", UcxTcp::kYes}, {"n", UcxTcp::kNo}}),
   };
 }
 

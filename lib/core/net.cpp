@@ -1,5 +1,18 @@
 #include "core/net.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <absl/strings/str_format.h>
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -65,6 +78,60 @@ absl::StatusOr<int> tcp_start_connect(const std::string& host, int port) {
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", name, std::strerror(err)));
   }
   return fd;
+}
+
+namespace {
+// "0100007F:1F90" (little-endian IPv4 hex) or a 32-digit IPv6 one, and a hex port.
+std::string proc_address(const std::string& hex) {
+  auto colon = hex.find(':');
+  if (colon == std::string::npos) return hex;
+  std::string addr = hex.substr(0, colon);
+  int port = static_cast<int>(std::strtol(hex.c_str() + colon + 1, nullptr, 16));
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr.size() == 8) {
+    in_addr a{};
+    a.s_addr = static_cast<std::uint32_t>(std::strtoul(addr.c_str(), nullptr, 16));
+    inet_ntop(AF_INET, &a, text, sizeof(text));
+    return absl::StrFormat("%s:%d", text, port);
+  }
+  if (addr.size() == 32) {
+    in6_addr a{};
+    for (int w = 0; w < 4; ++w) {
+      auto word = static_cast<std::uint32_t>(std::strtoul(addr.substr(8 * w, 8).c_str(), nullptr, 16));
+      std::memcpy(a.s6_addr + 4 * w, &word, 4);
+    }
+    inet_ntop(AF_INET6, &a, text, sizeof(text));
+  }
+  return absl::StrFormat("[%s]:%d", text, port);
+}
+}  // namespace
+
+std::vector<std::string> listening_tcp_sockets() {
+  std::set<std::string> inodes;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) {
+      char target[64];
+      std::string path = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      if (std::strncmp(target, "socket:[", 8) == 0) inodes.insert(std::string(target + 8, target + n - 1));
+    }
+    ::closedir(d);
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the column names
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, tr, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode) != 0) out.push_back(proc_address(local));  // 0A: LISTEN
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice::detail

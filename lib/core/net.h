@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <sluice/status.h>
 
@@ -22,5 +23,9 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port);
 // connection in progress (poll it for POLLOUT, then read SO_ERROR). Unavailable, saying
 // "cannot connect to HOST:PORT", when the host does not resolve or the connect fails at once.
 absl::StatusOr<int> tcp_start_connect(const std::string& host, int port);
+
+// The TCP sockets this process listens on, as "address:port" (from /proc/self/fd and
+// /proc/net/tcp{,6}): what a port scan of the process finds. Empty when /proc cannot be read.
+std::vector<std::string> listening_tcp_sockets();
 
 }  // namespace sluice::detail

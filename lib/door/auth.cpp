@@ -26,9 +26,9 @@ void init_sodium() {
 
 const char* label(ProofOf what) {
   switch (what) {
-    case ProofOf::kServerHello: return "sluice door v1: server hello";
-    case ProofOf::kClient: return "sluice door v1: client proof";
-    case ProofOf::kAccept: return "sluice door v1: accept";
+    case ProofOf::kServerHello: return "sluice door v2: server hello";
+    case ProofOf::kClient: return "sluice door v2: client proof";
+    case ProofOf::kAccept: return "sluice door v2: accept";
   }
   return "";
 }
@@ -84,7 +84,7 @@ std::unique_ptr<Key> Key::from_secret(std::string_view secret) {
 Key::~Key() { sodium_memzero(key_, sizeof(key_)); }
 
 Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot,
-                 std::string_view address) const {
+                 std::string_view address, std::uint8_t link) const {
   static_assert(kProofSize == crypto_auth_hmacsha256_BYTES);
   crypto_auth_hmacsha256_state st;
   crypto_auth_hmacsha256_init(&st, key_, sizeof(key_));
@@ -93,9 +93,10 @@ Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::ui
   crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(client.data()), client.size());
   crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(server.data()), server.size());
   if (what != ProofOf::kServerHello) {
-    std::byte fixed[6];
+    std::byte fixed[7];
     wire::put<std::uint32_t>(fixed, slot);
     wire::put<std::uint16_t>(fixed + 4, static_cast<std::uint16_t>(address.size()));
+    wire::put<std::uint8_t>(fixed + 6, link);
     crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(fixed), sizeof(fixed));
     crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(address.data()), address.size());
   }
@@ -106,10 +107,26 @@ Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::ui
 }
 
 bool Key::verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot,
-                 std::string_view address) const {
-  Proof expected = prove(what, client, server, slot, address);
+                 std::string_view address, std::uint8_t link) const {
+  Proof expected = prove(what, client, server, slot, address, link);
   return crypto_verify_32(reinterpret_cast<const unsigned char*>(proof.data()),
                           reinterpret_cast<const unsigned char*>(expected.data())) == 0;
+}
+
+Key::SessionKeys Key::session_keys(const Nonce& client, const Nonce& server) const {
+  SessionKeys out;
+  auto derive = [&](const char* label, std::array<std::byte, 32>* key) {
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key_, sizeof(key_), key->size());
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(label), std::strlen(label) + 1);
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(client.data()), client.size());
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(server.data()), server.size());
+    crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(key->data()), key->size());
+    sodium_memzero(&st, sizeof(st));
+  };
+  derive("sluice stream v1: client to server", &out.client_to_server);
+  derive("sluice stream v1: server to client", &out.server_to_client);
+  return out;
 }
 
 Nonce random_nonce() {

@@ -8,6 +8,7 @@
 // side being lied to, and a proof of one kind cannot stand in for another.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,10 +39,16 @@ class Key {
   Key& operator=(const Key&) = delete;
 
   Proof prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
-              std::string_view address = {}) const;
+              std::string_view address = {}, std::uint8_t link = 0) const;
   // Constant-time comparison with the proof this key makes.
   bool verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
-              std::string_view address = {}) const;
+              std::string_view address = {}, std::uint8_t link = 0) const;
+  // The stream transport's session keys for the connection of these nonces: BLAKE2b keyed with
+  // the secret over a label and both nonces, one key per direction.
+  struct SessionKeys {
+    std::array<std::byte, 32> client_to_server, server_to_client;
+  };
+  SessionKeys session_keys(const Nonce& client, const Nonce& server) const;
 
  private:
   Key() = default;

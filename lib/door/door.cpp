@@ -87,6 +87,7 @@ struct Door::Conn {
   std::uint32_t our_slot = 0;   // client: ours, sent in the proof
   std::uint32_t link_slot = 0;  // server, kClosing: the slot whose link this becomes
   bool becomes_link = false;    // server, kClosing after ACCEPT
+  door::Link link = door::Link::kUcx;  // server, after ACCEPT: a stream goes to the owner
   bool peer_authenticated = false;
   AuthMode server_mode = AuthMode::kOff;  // client: what the server asked for
 };
@@ -460,7 +461,7 @@ void Door::serve_frame(Conn& c) {
   if (auth_on) {
     if (cred.has_proof) {
       if (!options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot,
-                                cred.address)) {
+                                cred.address, cred.link)) {
         c_.refused_auth->add();
         SLUICE_LOG_RATE_LIMITED(kWarn, "door",
                                 "client %s refused: its proof does not match our key "
@@ -477,23 +478,28 @@ void Door::serve_frame(Conn& c) {
                     "authentication required: set SLUICE_AUTH_KEY_FILE to the server's key file");
     }
   }
-  absl::StatusOr<std::uint32_t> slot = owner_->admit({c.name, cred.slot, cred.address, authenticated});
-  if (!slot.ok()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s not admitted: %s", c.name, slot.status().message());
-    return refuse(c, slot.status().code(), std::string(slot.status().message()));
+  Admission a{c.name, cred.slot, cred.address, authenticated, cred.link, std::nullopt};
+  if (authenticated) a.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
+  absl::StatusOr<Admitted> admitted = owner_->admit(a);
+  if (!admitted.ok()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s not admitted: %s", c.name, admitted.status().message());
+    return refuse(c, admitted.status().code(), std::string(admitted.status().message()));
   }
   c_.accepted->add();
   door::Credentials ours;
-  ours.slot = *slot;
+  ours.slot = admitted->slot;
   ours.address = options_.worker_address;
+  ours.link = static_cast<std::uint8_t>(admitted->link);
   if (auth_on) {
     ours.has_proof = true;
-    ours.proof = options_.key->prove(ProofOf::kAccept, c.client_nonce, c.server_nonce, ours.slot, ours.address);
+    ours.proof =
+        options_.key->prove(ProofOf::kAccept, c.client_nonce, c.server_nonce, ours.slot, ours.address, ours.link);
   }
   door::encode(Kind::kAccept, ours, &c.out);
   c.step = Conn::Step::kClosing;
   c.becomes_link = true;
-  c.link_slot = *slot;
+  c.link_slot = admitted->slot;
+  c.link = admitted->link;
   if (!flush(c)) {
     std::uint32_t s = c.link_slot;
     drop(c.id);
@@ -563,9 +569,11 @@ void Door::dial_frame(Conn& c) {
     door::Credentials ours;
     ours.slot = c.our_slot;
     ours.address = options_.worker_address;
+    ours.link = options_.client_link;
     if (auth_on && hello.mode != AuthMode::kOff) {
       ours.has_proof = true;
-      ours.proof = options_.key->prove(ProofOf::kClient, c.client_nonce, c.server_nonce, ours.slot, ours.address);
+      ours.proof =
+          options_.key->prove(ProofOf::kClient, c.client_nonce, c.server_nonce, ours.slot, ours.address, ours.link);
     }
     door::encode(Kind::kClientProof, ours, &c.out);
     c.step = Conn::Step::kWantAnswer;
@@ -578,9 +586,14 @@ void Door::dial_frame(Conn& c) {
   if (door::Parse p = door::decode(body, &theirs); p != door::Parse::kOk) return malformed(p);
   if (c.peer_authenticated &&
       (!theirs.has_proof || !options_.key->verify(theirs.proof, ProofOf::kAccept, c.client_nonce, c.server_nonce,
-                                                  theirs.slot, theirs.address)))
+                                                  theirs.slot, theirs.address, theirs.link)))
     return denied("its accept does not carry the proof of our key");
-  Dialed d{theirs.slot, theirs.address, c.peer_authenticated};
+  Dialed d;
+  d.slot = theirs.slot;
+  d.address = theirs.address;
+  d.authenticated = c.peer_authenticated;
+  d.link = static_cast<door::Link>(theirs.link);
+  if (c.peer_authenticated) d.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
   int fd = c.fd;
   std::uint64_t id = c.id;
   std::uint32_t slot = c.our_slot;
@@ -588,15 +601,26 @@ void Door::dial_frame(Conn& c) {
   c.fd = -1;
   conns_.erase(id);
   dial_ = 0;
+  if (d.link != door::Link::kUcx) {  // the connection carries the data from now on: the caller's
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    d.fd = fd;
+  } else {
+    add_link(slot, fd);
+  }
   dial_result_ = std::make_unique<absl::StatusOr<Dialed>>(std::move(d));
-  add_link(slot, fd);
 }
 
 void Door::to_link(Conn& c, std::uint32_t slot) {
   int fd = c.fd;
+  door::Link link = c.link;
   c.fd = -1;
   conns_.erase(c.id);
-  add_link(slot, fd);
+  if (link == door::Link::kUcx) {
+    add_link(slot, fd);
+    return;
+  }
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  owner_->link_ready(slot, fd);
 }
 
 void Door::add_link(std::uint32_t slot, int fd) {

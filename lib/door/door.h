@@ -3,9 +3,12 @@
 // Nothing a client sends reaches UCX before it has passed here. A connection runs the
 // pre-handshake of wire/door.h over a non-blocking socket: fixed-size, validated frames; the
 // key proven both ways when authentication is on (door/auth.h); then the two sides exchange
-// their UCX worker addresses and the slots they use in tags, and the engine creates its
-// endpoint by worker address, as in rank mode. The socket stays open afterwards as the
-// link: when it closes (the peer's process is gone), the engine is told at once.
+// their UCX worker addresses and the slots they use in tags, and the server says how the data
+// will travel (ACCEPT's link): over UCX by worker address when the server reached the client
+// over shared memory (a same-host peer), else on this very connection, which becomes the
+// peer's stream transport (owner's link_ready on the server, Dialed::fd on the client). A
+// connection left to UCX stays open as the link: when it closes (the peer's process is gone),
+// the engine is told at once.
 //
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -42,6 +46,7 @@ struct DoorOptions {
   std::size_t max_pending = 64;
   Duration connect_timeout = std::chrono::seconds(10);  // for messages only: the caller's deadline
   std::string worker_address;                           // ours, given to the other side
+  std::uint8_t client_link = 0;                         // a client's CLIENT_PROOF link bits (wire/door.h)
 };
 
 class Door {
@@ -52,20 +57,32 @@ class Door {
     std::uint32_t slot;   // its index for us: the slot we put in tags to it
     std::string address;  // its UCX worker address
     bool authenticated;
+    std::uint8_t client_link;                          // what it can do (kCanAes, kWantsEncryption)
+    std::optional<door::Key::SessionKeys> keys;        // authenticated both ways: the stream's keys
+  };
+  // What admit() decided: our slot for it, how its data travels.
+  struct Admitted {
+    std::uint32_t slot;
+    door::Link link;
   };
   // What a dial ends with: the server's index for us and its worker address.
   struct Dialed {
-    std::uint32_t slot;
+    std::uint32_t slot = 0;
     std::string address;
-    bool authenticated;
+    bool authenticated = false;
+    door::Link link = door::Link::kUcx;
+    int fd = -1;  // a stream link: the connection, now the caller's
+    std::optional<door::Key::SessionKeys> keys;
   };
   class Owner {
    public:
     // Makes the client's peer and endpoint; returns our index for it (the slot it puts in its
     // tags to us), or why it cannot be served (sent to the client as a REFUSE).
-    virtual absl::StatusOr<std::uint32_t> admit(const Admission& a) = 0;
+    virtual absl::StatusOr<Admitted> admit(const Admission& a) = 0;
     // The link of `slot` closed or failed: the peer's process ended, or it broke the protocol.
     virtual void link_lost(std::uint32_t slot, const std::string& why) = 0;
+    // ACCEPT is out and the peer's data travels on this connection: `fd` is the owner's now.
+    virtual void link_ready(std::uint32_t slot, int fd) = 0;
 
    protected:
     ~Owner() = default;

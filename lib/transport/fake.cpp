@@ -1,6 +1,7 @@
 // The fake transport: transport.h implemented by an in-process fabric (fake.h says how it
 // behaves). Tests only; one recursive lock guards the fabric (callbacks re-post receives).
 #include "transport/fake.h"
+#include "transport/stream.h"
 
 #include <sys/eventfd.h>
 #include <ucs/type/status.h>
@@ -264,7 +265,7 @@ void Fabric::reset() {
 
 // ---- context and memory ----------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config&, const ProcessEnv&) {
+absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config&, const ProcessEnv&, bool) {
   return std::unique_ptr<TransportContext>(new TransportContext());
 }
 
@@ -400,7 +401,7 @@ absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::Err
   return out;
 }
 
-PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void*) {
+PostResult Worker::post_recv(const Endpoint&, TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void*) {
   FabricState& f = fabric();
   std::lock_guard lock(f.mu);
   FakeWorker* w = worker_of(worker_);

@@ -13,6 +13,7 @@
 // worker's thread, inside progress(); they should record the completion and return.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,7 @@ using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::
 struct TransportOp {
   TransportCallback on_complete = nullptr;
   void* request = nullptr;  // the UCX request while pending, for cancel
+  void* stream = nullptr;   // a receive pending on a stream connection (stream.h), for cancel
 };
 
 enum class Post { kDone, kPending, kError };
@@ -51,6 +53,18 @@ struct PostResult {
 };
 
 class Worker;
+class StreamConn;
+class StreamHub;
+
+// A stream endpoint (stream.h): Sluice's own transport over a TCP connection.
+struct StreamOptions {
+  std::string name;                                // in logs: "client 10.0.0.7:40312"
+  std::size_t eager_max = 8192;                    // sends up to this go at once; larger ones wait for the receiver
+  std::size_t frame_max = 64 * 1024;               // the largest eager frame accepted from the peer
+  std::size_t unexpected_max = std::size_t{1} << 20;  // bytes held for no posted receive; beyond: the peer fails
+  std::uint8_t suite = 0;                          // stream::Suite: 0 plain, else encrypted both ways
+  std::array<std::byte, 32> tx_key{}, rx_key{};    // with a suite: our direction's key and the peer's
+};
 
 class TransportContext {
  public:
@@ -59,18 +73,24 @@ class TransportContext {
   // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
   // config.tls (or UCX_TLS as given, env.ucx_tls). Checks once per process that CMA works
   // between processes and, when it does not, says so and leaves cma out (unless UCX_TLS is set).
-  static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config, const ProcessEnv& env = {});
+  // Without `ucx_tcp`, UCX's TCP transport is left out whatever SLUICE_TLS or UCX_TLS say
+  // (client/server mode: see Config::ucx_tcp).
+  static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config, const ProcessEnv& env = {},
+                                                                  bool ucx_tcp = true);
   ~TransportContext();
   TransportContext(const TransportContext&) = delete;
   TransportContext& operator=(const TransportContext&) = delete;
 
   void* handle() const { return context_; }
+  // Whether UCX may use TCP in this process.
+  bool ucx_tcp() const { return ucx_tcp_; }
   // What UCX reports about its transports and devices, then the UCX settings Sluice made.
   std::string describe() const;
 
  private:
   TransportContext() = default;
   void* context_ = nullptr;
+  bool ucx_tcp_ = true;
   std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };
 
@@ -99,8 +119,13 @@ class Endpoint {
   Endpoint& operator=(Endpoint&& other) noexcept;
   ~Endpoint();
 
-  bool valid() const { return ep_ != nullptr; }
+  bool valid() const { return ep_ != nullptr || stream_ != nullptr; }
   void* handle() const { return ep_; }
+  // A stream endpoint (Worker::stream_endpoint) rather than a UCX one.
+  bool stream() const { return stream_ != nullptr; }
+  // Stream endpoints: gives the connected socket (until then sends wait); why it failed.
+  void attach(int fd);
+  std::string failure() const;
 
   PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const;
   // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the
@@ -117,8 +142,11 @@ class Endpoint {
 
  private:
   friend class Worker;
+  void close_stream();
   void* ep_ = nullptr;
   void* worker_ = nullptr;
+  StreamConn* stream_ = nullptr;
+  StreamHub* hub_ = nullptr;
 };
 
 class Worker {
@@ -132,9 +160,14 @@ class Worker {
   // The packed address other processes connect to.
   const std::string& address() const { return address_; }
 
-  // Endpoint towards a worker address, in peer error mode; `on_error(arg, status)` runs inside
+  // Endpoint towards a worker address (checked first: check_ucx_address), in peer error mode; `on_error(arg, status)` runs inside
   // progress() when UCX declares the endpoint failed.
   absl::StatusOr<Endpoint> connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg);
+  // A stream endpoint (stream.h) whose socket comes later (Endpoint::attach); `on_error(arg,
+  // status)` runs inside progress() when the connection fails (Endpoint::failure() says why).
+  Endpoint stream_endpoint(StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
+  // The stream connections' epoll fd, to sleep on beside event_fd(); -1 when there are none.
+  int stream_fd() const;
 
   // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
   // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
@@ -142,13 +175,17 @@ class Worker {
   // an 8169-byte exact-tag receive: the message's length and sender would be unknown.
   // A receive that matches a message already waiting in UCX completes inside this call (its
   // callback runs before it returns, and the op holds no request afterwards).
-  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void* memh);
+  // `from`: the peer's endpoint. A stream endpoint's receives match only what arrives on its
+  // connection; for any other (a UCX one, or none yet) UCX matches whatever arrives.
+  PostResult post_recv(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+                       void* memh);
   // A message that arrived with no posted receive to take it, removed from UCX's unexpected
   // queue by take_unexpected (ucp_tag_probe_nb), to be received with post_recv_message.
   struct Unexpected {
-    void* message = nullptr;  // ucp_tag_message_h; nullptr: none waiting
+    void* message = nullptr;  // ucp_tag_message_h, or a StreamMsg when `stream`; nullptr: none waiting
     std::size_t length = 0;
     Tag tag = 0;
+    bool stream = false;
   };
   Unexpected take_unexpected(Tag tag, Tag mask);
   // Receives a taken message into buf (at least its length); completes like post_recv.
@@ -171,12 +208,14 @@ class Worker {
   absl::Status wait_request(void* request, std::chrono::steady_clock::time_point deadline);
 
  private:
-  Worker() = default;
+  Worker();
   static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
                                                 const char* what);
+  bool stream_progress();
   void* worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
+  std::unique_ptr<StreamHub> streams_;  // made by the first stream_endpoint()
 };
 
 }  // namespace sluice::detail

@@ -1,4 +1,6 @@
 #include "transport/ucx.h"
+#include "transport/stream.h"
+#include "transport/ucx_address.h"
 #include "transport/transport.h"
 
 #include "core/probe.h"
@@ -123,8 +125,27 @@ bool cma_works() {
 
 // ---- context ---------------------------------------------------------------------------
 
+// The transport list without UCX's TCP transport: "tcp" taken out of a list of names, added to
+// an exclusion ("^..."), and UCX's own choice ("" or "all") becomes "^tcp".
+static std::string without_tcp(const std::string& tls) {
+  if (tls.empty() || tls == "all") return "^tcp";
+  std::vector<std::string> names;
+  std::string rest = tls[0] == '^' ? tls.substr(1) : tls;
+  for (std::size_t at = 0; at <= rest.size();) {
+    std::size_t comma = rest.find(',', at);
+    if (comma == std::string::npos) comma = rest.size();
+    std::string name = rest.substr(at, comma - at);
+    if (!name.empty() && name != "tcp") names.push_back(name);
+    at = comma + 1;
+  }
+  if (tls[0] == '^') names.push_back("tcp");
+  std::string out = tls[0] == '^' ? "^" : "";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
+  return out == "" ? "^tcp" : out;
+}
+
 absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config,
-                                                                           const ProcessEnv& env) {
+                                                                           const ProcessEnv& env, bool ucx_tcp) {
   ucp_config_t* cfg = nullptr;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read"));
   struct Release {
@@ -143,7 +164,20 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
                env.ucx_tls);
   }
-  const std::string& chosen = !config.tls.empty() ? config.tls : env.ucx_tls;
+  std::string tls = config.tls;
+  if (!ucx_tcp) {
+    // UCX's TCP transport listens on every interface and trusts whoever sends its magic: not
+    // in client/server mode, whose remote peers use the stream transport instead.
+    std::string given = !tls.empty() ? tls : env.ucx_tls;
+    if (!given.empty() && given.find("tcp") != std::string::npos && given[0] != '^') {
+      SLUICE_LOG(kWarn, "transport",
+                 "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
+                 "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
+                 !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
+    }
+    tls = without_tcp(given);
+  }
+  const std::string& chosen = !tls.empty() ? tls : env.ucx_tls;
   auto may_use = [&](std::initializer_list<const char*> names) {
     const std::string& t = chosen;
     if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
@@ -170,7 +204,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
       set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
   if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
-  std::string tls = config.tls;
   if (!cma_works()) {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -179,6 +212,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
                  "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
     });
     if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
+    else if (tls == "^tcp") tls = "^tcp,cma";
   }
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(
@@ -195,7 +229,9 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   }
   std::unique_ptr<TransportContext> out(new TransportContext());
   out->context_ = ctx;
+  if (!ucx_tcp) settings.push_back(absl::StrFormat("UCX_TLS=%s", tls));
   out->settings_ = std::move(settings);
+  out->ucx_tcp_ = ucx_tcp;
   return out;
 }
 
@@ -256,22 +292,29 @@ void MemoryRegistration::reset() {
 
 // ---- endpoint --------------------------------------------------------------------------
 
-Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_) { o.ep_ = nullptr; }
+Endpoint::Endpoint(Endpoint&& o) noexcept : ep_(o.ep_), worker_(o.worker_), stream_(o.stream_), hub_(o.hub_) {
+  o.ep_ = nullptr;
+  o.stream_ = nullptr;
+}
 
 Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
   if (this != &o) {
-    if (ep_ != nullptr) {
+    if (ep_ != nullptr || stream_ != nullptr) {
       void* r = start_close(true);
       if (r != nullptr) ucp_request_free(r);
     }
     ep_ = o.ep_;
     worker_ = o.worker_;
+    stream_ = o.stream_;
+    hub_ = o.hub_;
     o.ep_ = nullptr;
+    o.stream_ = nullptr;
   }
   return *this;
 }
 
 Endpoint::~Endpoint() {
+  if (stream_ != nullptr) close_stream();
   if (ep_ != nullptr) {
     void* r = start_close(true);
     if (r != nullptr) ucp_request_free(r);
@@ -279,6 +322,8 @@ Endpoint::~Endpoint() {
 }
 
 PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const {
+  if (stream_ != nullptr) [[unlikely]]
+    return stream_->post_send(op, buf, len, tag);
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = send_trampoline;
@@ -291,6 +336,8 @@ PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len
 }
 
 PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
+  if (stream_ != nullptr) [[unlikely]]
+    return stream_->send_now(buf, len, tag);
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   probe::round_end();
@@ -308,6 +355,10 @@ PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
 }
 
 std::string Endpoint::transports() const {
+  if (stream_ != nullptr) {
+    auto suite = static_cast<stream::Suite>(stream_->options().suite);
+    return suite == stream::Suite::kNone ? "sluice-tcp" : absl::StrFormat("sluice-tcp/%s", stream::to_string(suite));
+  }
   if (ep_ == nullptr) return {};
   char* text = nullptr;
   std::size_t size = 0;
@@ -338,6 +389,8 @@ std::string Endpoint::transports() const {
 }
 
 void* Endpoint::start_close(bool force) {
+  // A stream endpoint closes at once, whatever `force` says: what is unsent is cancelled.
+  if (stream_ != nullptr) close_stream();
   if (ep_ == nullptr) return nullptr;
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -368,10 +421,13 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
 }
 
 Worker::~Worker() {
+  streams_.reset();  // calls nothing back
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
 }
 
 absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg) {
+  // UCX checks a worker address with assertions: a malformed one from a peer would abort us.
+  SLUICE_RETURN_IF_ERROR(check_ucx_address(address));
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = reinterpret_cast<const ucp_address_t*>(address.data());
@@ -402,7 +458,10 @@ absl::StatusOr<Endpoint> Worker::make_endpoint(void* worker, void* params, Endpo
   return out;
 }
 
-PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask, void* memh) {
+PostResult Worker::post_recv(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
+                             void* memh) {
+  if (from.stream_ != nullptr) [[unlikely]]
+    return from.stream_->post_recv(op, buf, len, tag, mask);
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
   return from_recv_status_ptr(r, op);
@@ -411,11 +470,18 @@ PostResult Worker::post_recv(TransportOp* op, void* buf, std::size_t len, Tag ta
 Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {
   ucp_tag_recv_info_t info;
   ucp_tag_message_h m = ucp_tag_probe_nb(worker_of(worker_), tag, mask, 1, &info);
-  if (m == nullptr) return {};
-  return {m, info.length, info.sender_tag};
+  if (m != nullptr) return {m, info.length, info.sender_tag};
+  if (streams_) {
+    if (StreamMsg* sm = streams_->take_unexpected(tag, mask)) return {sm, sm->length, sm->tag, true};
+  }
+  return {};
 }
 
 PostResult Worker::post_recv_message(TransportOp* op, const Unexpected& msg, void* buf, std::size_t len, void* memh) {
+  if (msg.stream) {
+    auto* m = static_cast<StreamMsg*>(msg.message);
+    return m->conn->recv_message(op, m, buf, len);
+  }
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r =
       ucp_tag_msg_recv_nbx(worker_of(worker_), buf, len, static_cast<ucp_tag_message_h>(msg.message), &p);
@@ -423,15 +489,22 @@ PostResult Worker::post_recv_message(TransportOp* op, const Unexpected& msg, voi
 }
 
 void Worker::cancel(TransportOp* op) {
-  if (op->request != nullptr) ucp_request_cancel(worker_of(worker_), op->request);
+  if (op->stream != nullptr) static_cast<StreamConn*>(op->stream)->cancel(op);
+  else if (op->request != nullptr) ucp_request_cancel(worker_of(worker_), op->request);
 }
 
 bool Worker::has_unexpected(Tag tag, Tag mask) {
   ucp_tag_recv_info_t info;
-  return ucp_tag_probe_nb(worker_of(worker_), tag, mask, 0, &info) != nullptr;
+  if (ucp_tag_probe_nb(worker_of(worker_), tag, mask, 0, &info) != nullptr) return true;
+  return streams_ && streams_->has_unexpected(tag, mask);
 }
 
-bool Worker::progress() { return ucp_worker_progress(worker_of(worker_)) != 0; }
+bool Worker::progress() {
+  bool any = ucp_worker_progress(worker_of(worker_)) != 0;
+  if (streams_) [[unlikely]]
+    any = stream_progress() || any;
+  return any;
+}
 
 bool Worker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
 

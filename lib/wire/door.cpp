@@ -122,7 +122,8 @@ Parse decode(std::span<const std::byte> body, Credentials* out) {
   if (body.size() < kProofFixedSize + 1 || body.size() > kProofFixedSize + kMaxAddress) return Parse::kBadLength;
   const std::byte* p = body.data();
   std::copy_n(p, kProofSize, out->proof.begin());
-  if (!get_bool(p + 32, &out->has_proof) || !zero(body.subspan(33, 3)) || !zero(body.subspan(42, 6)))
+  out->link = get<std::uint8_t>(p + 33);
+  if (!get_bool(p + 32, &out->has_proof) || out->link > 3 || !zero(body.subspan(34, 2)) || !zero(body.subspan(42, 6)))
     return Parse::kBadField;
   if (!out->has_proof && !zero(std::span(out->proof))) return Parse::kBadField;
   out->slot = get<std::uint32_t>(p + 36);
@@ -163,6 +164,7 @@ void encode(Kind kind, const Credentials& m, std::vector<std::byte>* out) {
   std::byte* p = start_frame(kind, kProofFixedSize + len, out);
   if (m.has_proof) std::copy(m.proof.begin(), m.proof.end(), p);
   put<std::uint8_t>(p + 32, m.has_proof ? 1 : 0);
+  put<std::uint8_t>(p + 33, m.link);
   put<std::uint32_t>(p + 36, m.slot);
   put<std::uint16_t>(p + 40, static_cast<std::uint16_t>(len));
   std::memcpy(p + kProofFixedSize, m.address.data(), len);

@@ -4,15 +4,19 @@
 //
 // Every frame is a 16-byte header and a body whose length the header gives; each kind has a
 // fixed body size or a small bound, checked before a byte of the body is read:
-//   0  u32 magic 0x52444C53 ("SLDR" in memory)   4  u8 version (1)   5  u8 kind
+//   0  u32 magic 0x52444C53 ("SLDR" in memory)   4  u8 version (2)   5  u8 kind
 //   6  u16 flags (0)                              8  u32 body length  12 u32 reserved (0)
 // Bodies (little-endian; reserved bytes are zero and checked):
 //   CLIENT_HELLO (1), 40 B:  nonce[32], u8 has_key, reserved[7]
 //   SERVER_HELLO (2), 72 B:  nonce[32], u8 auth mode (0 off, 1 optional, 2 required),
 //                            u8 has_proof, reserved[6], proof[32]
 //   CLIENT_PROOF (3) and ACCEPT (4), 48 B + address:
-//                            proof[32], u8 has_proof, reserved[3], u32 slot,
+//                            proof[32], u8 has_proof, u8 link, reserved[2], u32 slot,
 //                            u16 address length (1..4096), reserved[6], address
+//     link, in CLIENT_PROOF: what the client can do, bits: 1 AES-256-GCM (AES-NI), 2 it wants
+//       encryption (SLUICE_ENCRYPT=on); in ACCEPT: how the data travels: 0 UCX (the server
+//       reached the client's worker address over shared memory), 1 the stream transport on this
+//       connection, 2 the same encrypted with AES-256-GCM, 3 with ChaCha20-Poly1305.
 //   REFUSE (5), 8 B + reason: u16 status code, u16 reason length (0..256), reserved[4], reason
 // The exchange, one frame at a time each way:
 //   client -> CLIENT_HELLO, server -> SERVER_HELLO, client -> CLIENT_PROOF,
@@ -30,7 +34,7 @@
 namespace sluice::detail::door {
 
 inline constexpr std::uint32_t kMagic = 0x52444C53;
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kFrameHeaderSize = 16;
 inline constexpr std::size_t kNonceSize = 32;
 inline constexpr std::size_t kProofSize = 32;
@@ -45,6 +49,9 @@ inline constexpr std::size_t kMaxFrame = kFrameHeaderSize + kProofFixedSize + kM
 
 enum class Kind : std::uint8_t { kClientHello = 1, kServerHello = 2, kClientProof = 3, kAccept = 4, kRefuse = 5 };
 enum class AuthMode : std::uint8_t { kOff = 0, kOptional = 1, kRequired = 2 };
+// ACCEPT's link: how the admitted peer's data travels (stream::Suite for the stream's cipher).
+enum class Link : std::uint8_t { kUcx = 0, kStream = 1, kStreamAes = 2, kStreamChaCha = 3 };
+inline constexpr std::uint8_t kCanAes = 1, kWantsEncryption = 2;  // CLIENT_PROOF's link bits
 const char* to_string(Kind k);
 const char* to_string(AuthMode m);
 
@@ -85,6 +92,7 @@ struct Credentials {
   Proof proof{};
   std::uint32_t slot = 0;  // the sender's index for the receiver: the slot in the tags to it
   std::string address;     // the sender's UCX worker address
+  std::uint8_t link = 0;   // CLIENT_PROOF: kCanAes | kWantsEncryption; ACCEPT: a Link
 };
 
 struct Refuse {

@@ -190,7 +190,7 @@ class Rogue {
       rx->self->post(*rx);
     };
     // EAGER and CTRL classes (bit 60 set in both): what the engine sends us but payloads.
-    worker_->post_recv(&r.op, r.buf.data(), r.buf.size(), Tag{1} << 60, Tag{1} << 60, nullptr);
+    worker_->post_recv(Endpoint(), &r.op, r.buf.data(), r.buf.size(), Tag{1} << 60, Tag{1} << 60, nullptr);
   }
   std::unique_ptr<TransportContext> ucx_;
   std::unique_ptr<Worker> worker_;

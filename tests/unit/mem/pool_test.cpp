@@ -315,7 +315,7 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
     d->len = len;
   };
   sop.on_complete = rop.on_complete = cb;
-  auto r = (*w2)->post_recv(&rop, in.data(), in.size(), 42, kFullMask, in.memh());
+  auto r = (*w2)->post_recv(Endpoint(), &rop, in.data(), in.size(), 42, kFullMask, in.memh());
   ASSERT_EQ(r.kind, Post::kPending) << "nothing was sent yet";
   auto s = ep->post_send(&sop, out.data(), out.size(), 42, out.memh());
   if (s.kind == Post::kDone) sop.done = true;

@@ -81,7 +81,7 @@ TEST_F(Loopback, AReceiveMatchingAWaitingMessageCompletesInsideThePostAndHoldsNo
   std::vector<std::byte> buf(64);
   Done d;
   d.on_complete = record;
-  PostResult r = worker_->post_recv(&d, buf.data(), buf.size(), kTag, kFullMask, nullptr);
+  PostResult r = worker_->post_recv(Endpoint(), &d, buf.data(), buf.size(), kTag, kFullMask, nullptr);
   ASSERT_EQ(r.kind, Post::kPending);
   EXPECT_EQ(d.calls, 1) << "completed inside the post";
   EXPECT_EQ(d.request, nullptr) << "a completed receive holds no request";
@@ -95,7 +95,7 @@ TEST_F(Loopback, APendingReceiveHoldsItsRequestUntilCancelled) {
   std::vector<std::byte> buf(64);
   Done d;
   d.on_complete = record;
-  PostResult r = worker_->post_recv(&d, buf.data(), buf.size(), 0x77, kFullMask, nullptr);
+  PostResult r = worker_->post_recv(Endpoint(), &d, buf.data(), buf.size(), 0x77, kFullMask, nullptr);
   ASSERT_EQ(r.kind, Post::kPending);
   EXPECT_NE(d.request, nullptr);
   EXPECT_EQ(d.calls, 0);

@@ -1,0 +1,196 @@
+// The stream transport (internal): Sluice's own tagged messaging over one TCP connection per
+// peer, for client/server peers that shared memory cannot reach. It runs on the connection the
+// front door authenticated, so no port but the door is ever open, and keeps the promises UCX
+// keeps for the protocol above it (transport.h): tagged sends and receives matched in posting
+// order, completion in place or through the op's callback inside Worker::progress(),
+// cancellation, endpoint failure through the error callback.
+//
+// Frames (stream_frame.h): small messages go EAGER and are copied once, from the read-ahead
+// buffer into the posted receive, as UCX's eager protocol copies once. A message above the
+// sender's eager bound waits at the sender (RTS) until the receiver has posted its buffer
+// (CTS), then moves once: writev from the caller's buffer, recv straight into the posted
+// buffer. While a DATA frame may arrive (a CTS is outstanding) the reader reads exact frame
+// headers, never ahead, so no byte of such a payload passes through an intermediate buffer.
+//
+// Memory: what arrives for no posted receive is held (EAGER bytes, RTS announcements) up to
+// StreamOptions::unexpected_max bytes; a peer that sends more than that (more than its credits
+// allow) fails, it is never buffered. Frames are checked before their bodies are read: an
+// unknown kind, a reserved byte, an EAGER frame above frame_max, a CTS or DATA for no transfer,
+// a DATA of another length than announced fail the connection.
+//
+// Threading: one thread, the worker's. All sockets are in one epoll set (StreamHub::fd()).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/stream_crypto.h"
+#include "transport/stream_frame.h"
+#include "transport/transport.h"
+
+namespace sluice::detail {
+
+class StreamHub;
+
+// A posted receive, and an arrived message no receive has taken yet.
+struct StreamRecv {
+  TransportOp* op = nullptr;
+  std::byte* buf = nullptr;
+  std::size_t len = 0;
+  Tag tag = 0, mask = 0;
+  std::size_t announced = 0;  // bound to a transfer: the length its RTS announced
+};
+struct StreamMsg {
+  Tag tag = 0;
+  std::size_t length = 0;
+  std::uint64_t transfer = 0;         // an RTS: the sender's transfer id; 0: EAGER
+  std::unique_ptr<std::byte[]> bytes;  // EAGER
+  class StreamConn* conn = nullptr;
+};
+
+class StreamConn {
+ public:
+  StreamConn(StreamHub* hub, StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
+  ~StreamConn();  // closes the socket; calls nothing back
+  StreamConn(const StreamConn&) = delete;
+  StreamConn& operator=(const StreamConn&) = delete;
+
+  // The connected socket (made non-blocking); what was sent before goes out now.
+  void attach(int fd);
+  int fd() const { return fd_; }
+  const StreamOptions& options() const { return options_; }
+  bool failed() const { return failed_; }
+  const std::string& failure() const { return failure_; }
+
+  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag);
+  PostResult send_now(const void* buf, std::size_t len, Tag tag);
+  PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask);
+  // The first unexpected message matching (tag, mask), removed from the queue; nullptr if none.
+  StreamMsg* take_unexpected(Tag tag, Tag mask);
+  bool has_unexpected(Tag tag, Tag mask) const;
+  PostResult recv_message(TransportOp* op, StreamMsg* msg, void* buf, std::size_t len);
+  void cancel(TransportOp* op);
+  // Force close: every send and receive still open completes with kCancelled (callbacks run
+  // now); the socket closes.
+  void close();
+
+  // epoll readiness.
+  void on_readable();
+  void on_writable();
+
+ private:
+  struct Send;
+  enum class Sink : std::uint8_t { kRecv, kUnexpected, kDiscard };
+  // The reader: a frame header, then its body piece by piece.
+  bool read_header();
+  bool read_body();
+  bool handle_header(const stream::Header& h);
+  void begin_body(Sink sink, std::byte* dst, std::size_t len);
+  void finish_body();
+  // Reads up to n bytes into dst: the read-ahead buffer first, then the socket (refilling the
+  // read-ahead buffer when `ahead` and nothing is owed to a DATA frame). Returns bytes read;
+  // 0 with `would_block_` set when the socket has nothing now, or after a failure.
+  std::size_t take(std::byte* dst, std::size_t n, bool ahead);
+  void complete_recv(const StreamRecv& r, absl::StatusCode code, std::size_t length, Tag tag);
+  // The first posted receive matching `tag`, taken out of the list; false when none does.
+  bool take_posted(Tag tag, StreamRecv* out);
+  void add_unexpected(std::unique_ptr<StreamMsg> m);
+  void clear_to_send(StreamRecv r, std::uint64_t transfer, std::size_t length, Tag tag);
+  // The writer.
+  void queue(Send* s);
+  void queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id);
+  void flush();
+  bool flush_plain();
+  bool flush_sealed();
+  // Appends sealed frames to the seal buffer while there is room; false when nothing was added.
+  bool seal_more();
+  // Seals one whole frame into the seal buffer (a copy of its payload).
+  void seal_frame(const std::byte* header, const std::byte* payload, std::size_t len);
+  void sent(Send* s);
+  // A send not yet begun is taken back (kCancelled); false when `op` is no send of ours, or
+  // its bytes are partly on the wire.
+  bool cancel_send(TransportOp* op);
+  void want_out(bool on);
+  void fail(const std::string& why);
+
+  StreamHub* hub_;
+  StreamOptions options_;
+  Endpoint::ErrorCallback on_error_;
+  void* arg_;
+  int fd_ = -1;
+  bool failed_ = false, closed_ = false, out_armed_ = false;
+  std::string failure_;
+
+  // Receiving.
+  std::deque<StreamRecv> posted_;                           // in posting order
+  std::unordered_map<std::uint64_t, StreamRecv> awaiting_;  // by transfer id: CTS sent, DATA due
+  std::deque<std::unique_ptr<StreamMsg>> unexpected_;
+  std::size_t unexpected_bytes_ = 0;
+  std::unique_ptr<std::byte[]> ahead_;  // read-ahead buffer
+  std::size_t ahead_begin_ = 0, ahead_end_ = 0;
+  std::byte hdr_[stream::kHeaderSize + stream::kMacSize];
+  std::size_t hdr_have_ = 0;
+  bool in_body_ = false;
+  bool would_block_ = false;
+  stream::Header cur_{};
+  Sink sink_ = Sink::kDiscard;
+  StreamRecv body_recv_{};              // Sink::kRecv
+  std::unique_ptr<StreamMsg> body_msg_;  // Sink::kUnexpected
+  std::byte* body_dst_ = nullptr;
+  std::size_t body_len_ = 0, body_done_ = 0, piece_have_ = 0, mac_have_ = 0;
+  std::byte mac_[stream::kMacSize];
+  std::unique_ptr<std::byte[]> scratch_;  // discarded bodies land here, a piece at a time
+  stream::Cipher rx_cipher_;
+
+  // Sending.
+  std::deque<Send*> tx_;                               // frames to write, in order
+  std::unordered_map<std::uint64_t, Send*> rts_sent_;  // transfers waiting for their CTS
+  std::uint64_t next_transfer_ = 1;
+  std::size_t tx_head_done_ = 0;  // plain: bytes of tx_.front() written
+  stream::Cipher tx_cipher_;
+  std::vector<std::byte> sealed_;  // sealed bytes not yet written
+  std::size_t sealed_off_ = 0;
+  std::size_t seal_head_done_ = 0;  // sealed: payload bytes of tx_.front() sealed (header first)
+  bool seal_head_started_ = false;
+};
+
+// A frame to write: its header, and the payload that follows it (the caller's bytes, kept valid
+// until the op completes, or `owned`).
+struct StreamConn::Send {
+  TransportOp* op = nullptr;  // nullptr: nothing to complete (a control frame, a send_now's rest)
+  std::byte header[stream::kHeaderSize];
+  const std::byte* payload = nullptr;
+  std::size_t payload_len = 0;
+  std::unique_ptr<std::byte[]> owned;
+};
+
+class StreamHub {
+ public:
+  StreamHub();
+  ~StreamHub();
+  StreamHub(const StreamHub&) = delete;
+  StreamHub& operator=(const StreamHub&) = delete;
+
+  int fd() const { return epoll_fd_; }
+  StreamConn* open(StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
+  // Closes (force) and forgets a connection; its memory goes at the next progress().
+  void close(StreamConn* c);
+  void watch(StreamConn* c, std::uint32_t events, bool add);
+  bool progress();
+  StreamMsg* take_unexpected(Tag tag, Tag mask);
+  bool has_unexpected(Tag tag, Tag mask) const;
+
+ private:
+  int epoll_fd_ = -1;
+  std::vector<StreamConn*> conns_;
+  std::vector<StreamConn*> closed_;
+};
+
+}  // namespace sluice::detail

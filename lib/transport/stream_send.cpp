@@ -1,0 +1,279 @@
+// The stream transport's connection, writing: eager frames at once from the caller's buffer
+// (writev), larger ones announced (RTS) and written when cleared (CTS), everything in order.
+// Sealed, frames are encrypted into the seal buffer piece by piece as the socket takes them.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <absl/strings/str_format.h>
+
+#include "transport/stream.h"
+
+namespace sluice::detail {
+
+namespace {
+// Sealed bytes buffered for the socket at most (frames are sealed as it takes them).
+constexpr std::size_t kSealedCap = 256 * 1024;
+constexpr int kMaxIov = 64;
+
+ssize_t send_iov(int fd, iovec* iov, int n) {
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = static_cast<std::size_t>(n);
+  return ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+bool would_block(ssize_t n) { return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR); }
+}  // namespace
+
+PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag) {
+  if (failed_ || closed_) [[unlikely]]
+    return {Post::kError, absl::StatusCode::kUnavailable};
+  auto* s = new Send;
+  s->payload = static_cast<const std::byte*>(buf);
+  s->payload_len = len;
+  op->request = s;
+  op->stream = this;
+  s->op = op;
+  if (len > options_.eager_max) {
+    // Rendezvous: the payload waits here until the receiver has posted its buffer.
+    std::uint64_t id = next_transfer_++;
+    stream::encode({stream::Kind::kData, static_cast<std::uint32_t>(len), 0, id}, s->header);
+    rts_sent_.emplace(id, s);
+    queue_ctrl(stream::Kind::kRts, static_cast<std::uint32_t>(len), tag, id);
+    return {Post::kPending};
+  }
+  stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, s->header);
+  if (tx_cipher_.on() && tx_.empty()) {
+    // Sealed into the seal buffer now: a copy, so the caller's buffer is free at once.
+    op->request = op->stream = nullptr;
+    seal_frame(s->header, s->payload, len);
+    delete s;
+    flush();
+    return failed_ ? PostResult{Post::kError, absl::StatusCode::kUnavailable} : PostResult{Post::kDone};
+  }
+  if (!tx_.empty() || fd_ < 0) {
+    queue(s);
+    return {Post::kPending};
+  }
+  // Nothing ahead of it: straight from the caller's buffer.
+  iovec iov[2] = {{s->header, stream::kHeaderSize}, {const_cast<std::byte*>(s->payload), len}};
+  ssize_t n = send_iov(fd_, iov, len != 0 ? 2 : 1);
+  if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) {
+    op->request = op->stream = nullptr;
+    delete s;
+    return {Post::kDone};
+  }
+  if (n < 0 && !would_block(n)) {
+    op->request = op->stream = nullptr;
+    delete s;
+    fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+    return {Post::kError, absl::StatusCode::kUnavailable};
+  }
+  tx_.push_back(s);
+  tx_head_done_ = n > 0 ? static_cast<std::size_t>(n) : 0;
+  want_out(true);
+  return {Post::kPending};
+}
+
+PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
+  if (failed_ || closed_) [[unlikely]]
+    return {Post::kError, absl::StatusCode::kUnavailable};
+  if (!tx_.empty() || fd_ < 0 || len > options_.eager_max || sealed_off_ != sealed_.size())
+    return {Post::kError, absl::StatusCode::kResourceExhausted};
+  std::byte header[stream::kHeaderSize];
+  stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
+  if (tx_cipher_.on()) {
+    seal_frame(header, static_cast<const std::byte*>(buf), len);
+    flush();
+    return {Post::kDone};
+  }
+  iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<void*>(buf), len}};
+  ssize_t n = send_iov(fd_, iov, len != 0 ? 2 : 1);
+  if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) return {Post::kDone};
+  if (n <= 0) {
+    if (!would_block(n)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+    return {Post::kError, would_block(n) ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable};
+  }
+  // Partly written: the rest is ours to send (the caller's buffer is on its stack).
+  auto* s = new Send;
+  std::memcpy(s->header, header, sizeof(header));
+  s->owned.reset(new std::byte[std::max<std::size_t>(len, 1)]);
+  if (len != 0) std::memcpy(s->owned.get(), buf, len);
+  s->payload = s->owned.get();
+  s->payload_len = len;
+  tx_.push_back(s);
+  tx_head_done_ = static_cast<std::size_t>(n);
+  want_out(true);
+  return {Post::kDone};
+}
+
+void StreamConn::queue(Send* s) {
+  tx_.push_back(s);
+  if (fd_ >= 0 && !failed_ && !closed_) flush();
+}
+
+void StreamConn::queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id) {
+  auto* s = new Send;
+  stream::encode({kind, length, tag, id}, s->header);
+  queue(s);
+}
+
+void StreamConn::sent(Send* s) {
+  if (TransportOp* op = s->op) {
+    op->request = op->stream = nullptr;
+    delete s;
+    op->on_complete(op, absl::StatusCode::kOk, 0, 0);
+    return;
+  }
+  delete s;
+}
+
+bool StreamConn::cancel_send(TransportOp* op) {
+  for (auto it = rts_sent_.begin(); it != rts_sent_.end(); ++it) {
+    if (it->second->op != op) continue;
+    delete it->second;
+    rts_sent_.erase(it);
+    op->request = op->stream = nullptr;
+    op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);
+    return true;
+  }
+  for (std::size_t i = 0; i < tx_.size(); ++i) {
+    if (tx_[i]->op != op) continue;
+    bool begun = i == 0 && (tx_head_done_ != 0 || seal_head_started_);
+    if (begun) return true;  // its bytes are partly on the wire: it completes when they all are
+    delete tx_[i];
+    tx_.erase(tx_.begin() + static_cast<std::ptrdiff_t>(i));
+    op->request = op->stream = nullptr;
+    op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);
+    return true;
+  }
+  return false;
+}
+
+void StreamConn::want_out(bool on) {
+  if (on == out_armed_ || fd_ < 0) return;
+  out_armed_ = on;
+  hub_->watch(this, EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u), false);
+}
+
+void StreamConn::on_writable() {
+  if (!failed_ && !closed_) flush();
+}
+
+void StreamConn::flush() {
+  if (fd_ < 0) return;  // not attached yet: attach() flushes
+  bool done = tx_cipher_.on() ? flush_sealed() : flush_plain();
+  if (!failed_ && !closed_) want_out(!done);
+}
+
+// Writes what is queued; true when all of it went, false when the socket is full (or failed).
+bool StreamConn::flush_plain() {
+  while (!tx_.empty()) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    std::size_t skip = tx_head_done_;
+    for (Send* s : tx_) {
+      if (n + 2 > kMaxIov) break;
+      std::size_t h = stream::kHeaderSize;
+      if (skip < h) iov[n++] = {s->header + skip, h - skip};
+      std::size_t from = skip > h ? skip - h : 0;
+      if (s->payload_len > from) iov[n++] = {const_cast<std::byte*>(s->payload) + from, s->payload_len - from};
+      skip = 0;
+    }
+    ssize_t w = send_iov(fd_, iov, n);
+    if (w < 0) {
+      if (!would_block(w)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      return false;
+    }
+    auto left = static_cast<std::size_t>(w);
+    while (!tx_.empty()) {
+      Send* s = tx_.front();
+      std::size_t rest = stream::kHeaderSize + s->payload_len - tx_head_done_;
+      if (left < rest) {
+        tx_head_done_ += left;
+        return false;  // the socket took part of it: it is full
+      }
+      left -= rest;
+      tx_head_done_ = 0;
+      tx_.pop_front();
+      sent(s);
+      if (failed_ || closed_) return false;
+    }
+  }
+  return true;
+}
+
+void StreamConn::seal_frame(const std::byte* header, const std::byte* payload, std::size_t len) {
+  std::size_t at = sealed_.size();
+  sealed_.resize(at + stream::kHeaderSize + stream::kMacSize);
+  std::memcpy(sealed_.data() + at, header, stream::kHeaderSize);
+  tx_cipher_.seal(sealed_.data() + at, stream::kHeaderSize, sealed_.data() + at + stream::kHeaderSize);
+  for (std::size_t done = 0; done < len;) {
+    std::size_t piece = std::min(stream::kSealChunk, len - done);
+    at = sealed_.size();
+    sealed_.resize(at + piece + stream::kMacSize);
+    std::memcpy(sealed_.data() + at, payload + done, piece);
+    tx_cipher_.seal(sealed_.data() + at, piece, sealed_.data() + at + piece);
+    done += piece;
+  }
+}
+
+bool StreamConn::seal_more() {
+  bool added = false;
+  while (!tx_.empty() && sealed_.size() - sealed_off_ < kSealedCap) {
+    Send* s = tx_.front();
+    if (!seal_head_started_) {
+      std::size_t at = sealed_.size();
+      sealed_.resize(at + stream::kHeaderSize + stream::kMacSize);
+      std::memcpy(sealed_.data() + at, s->header, stream::kHeaderSize);
+      tx_cipher_.seal(sealed_.data() + at, stream::kHeaderSize, sealed_.data() + at + stream::kHeaderSize);
+      seal_head_started_ = true;
+      seal_head_done_ = 0;
+      added = true;
+    }
+    while (seal_head_done_ < s->payload_len && sealed_.size() - sealed_off_ < kSealedCap) {
+      std::size_t piece = std::min(stream::kSealChunk, s->payload_len - seal_head_done_);
+      std::size_t at = sealed_.size();
+      sealed_.resize(at + piece + stream::kMacSize);
+      std::memcpy(sealed_.data() + at, s->payload + seal_head_done_, piece);
+      tx_cipher_.seal(sealed_.data() + at, piece, sealed_.data() + at + piece);
+      seal_head_done_ += piece;
+      added = true;
+    }
+    if (seal_head_done_ < s->payload_len) break;
+    // Sealed whole: its bytes are copied, the caller's buffer is free.
+    tx_.pop_front();
+    seal_head_started_ = false;
+    sent(s);
+    if (failed_ || closed_) break;
+  }
+  return added;
+}
+
+bool StreamConn::flush_sealed() {
+  while (true) {
+    if (sealed_off_ == sealed_.size()) {
+      sealed_.clear();
+      sealed_off_ = 0;
+    } else if (sealed_off_ > kSealedCap) {
+      sealed_.erase(sealed_.begin(), sealed_.begin() + static_cast<std::ptrdiff_t>(sealed_off_));
+      sealed_off_ = 0;
+    }
+    seal_more();
+    if (failed_ || closed_) return false;
+    if (sealed_off_ == sealed_.size()) return true;
+    iovec iov{sealed_.data() + sealed_off_, sealed_.size() - sealed_off_};
+    ssize_t w = send_iov(fd_, &iov, 1);
+    if (w < 0) {
+      if (!would_block(w)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      return false;
+    }
+    sealed_off_ += static_cast<std::size_t>(w);
+    if (sealed_off_ < sealed_.size()) return false;
+  }
+}
+
+}  // namespace sluice::detail
