@@ -112,9 +112,11 @@ TEST(DoorFrames, MalformedHeadersAreNamed) {
   auto bad = f;
   bad[0] = std::byte{'G'};  // "GET / HTTP/1.1"
   EXPECT_EQ(decode_header(bad, &h), Parse::kBadMagic);
-  bad = f;
-  wire::put<std::uint8_t>(bad.data() + 4, 2);
-  EXPECT_EQ(decode_header(bad, &h), Parse::kBadVersion);
+  for (std::uint8_t version : {1, 3, 255}) {  // version 1 had no link byte: refused by name
+    bad = f;
+    wire::put<std::uint8_t>(bad.data() + 4, version);
+    EXPECT_EQ(decode_header(bad, &h), Parse::kBadVersion) << int(version);
+  }
   bad = f;
   bad[6] = std::byte{1};  // flags
   EXPECT_EQ(decode_header(bad, &h), Parse::kBadField);
@@ -145,6 +147,19 @@ TEST(DoorFrames, BodiesRejectInconsistentLengthsReservedBytesAndBadFlags) {
   bad = f;
   bad[kFrameHeaderSize + 45] = std::byte{1};  // reserved
   EXPECT_EQ(decode(body_of(bad), &out), Parse::kBadField);
+  bad = f;
+  bad[kFrameHeaderSize + 34] = std::byte{1};  // reserved, after the link byte
+  EXPECT_EQ(decode(body_of(bad), &out), Parse::kBadField);
+  for (std::uint8_t link : {4, 0x80, 0xff}) {  // link: 0..3 (ACCEPT's Link; CLIENT_PROOF's two bits)
+    bad = f;
+    bad[kFrameHeaderSize + 33] = static_cast<std::byte>(link);
+    EXPECT_EQ(decode(body_of(bad), &out), Parse::kBadField) << int(link);
+  }
+  for (std::uint8_t link : {0, 1, 2, 3}) {
+    Credentials with_link{false, {}, 9, "worker", link};
+    ASSERT_EQ(decode(body_of(frame_of(with_link)), &out), Parse::kOk);
+    EXPECT_EQ(out.link, link);
+  }
 
   std::vector<std::byte> r;
   encode(Refuse{1, "why"}, &r);
