@@ -104,6 +104,7 @@ class StreamConn {
   void add_unexpected(std::unique_ptr<StreamMsg> m);
   void clear_to_send(StreamRecv r, std::uint64_t transfer, std::size_t length, Tag tag);
   // The writer.
+  Send* new_send(TransportOp* op, const std::byte* payload, std::size_t len);
   void queue(Send* s);
   void queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id);
   void flush();

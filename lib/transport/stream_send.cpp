@@ -31,51 +31,57 @@ bool would_block(ssize_t n) { return n < 0 && (errno == EAGAIN || errno == EWOUL
 PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag) {
   if (failed_ || closed_) [[unlikely]]
     return {Post::kError, absl::StatusCode::kUnavailable};
-  auto* s = new Send;
-  s->payload = static_cast<const std::byte*>(buf);
-  s->payload_len = len;
-  op->request = s;
-  op->stream = this;
-  s->op = op;
+  const auto* payload = static_cast<const std::byte*>(buf);
   if (len > options_.eager_max) {
     // Rendezvous: the payload waits here until the receiver has posted its buffer.
     std::uint64_t id = next_transfer_++;
+    Send* s = new_send(op, payload, len);
     stream::encode({stream::Kind::kData, static_cast<std::uint32_t>(len), 0, id}, s->header);
     rts_sent_.emplace(id, s);
     queue_ctrl(stream::Kind::kRts, static_cast<std::uint32_t>(len), tag, id);
     return {Post::kPending};
   }
-  stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, s->header);
+  std::byte header[stream::kHeaderSize];
+  stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
   if (tx_cipher_.on() && tx_.empty()) {
     // Sealed into the seal buffer now: a copy, so the caller's buffer is free at once.
-    op->request = op->stream = nullptr;
-    seal_frame(s->header, s->payload, len);
-    delete s;
+    seal_frame(header, payload, len);
     flush();
     return failed_ ? PostResult{Post::kError, absl::StatusCode::kUnavailable} : PostResult{Post::kDone};
   }
-  if (!tx_.empty() || fd_ < 0) {
+  ssize_t n = 0;
+  if (tx_.empty() && fd_ >= 0) {
+    // Nothing ahead of it: straight from the caller's buffer.
+    iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<std::byte*>(payload), len}};
+    n = send_iov(fd_, iov, len != 0 ? 2 : 1);
+    if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) [[likely]]
+      return {Post::kDone};
+    if (n < 0 && !would_block(n)) {
+      fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      return {Post::kError, absl::StatusCode::kUnavailable};
+    }
+  }
+  // Behind others, or the socket is full: it waits, the caller's buffer with it.
+  Send* s = new_send(op, payload, len);
+  std::memcpy(s->header, header, sizeof(header));
+  if (n > 0) {  // the head of an empty queue, partly written
+    tx_.push_back(s);
+    tx_head_done_ = static_cast<std::size_t>(n);
+    want_out(true);
+  } else {
     queue(s);
-    return {Post::kPending};
   }
-  // Nothing ahead of it: straight from the caller's buffer.
-  iovec iov[2] = {{s->header, stream::kHeaderSize}, {const_cast<std::byte*>(s->payload), len}};
-  ssize_t n = send_iov(fd_, iov, len != 0 ? 2 : 1);
-  if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) {
-    op->request = op->stream = nullptr;
-    delete s;
-    return {Post::kDone};
-  }
-  if (n < 0 && !would_block(n)) {
-    op->request = op->stream = nullptr;
-    delete s;
-    fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
-    return {Post::kError, absl::StatusCode::kUnavailable};
-  }
-  tx_.push_back(s);
-  tx_head_done_ = n > 0 ? static_cast<std::size_t>(n) : 0;
-  want_out(true);
   return {Post::kPending};
+}
+
+StreamConn::Send* StreamConn::new_send(TransportOp* op, const std::byte* payload, std::size_t len) {
+  auto* s = new Send;
+  s->op = op;
+  s->payload = payload;
+  s->payload_len = len;
+  op->request = s;  // pending (the engine looks at it), and where Worker::cancel finds it
+  op->stream = this;
+  return s;
 }
 
 PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
