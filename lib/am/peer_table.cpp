@@ -63,6 +63,11 @@ void EngineCore::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Sta
 
 void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
   if (p.state == PeerState::kDead) return;
+  // A stream that failed knows why (a send failing right after it would only say "failed").
+  if (std::string why = p.ep.failure(); !why.empty() && why != reason) {
+    fail_peer(p, absl::StatusCode::kUnavailable, why);
+    return;
+  }
   bool orderly = code == absl::StatusCode::kCancelled;
   if (!orderly) {
     c_.peers_failed->add();
@@ -290,6 +295,10 @@ Endpoint EngineCore::stream_endpoint(PeerData& p, door::Link link, const std::op
   o.eager_max = eager_limit_;
   o.frame_max = std::max(eager_slot_size(eager_limit_), kContactMax);
   o.unexpected_max = (std::size_t{config_.credits} + 2 * std::size_t{config_.rpc_slots} + 16) * (o.frame_max + 64);
+  // Its messages carry our slot for it: one tagged as another peer's is refused by the stream,
+  // so no client can speak for another.
+  o.tag_mask = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
+  o.tag_value = std::uint64_t{p.id} << wire::kSlotShift;
   if (link == door::Link::kStreamAes || link == door::Link::kStreamChaCha) {
     o.suite = static_cast<std::uint8_t>(link == door::Link::kStreamAes ? stream::Suite::kAes256Gcm
                                                                        : stream::Suite::kChaCha20Poly1305);

@@ -1,5 +1,5 @@
-// The stream transport's hub (one per worker: the epoll set, progress, the unexpected
-// messages of all connections) and the Endpoint and Worker calls that lead to it.
+// The stream transport's hub: one per worker, the epoll set of its connections, progress,
+// the unexpected messages of all of them. (stream_endpoint.cpp: the Endpoint and Worker calls.)
 #include "transport/stream.h"
 
 #include <sys/epoll.h>
@@ -76,35 +76,6 @@ StreamMsg* StreamHub::take_unexpected(Tag tag, Tag mask) {
 
 bool StreamHub::has_unexpected(Tag tag, Tag mask) const {
   return std::any_of(conns_.begin(), conns_.end(), [&](const StreamConn* c) { return c->has_unexpected(tag, mask); });
-}
-
-// ---- Endpoint and Worker: the stream side ------------------------------------------------
-
-Worker::Worker() = default;
-
-Endpoint Worker::stream_endpoint(StreamOptions options, Endpoint::ErrorCallback on_error, void* arg) {
-  if (!streams_) streams_ = std::make_unique<StreamHub>();
-  Endpoint out;
-  out.stream_ = streams_->open(std::move(options), on_error, arg);
-  out.hub_ = streams_.get();
-  out.worker_ = worker_;
-  return out;
-}
-
-int Worker::stream_fd() const { return streams_ ? streams_->fd() : -1; }
-
-bool Worker::stream_progress() { return streams_->progress(); }
-
-void Endpoint::attach(int fd) {
-  if (stream_ != nullptr) stream_->attach(fd);
-  else if (fd >= 0) ::close(fd);
-}
-
-std::string Endpoint::failure() const { return stream_ != nullptr ? stream_->failure() : std::string(); }
-
-void Endpoint::close_stream() {
-  hub_->close(stream_);
-  stream_ = nullptr;
 }
 
 }  // namespace sluice::detail

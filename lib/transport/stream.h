@@ -67,6 +67,8 @@ class StreamConn {
   int fd() const { return fd_; }
   const StreamOptions& options() const { return options_; }
   bool failed() const { return failed_; }
+  // Bytes held for messages no receive has taken (at most StreamOptions::unexpected_max).
+  std::size_t unexpected_bytes() const { return unexpected_bytes_; }
   const std::string& failure() const { return failure_; }
 
   PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag);

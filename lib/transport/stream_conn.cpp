@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,12 +17,15 @@ namespace sluice::detail {
 
 namespace {
 constexpr std::size_t kAheadSize = 64 * 1024;
-// Bytes an RTS announcement counts against the unexpected bound (it holds no payload).
-constexpr std::size_t kRtsCost = 64;
+// What a held message counts against the unexpected bound at least: its record and the heap
+// block beside it, so that a flood of empty messages or announcements is bounded too.
+constexpr std::size_t kHeldMin = 256;
 // How much one readiness event reads before others get their turn.
 constexpr std::size_t kReadBudget = 4 << 20;
 
 bool matches(Tag have, Tag want, Tag mask) { return ((have ^ want) & mask) == 0; }
+// What a held message counts against the unexpected bound: its bytes, or an announcement's cost.
+std::size_t held_cost(const StreamMsg& m) { return m.transfer != 0 ? kHeldMin : std::max(m.length, kHeldMin); }
 }  // namespace
 
 StreamConn::StreamConn(StreamHub* hub, StreamOptions options, Endpoint::ErrorCallback on_error, void* arg)
@@ -78,7 +82,7 @@ PostResult StreamConn::post_recv(TransportOp* op, void* buf, std::size_t len, Ta
     if (!matches((*it)->tag, tag, mask)) continue;
     std::unique_ptr<StreamMsg> m = std::move(*it);
     unexpected_.erase(it);
-    unexpected_bytes_ -= m->transfer != 0 ? kRtsCost : m->length;
+    unexpected_bytes_ -= held_cost(*m);
     m->conn = nullptr;
     return recv_message(op, m.release(), buf, len);
   }
@@ -123,7 +127,7 @@ StreamMsg* StreamConn::take_unexpected(Tag tag, Tag mask) {
     if (!matches((*it)->tag, tag, mask)) continue;
     StreamMsg* m = it->release();
     unexpected_.erase(it);
-    unexpected_bytes_ -= m->transfer != 0 ? kRtsCost : m->length;
+    unexpected_bytes_ -= held_cost(*m);
     m->conn = this;
     return m;
   }
@@ -164,7 +168,9 @@ void StreamConn::close() {
   }
   for (auto& [id, r] : awaiting_) complete_recv(r, absl::StatusCode::kCancelled, 0, 0);
   awaiting_.clear();
-  if (in_body_ && sink_ == Sink::kRecv) complete_recv(body_recv_, absl::StatusCode::kCancelled, 0, 0);
+  // A receive whose body was arriving (or being dropped as too large for it) ends too.
+  if (in_body_ && body_recv_.op != nullptr) complete_recv(body_recv_, absl::StatusCode::kCancelled, 0, 0);
+  body_recv_.op = nullptr;
   in_body_ = false;
   unexpected_.clear();
   unexpected_bytes_ = 0;
@@ -243,6 +249,13 @@ bool StreamConn::read_header() {
 
 bool StreamConn::handle_header(const stream::Header& h) {
   cur_ = h;
+  if ((h.kind == stream::Kind::kEager || h.kind == stream::Kind::kRts) &&
+      (h.tag & options_.tag_mask) != options_.tag_value) [[unlikely]] {
+    // The peer tagged a message as another peer's (its slot in our tags): it could otherwise
+    // pass for that peer in the protocol above.
+    fail(absl::StrFormat("sent a message tagged %#x, which is not its own", h.tag));
+    return false;
+  }
   switch (h.kind) {
     case stream::Kind::kEager: {
       if (h.length > options_.frame_max) {
@@ -253,11 +266,12 @@ bool StreamConn::handle_header(const stream::Header& h) {
         begin_body(h.length > body_recv_.len ? Sink::kDiscard : Sink::kRecv, body_recv_.buf, h.length);
         return true;
       }
-      if (unexpected_bytes_ + h.length > options_.unexpected_max) {
+      if (unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin) > options_.unexpected_max) {
         fail(absl::StrFormat("sent more than its credits allow: %u bytes would wait for receives, the bound is %u",
-                             unexpected_bytes_ + h.length, options_.unexpected_max));
+                             unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin), options_.unexpected_max));
         return false;
       }
+      body_recv_.op = nullptr;
       body_msg_ = std::make_unique<StreamMsg>();
       body_msg_->tag = h.tag;
       body_msg_->length = h.length;
@@ -266,11 +280,17 @@ bool StreamConn::handle_header(const stream::Header& h) {
       return true;
     }
     case stream::Kind::kRts: {
+      bool again = awaiting_.count(h.id) != 0 ||
+                   std::any_of(unexpected_.begin(), unexpected_.end(), [&](const auto& m) { return m->transfer == h.id; });
+      if (again) {
+        fail(absl::StrFormat("announced transfer %u twice", h.id));
+        return false;
+      }
       if (StreamRecv taken; take_posted(h.tag, &taken)) {
         clear_to_send(taken, h.id, h.length, h.tag);
         return true;
       }
-      if (unexpected_bytes_ + kRtsCost > options_.unexpected_max) {
+      if (unexpected_bytes_ + kHeldMin > options_.unexpected_max) {
         fail(absl::StrFormat("announced more transfers than its credits allow (bound %u bytes)",
                              options_.unexpected_max));
         return false;
@@ -310,7 +330,7 @@ bool StreamConn::handle_header(const stream::Header& h) {
 }
 
 void StreamConn::add_unexpected(std::unique_ptr<StreamMsg> m) {
-  unexpected_bytes_ += m->transfer != 0 ? kRtsCost : m->length;
+  unexpected_bytes_ += held_cost(*m);
   unexpected_.push_back(std::move(m));
 }
 
@@ -361,15 +381,17 @@ bool StreamConn::read_body() {
 
 void StreamConn::finish_body() {
   in_body_ = false;
+  StreamRecv r = body_recv_;
+  body_recv_.op = nullptr;
   switch (sink_) {
     case Sink::kRecv: {
-      Tag tag = cur_.kind == stream::Kind::kEager ? cur_.tag : body_recv_.tag;
-      complete_recv(body_recv_, absl::StatusCode::kOk, body_len_, tag);
+      Tag tag = cur_.kind == stream::Kind::kEager ? cur_.tag : r.tag;
+      complete_recv(r, absl::StatusCode::kOk, body_len_, tag);
       break;
     }
     case Sink::kUnexpected: add_unexpected(std::move(body_msg_)); break;
     case Sink::kDiscard:  // a body too large for the receive it matched
-      complete_recv(body_recv_, absl::StatusCode::kOutOfRange, 0, cur_.tag);
+      complete_recv(r, absl::StatusCode::kOutOfRange, 0, cur_.kind == stream::Kind::kEager ? cur_.tag : r.tag);
       break;
   }
 }

@@ -4,6 +4,7 @@
 //
 // Every frame starts with a 24-byte little-endian header:
 //   0  u8  kind (1 EAGER, 2 RTS, 3 CTS, 4 DATA)    1  u8[3] reserved (0)
+//   (a transfer id is never 0; an EAGER frame's id is 0)
 //   4  u32 length                                  8  u64 tag     16  u64 transfer id
 //   EAGER  a tagged message of `length` bytes (at most the receiver's eager bound), which follow
 //   RTS    a tagged message of `length` bytes waits at the sender as transfer `id`; no body
@@ -53,9 +54,9 @@ inline bool decode(const std::byte* in, Header* h) {
   std::memcpy(&h->id, in + 16, 8);
   switch (h->kind) {
     case Kind::kEager: return h->id == 0;
-    case Kind::kRts: return h->length != 0;
-    case Kind::kCts: return h->length == 0 && h->tag == 0;
-    case Kind::kData: return h->tag == 0;
+    case Kind::kRts: return h->length != 0 && h->id != 0;
+    case Kind::kCts: return h->length == 0 && h->tag == 0 && h->id != 0;
+    case Kind::kData: return h->tag == 0 && h->id != 0;
   }
   return false;
 }

@@ -62,6 +62,7 @@ struct StreamOptions {
   std::size_t eager_max = 8192;                    // sends up to this go at once; larger ones wait for the receiver
   std::size_t frame_max = 64 * 1024;               // the largest eager frame accepted from the peer
   std::size_t unexpected_max = std::size_t{1} << 20;  // bytes held for no posted receive; beyond: the peer fails
+  Tag tag_mask = 0, tag_value = 0;                 // every tag the peer sends has these bits; else it fails
   std::uint8_t suite = 0;                          // stream::Suite: 0 plain, else encrypted both ways
   std::array<std::byte, 32> tx_key{}, rx_key{};    // with a suite: our direction's key and the peer's
 };
@@ -212,6 +213,7 @@ class Worker {
   static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
                                                 const char* what);
   bool stream_progress();
+  bool progress_with_streams();
   void* worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
