@@ -116,6 +116,17 @@ constexpr Transport kTransports[] = {
     {"ud_mlx5", ucx_crc16("ud_mlx5"), DeviceKind::kIb, iface_ud},
 };
 
+// A checksum names one transport: those of the table are distinct.
+constexpr bool distinct_checksums() {
+  for (const auto& a : kTransports) {
+    for (const auto& b : kTransports) {
+      if (&a != &b && a.csum == b.csum) return false;
+    }
+  }
+  return true;
+}
+static_assert(distinct_checksums());
+
 // Shared memory (uct_iface_local_addr_ns_t): u64 system id, [u64 IPC namespace if bit 63].
 std::string device_sm(std::string_view d) {
   if (d.size() < 8) return exact(d, 8);
@@ -222,8 +233,9 @@ absl::Status Parser::extended(std::uint8_t mask, const char* what, std::uint8_t*
   if (info_.format == 1 || *value != mask) return absl::OkStatus();
   std::size_t at = pos_;
   if (auto s = read(what, value); !s.ok()) return s;
-  if (*value < mask)
+  if (*value < mask) {
     return error(at, absl::StrFormat("%s %d is extended though it fits (not canonical)", what, *value));
+  }
   return absl::OkStatus();
 }
 
@@ -255,8 +267,9 @@ absl::Status Parser::header() {
   std::size_t at = pos_;
   std::string_view name;
   if (auto s = read("the worker name", &len); !s.ok()) return s;
-  if (len > kMaxName)
+  if (len > kMaxName) {
     return error(at, absl::StrFormat("a worker name of %d characters (UCX packs %d at most)", len, kMaxName));
+  }
   if (auto s = take(len, "the worker name", &name); !s.ok()) return s;
   for (char c : name) {
     if (c < 0x20 || c > 0x7e) return error(at + 1, "a worker name with a character that is not printable ASCII");
@@ -288,7 +301,7 @@ absl::Status Parser::device(bool* last) {
   std::uint8_t md_byte = static_cast<std::uint8_t>(in_[md_at]), md = 0;
   if (auto s = extended(info_.format == 1 ? 0x1f : 0x7f, "the md index", &md); !s.ok()) return s;
   if (md_byte & kMdEmptyDev) return error(md_at, "a device without interfaces: UCX packs none");
-  if (md >= kMaxMds) return error(md_at, absl::StrFormat("md index %d (UCX has at most %d)", md, kMaxMds));
+  if (md >= kMaxMds) return error(md_at, absl::StrFormat("md index %d (UCX's md maps hold %d)", md, kMaxMds));
   std::size_t len_at = pos_;
   if (len_at >= in_.size()) return error(len_at, "the address ends before the device address length");
   std::uint8_t flags = static_cast<std::uint8_t>(in_[len_at]) & ~kDevLenMask, len = 0;
@@ -316,8 +329,9 @@ absl::Status Parser::device(bool* last) {
 }
 
 absl::Status Parser::interface(std::string_view dev_addr, std::size_t dev_at, bool* last) {
-  if (info_.interfaces == kMaxInterfaces)
+  if (info_.interfaces == kMaxInterfaces) {
     return error(pos_, absl::StrFormat("more than %d interfaces", kMaxInterfaces));
+  }
   std::size_t at = pos_;
   std::uint16_t csum = 0;
   if (auto s = read("a transport name checksum", &csum); !s.ok()) return s;

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import BLOCKSTORE, BUILD, open_fds, serve_blockstore  # noqa: E402
 
 DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
-MAGIC, VERSION = 0x52444C53, 1
+MAGIC, VERSION = 0x52444C53, 2
 CLIENT_HELLO, SERVER_HELLO, CLIENT_PROOF, ACCEPT, REFUSE = 1, 2, 3, 4, 5
 BOUNDS = {CLIENT_HELLO: (40, 40), CLIENT_PROOF: (49, 48 + 4096)}
 SECRET = b"the hostile suite's shared secret"
@@ -40,19 +40,22 @@ def client_hello(nonce):
     return frame(CLIENT_HELLO, nonce + b"\x01" + bytes(7))
 
 
-def mac(secret, label, nc, ns, slot=None, address=b""):
+def mac(secret, label, nc, ns, slot=None, address=b"", link=0):
+    """HMAC-SHA-256 as lib/door/auth.cpp makes it: the label and its zero byte, both nonces, and
+    for a CLIENT_PROOF or ACCEPT the slot, the address length, the link byte and the address."""
     key = hashlib.blake2b(secret.rstrip(b" \t\r\n"), digest_size=32).digest()
     msg = label + b"\0" + nc + ns
     if slot is not None:
-        msg += struct.pack("<IH", slot, len(address)) + address
+        msg += struct.pack("<IHB", slot, len(address), link) + address
     return hmac.new(key, msg, hashlib.sha256).digest()
 
 
 def client_proof(secret, nc, ns, slot=1, address=b"not a UCX worker address"):
     # Only for proofs the server refuses before admission: a key holder's address goes to UCX,
     # which trusts it (docs/security.md).
-    proof = mac(secret, b"sluice door v1: client proof", nc, ns, slot, address) if secret else bytes(32)
+    proof = mac(secret, b"sluice door v2: client proof", nc, ns, slot, address) if secret else bytes(32)
     has = b"\x01" if secret else b"\x00"
+    # proof, has_proof, link (0: no AES, no encryption wanted), 2 reserved, slot, address length
     return frame(CLIENT_PROOF, proof + has + bytes(3) + struct.pack("<IH", slot, len(address)) + bytes(6) + address)
 
 
@@ -150,7 +153,7 @@ class FrontDoorUnderAttack(unittest.TestCase):
         self.assertEqual(kind, SERVER_HELLO)
         ns = body[:32]
         self.assertEqual(body[32], 2, "the server requires authentication")
-        self.assertEqual(body[40:72], mac(SECRET, b"sluice door v1: server hello", nc, ns), "the server proves the key")
+        self.assertEqual(body[40:72], mac(SECRET, b"sluice door v2: server hello", nc, ns), "the server proves the key")
         return s, nc, ns, hello
 
     def assert_still_serving(self, what):
@@ -214,7 +217,7 @@ class FrontDoorUnderAttack(unittest.TestCase):
         address = b"not a UCX worker address"  # 24 bytes
         for addr_len in (0, 1, 23, 25, 4096, 4097, 65535):
             s, nc, ns, _ = self.handshake_to_proof()
-            body = mac(SECRET, b"sluice door v1: client proof", nc, ns, 1, address) + b"\x01" + bytes(3)
+            body = mac(SECRET, b"sluice door v2: client proof", nc, ns, 1, address) + b"\x01" + bytes(3)
             body += struct.pack("<IH", 1, addr_len) + bytes(6) + address
             s.sendall(frame(CLIENT_PROOF, body))
             code, why = refusal(recv_frame(s))
@@ -373,6 +376,14 @@ class ServerRestart(unittest.TestCase):
         client = subprocess.Popen([DOOR_CLIENT, "127.0.0.1:%d" % port, "20"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: client.poll() is None and client.kill())
+        # Connected first (its front-door connection is established), then a moment of traffic:
+        # on a loaded machine the client may take longer than that moment to start, and would
+        # then meet only the new server.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "pid=%d," % client.pid not in subprocess.run(
+                ["ss", "-Htnp", "state", "established", "dst", "127.0.0.1:%d" % port], capture_output=True,
+                text=True).stdout:
+            time.sleep(0.05)
         time.sleep(1.0)
         server.kill()
         server.wait()
