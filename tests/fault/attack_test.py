@@ -1094,6 +1094,24 @@ class UcxTcp(unittest.TestCase):
             if not hostport.endswith(":%d" % server.port):
                 self.assertIn(hostport.rsplit(":", 1)[1], m.group(1), "the engine named UCX's port %s" % hostport)
 
+    def test_ucx_tcp_y_lets_13_bytes_abort_the_server(self):
+        # Why UCX's TCP transport stays off in client/server mode: UCX 1.13.1 trusts whatever
+        # follows its magic. Its magic, an AM id and a length of 2^32 - 1 on one of its ports end
+        # the process with an assertion (docs/security.md). Should a later UCX refuse this, this
+        # test fails, and the page says too much.
+        server = Server("UcxTcpAbort", dict(os.environ, SLUICE_AUTH_KEY_FILE=KEY_FILE, SLUICE_UCX_TCP="y"))
+        self.addCleanup(server.stop)
+        ucx_ports = [hp for hp in server.listening() if not hp.endswith(":%d" % server.port)]
+        self.assertTrue(ucx_ports)
+        host, port = ucx_ports[0].rsplit(":", 1)
+        with netns(SRV):
+            s = socket.create_connection((host.strip("[]"), int(port)), timeout=5)
+        s.sendall(struct.pack("<QBI", 0xCAFEBABE12345678, 32, 0xFFFFFFFF))
+        self.assertTrue(wait_for(lambda: not server.alive(), 10), "the server died of 13 bytes")
+        print("13 bytes to UCX's port %s: the server exited with %d" % (ucx_ports[0], server.proc.returncode))
+        self.assertEqual(server.proc.returncode, -signal.SIGABRT)
+        s.close()
+
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, stop_on_sigterm)
