@@ -30,6 +30,7 @@ void usage(FILE* out) {
                "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
                "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
                "                   [--offset BYTES] [--format table|csv|json] [--stats]\n"
+               "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
                "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
                "ucx_perftest; with --baseline, raw UCX (or Sluice's bounce mode) runs the same\n"
                "pattern interleaved with it, and each row prints the ratio. Run it under a\n"
@@ -60,14 +61,96 @@ void usage(FILE* out) {
                "                  limit); copy: reply_copy [zero]\n"
                "  --offset BYTES  the sending side's buffers start BYTES into their page, 0-4095 [0]\n"
                "  --format F      table, csv or json; table and csv rows appear as they are measured [table]\n"
-               "  --stats         print rank 0's Sluice counters at the end\n"
+               "  --stats         print the driving side's Sluice counters at the end (rank 0; cs: the client)\n"
+               "  -m, --mode M    rank: rank 0 against rank 1 through the launcher's bootstrap; cs:\n"
+               "                  client/server through Engine::listen() and connect() (below) [rank]\n"
+               "  --server        cs: this process is the server, started without a launcher\n"
+               "  --listen H:P    cs: where the server listens; port 0 picks one [127.0.0.1:0]\n"
+               "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
                "\n"
                "ratio:\n"
                "ratio = Sluice / baseline of the headline figure: latency for *_lat, read and write\n"
                "(below 1 is better), rate or bandwidth for the others (above 1 is better); mixed:\n"
                "p99 with streams / p99 without (below 5 is the goal); fanin: receive high-water mark /\n"
-               "receive budget (at most 1 is the promise).\n");
+               "receive budget (at most 1 is the promise).\n"
+               "\n"
+               "cs mode (client/server, -m cs):\n"
+               "Every row runs between a listening server engine and a connected client instead of two\n"
+               "ranks: the client drives and reports as rank 0 does, the server answers as rank 1 does.\n"
+               "Under a launcher (sluice-run -n 2 sluice-perf -m cs ...) rank 0 is the server: it listens\n"
+               "on 127.0.0.1, port 0 (or --listen) and publishes the address through the bootstrap, and\n"
+               "rank 1 connects to it. Without one, start the server first (it prints where it listens on\n"
+               "stderr, and serves one client), then the client:\n"
+               "  sluice-perf -m cs --server --listen 127.0.0.1:13337\n"
+               "  sluice-perf -m cs --connect 127.0.0.1:13337 -t am_lat,rpc_rate -s 8\n"
+               "The client's options choose the run: its hello tells the server --rpc and the largest size.\n"
+               "--baseline bounce needs it on both (the server's bounce engine listens on a port of its\n"
+               "own, which the hello's answer names); the same options on both sides are always right.\n"
+               "SLUICE_AUTH and SLUICE_AUTH_KEY_FILE apply as usual. mixed needs 3 ranks: skipped.\n"
+               "--baseline ucx needs the launcher: the raw loop still exchanges worker addresses through\n"
+               "its bootstrap and runs over whatever UCX_TLS allows, while Sluice's client/server peers\n"
+               "take UCX over shared memory where it reaches them (one host) and Sluice's own TCP\n"
+               "transport (the stream, on the door's connection) otherwise. SLUICE_CS_TRANSPORT=stream\n"
+               "puts them on the stream on one host too, as SLUICE_TLS=tcp or network namespaces do:\n"
+               "in one run, the ratio then compares the two. fanin (the server floods the client) runs\n"
+               "without its raw-UCX part.\n");
 }
+
+namespace {
+
+// -t's list into o->tests; false after saying what is wrong.
+bool parse_tests(const std::string& v, Options* o) {
+  for (const auto& t : split(v)) {
+    if (t == "all") {
+      o->tests.insert(o->tests.end(), kAllTests.begin(), kAllTests.end());
+    } else if (std::find(kAllTests.begin(), kAllTests.end(), t) != kAllTests.end()) {
+      o->tests.push_back(t);
+    } else {
+      std::fprintf(stderr, "sluice-perf: unknown test '%s'\n", t.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// -s's list into o->sizes.
+bool parse_sizes(const std::string& v, Options* o) {
+  for (const auto& s : split(v)) {
+    auto n = sluice::parse_size(s);
+    if (!n.ok() || *n > (std::size_t{256} << 20)) {
+      std::fprintf(stderr, "sluice-perf: -s %s: not a size up to 256M\n", s.c_str());
+      return false;
+    }
+    o->sizes.push_back(*n);
+  }
+  return true;
+}
+
+// HOST:PORT with a port from 0 to 65535 (the library checks the host).
+bool parse_address(const std::string& flag, const std::string& v, std::string* out) {
+  std::size_t colon = v.rfind(':');
+  std::string port = colon == std::string::npos ? "" : v.substr(colon + 1);
+  bool ok = colon != 0 && !port.empty() && port.size() <= 5 &&
+            std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+            std::stoi(port) <= 65535;
+  if (!ok) std::fprintf(stderr, "sluice-perf: %s %s: need HOST:PORT\n", flag.c_str(), v.c_str());
+  *out = v;
+  return ok;
+}
+
+// The flags that belong together: cs mode's, and --offset's range.
+bool check(const Options& o) {
+  const char* what = nullptr;
+  if (o.mode != "cs" && (o.server || !o.listen.empty() || !o.connect.empty()))
+    what = "--server, --listen and --connect need -m cs";
+  else if (o.server && !o.connect.empty()) what = "--server or --connect, not both";
+  else if (!o.listen.empty() && !o.connect.empty()) what = "--listen is the server's, --connect the client's: not both";
+  if (what != nullptr) std::fprintf(stderr, "sluice-perf: %s\n", what);
+  if (o.offset > 4095) std::fprintf(stderr, "sluice-perf: --offset %d: need 0 to 4095\n", o.offset);
+  return what == nullptr && o.offset <= 4095;
+}
+
+}  // namespace
 
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
@@ -92,74 +175,47 @@ std::optional<Options> parse(int argc, char** argv) {
       *out = static_cast<int>(n);
       return true;
     };
-    // A value that must be one of `x`, `y`, `z`.
+    // A value that must be one of `x`, `y`, `z` (of two: y == z).
     auto choice = [&](const char* x, const char* y, const char* z, std::string* out) -> bool {
       auto v = value();
       if (!v) return false;
       if (*v != x && *v != y && *v != z) {
-        std::fprintf(stderr, "sluice-perf: %s %s: need %s, %s or %s\n", a.c_str(), v->c_str(), x, y, z);
+        if (std::string(y) == z)
+          std::fprintf(stderr, "sluice-perf: %s %s: need %s or %s\n", a.c_str(), v->c_str(), x, y);
+        else std::fprintf(stderr, "sluice-perf: %s %s: need %s, %s or %s\n", a.c_str(), v->c_str(), x, y, z);
         return false;
       }
       *out = *v;
       return true;
     };
-    if (a == "-t") {
-      auto v = value();
-      if (!v) return std::nullopt;
-      for (const auto& t : split(*v)) {
-        if (t == "all") {
-          o.tests.insert(o.tests.end(), kAllTests.begin(), kAllTests.end());
-        } else if (std::find(kAllTests.begin(), kAllTests.end(), t) != kAllTests.end()) {
-          o.tests.push_back(t);
-        } else {
-          std::fprintf(stderr, "sluice-perf: unknown test '%s'\n", t.c_str());
-          return std::nullopt;
-        }
-      }
-    } else if (a == "-s") {
-      auto v = value();
-      if (!v) return std::nullopt;
-      for (const auto& s : split(*v)) {
-        auto n = sluice::parse_size(s);
-        if (!n.ok() || *n > (std::size_t{256} << 20)) {
-          std::fprintf(stderr, "sluice-perf: -s %s: not a size up to 256M\n", s.c_str());
-          return std::nullopt;
-        }
-        o.sizes.push_back(*n);
-      }
-    } else if (a == "-n") {
-      if (!number(1, &o.iters)) return std::nullopt;
-    } else if (a == "-w") {
-      if (!number(0, &o.warmup)) return std::nullopt;
-    } else if (a == "-W") {
-      if (!number(1, &o.window)) return std::nullopt;
-    } else if (a == "-r") {
-      if (!number(1, &o.repeats)) return std::nullopt;
-    } else if (a == "--baseline") {
-      if (!choice("ucx", "bounce", "none", &o.baseline)) return std::nullopt;
-    } else if (a == "--rpc") {
-      if (!choice("zero", "copy", "zero", &o.rpc)) return std::nullopt;
-    } else if (a == "--format") {
-      if (!choice("table", "csv", "json", &o.format)) return std::nullopt;
-    } else if (a == "--offset") {
-      if (!number(0, &o.offset)) return std::nullopt;
-      if (o.offset > 4095) {
-        std::fprintf(stderr, "sluice-perf: --offset %d: need 0 to 4095\n", o.offset);
-        return std::nullopt;
-      }
-    } else if (a == "--stats") {
-      o.stats = true;
-    } else if (a == "-h" || a == "--help") {
+    std::optional<std::string> v;
+    bool ok = true;
+    if (a == "-t") ok = (v = value()) && parse_tests(*v, &o);
+    else if (a == "-s") ok = (v = value()) && parse_sizes(*v, &o);
+    else if (a == "-n") ok = number(1, &o.iters);
+    else if (a == "-w") ok = number(0, &o.warmup);
+    else if (a == "-W") ok = number(1, &o.window);
+    else if (a == "-r") ok = number(1, &o.repeats);
+    else if (a == "--baseline") ok = choice("ucx", "bounce", "none", &o.baseline);
+    else if (a == "--rpc") ok = choice("zero", "copy", "copy", &o.rpc);
+    else if (a == "--format") ok = choice("table", "csv", "json", &o.format);
+    else if (a == "--offset") ok = number(0, &o.offset);
+    else if (a == "--stats") o.stats = true;
+    else if (a == "-m" || a == "--mode") ok = choice("rank", "cs", "cs", &o.mode);
+    else if (a == "--server") o.server = true;
+    else if (a == "--listen") ok = (v = value()) && parse_address(a, *v, &o.listen);
+    else if (a == "--connect") ok = (v = value()) && parse_address(a, *v, &o.connect);
+    else if (a == "-h" || a == "--help") {
       usage(stdout);
       std::exit(0);
     } else {
       std::fprintf(stderr, "sluice-perf: unknown argument '%s'\n", a.c_str());
       return std::nullopt;
     }
+    if (!ok) return std::nullopt;
   }
+  if (!check(o)) return std::nullopt;
   if (o.tests.empty()) o.tests = {"am_lat", "am_bw", "rpc_lat", "bulk_bw"};
   return o;
 }
-
-// What one run of one test measured.
 }  // namespace sluice::perf

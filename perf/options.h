@@ -25,6 +25,12 @@ struct Options {
   // a copy's speed can depend on it); both Sluice and the raw baseline.
   int offset = 0;
   bool stats = false;
+  // rank: rank 0 against rank 1 of a launcher's job. cs: client/server, over
+  // Engine::listen()/connect(); the client drives (connect.h).
+  std::string mode = "rank";
+  bool server = false;  // cs: this process listens (without a launcher)
+  std::string listen;   // cs: where the server listens [127.0.0.1:0]
+  std::string connect;  // cs: the server this process connects to (without a launcher)
 };
 
 void usage(FILE* out);

@@ -1,6 +1,9 @@
 #include "raw_ucx.h"
 
 #include "buffer.h"
+#include "connect.h"
+#include "report.h"
+#include "rows.h"
 
 #include <ucp/api/ucp.h>
 
@@ -327,6 +330,40 @@ double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window
   }
   for (auto& q : ss) im.wait(q);
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Figures RawUcx::run(const Cmd& c, const Link& link, std::chrono::milliseconds fanin_hold) {
+  std::string t = c.test;
+  Figures f;
+  int me = link.role(), peer = link.raw_peer();
+  bool init = me == 0;
+  if (me > 1 && t != "fanin") return f;
+  if (t == "am_lat" || t == "rpc_lat" || t == "read" || t == "write") {
+    // read: 8 bytes there, `size` back from the responder's block; write: the other way
+    // round; the others echo the bytes that arrived.
+    std::size_t there = t == "read" ? 8 : c.size, back = t == "write" ? 8 : c.size;
+    bool echo = t == "am_lat" || t == "rpc_lat";
+    exchange(peer, there, back, c.warmup, init, echo);
+    auto rtts = exchange(peer, there, back, c.iters, init, echo);
+    return from_rtts(rtts, t == "am_lat" ? 0.5 : 1.0, c.size);
+  }
+  if (t == "fanin") {
+    if (link.cs()) return f;  // the raw loop's fan-in is to rank 0; cs mode's goes to the client
+    auto held = fanin(link.size(), c.size, c.warmup + c.iters, c.window, fanin_hold, init);
+    f.waiting = held.messages;
+    f.waiting_bytes = static_cast<double>(held.bytes);
+    return f;
+  }
+  if (t == "rpc_rate") {
+    double s = pingpong_window(peer, c.size, c.iters, c.window, init);
+    f.rate = c.iters / s;
+    return f;
+  }
+  stream(peer, c.size, c.warmup, c.window, init);
+  double s = stream(peer, c.size, c.iters, c.window, init);
+  f.rate = c.iters / s;
+  f.bw_mbps = static_cast<double>(c.size) * c.iters / s / 1e6;
+  return f;
 }
 
 }  // namespace sluice::perf

@@ -13,6 +13,10 @@
 
 namespace sluice::perf {
 
+struct Cmd;      // rows.h
+struct Figures;  // report.h
+class Link;      // connect.h
+
 class RawUcx {
  public:
   // Collective: every rank creates one, exchanging worker addresses through `boot`. Buffers
@@ -37,6 +41,9 @@ class RawUcx {
   Held fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold, bool receiver);
   // `window` ping-pongs in flight at once; returns seconds for `iters` round trips.
   double pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator);
+  // One run of a row's baseline (sluice-perf's Cmd): its test's pattern between the sides of
+  // `link` (fanin's receiver holds for `fanin_hold`; in cs mode fanin has no raw part).
+  Figures run(const Cmd& c, const Link& link, std::chrono::milliseconds fanin_hold);
 
  private:
   RawUcx() = default;

@@ -113,34 +113,37 @@ std::string mixed_note(const Row& r) {
          " us without";
 }
 
-void print_header(const Options& o) {
+void print_header(const Options& o, const std::string& sides) {
   if (o.format == "csv") {
     std::printf(
         "test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
-        "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio\n");
+        "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio,mode\n");
   } else if (o.format == "table") {
     std::printf(
         "# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
-        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n");
-    std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s\n", "test", "size", "iters", "win",
-                "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio");
+        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n"
+        "# mode: %s (%s)\n",
+        o.mode.c_str(), sides.c_str());
+    std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s %s\n", "test", "size", "iters",
+                "win", "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio",
+                "mode");
   }
   std::fflush(stdout);
 }
 
 void print_row(const Row& r, const Options& o) {
   if (o.format == "csv") {
-    std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
+    std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
                 fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
                 fmt(r.sluice.bw_mbps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
                 fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
-                fmt_ratio(r.ratio).c_str());
+                fmt_ratio(r.ratio).c_str(), r.mode.c_str());
   } else if (o.format == "table") {
-    std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s%s\n", r.test.c_str(),
+    std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s %s%s\n", r.test.c_str(),
                 sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
                 fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(), fmt(r.sluice.bw_mbps, 1).c_str(),
                 fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(), fmt(r.base.lat_p50_us).c_str(),
-                fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(),
+                fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(), fmt_ratio(r.ratio).c_str(), r.mode.c_str(),
                 r.note.empty() ? "" : ("  " + r.note).c_str());
   }
   std::fflush(stdout);
@@ -156,11 +159,12 @@ void print_json(const std::vector<Row>& rows, const Options& o) {
         "  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
         "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
         "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
-        "\"baseline_rate_per_s\": %s, \"ratio\": %s}%s\n",
+        "\"baseline_rate_per_s\": %s, \"ratio\": %s, \"mode\": \"%s\"}%s\n",
         r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(), num(r.sluice.lat_p99_us).c_str(),
         num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_mbps).c_str(), num(r.sluice.rate).c_str(), r.baseline.c_str(),
         num(r.base.lat_p50_us).c_str(), num(r.base.bw_mbps).c_str(), num(r.base.rate).c_str(),
-        (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(), i + 1 < rows.size() ? "," : "");
+        (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(), r.mode.c_str(),
+        i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");
 }

@@ -27,6 +27,7 @@ struct Row {
   std::string baseline;
   double ratio = NAN;
   std::string note;
+  std::string mode = "rank";  // Options::mode: rank or cs
 };
 
 double percentile(std::vector<double> v, double p);
@@ -43,7 +44,9 @@ std::string fanin_note(const Row& r);
 // mixed's figures in words: the small calls' p99 with the streams running and without.
 std::string mixed_note(const Row& r);
 // Table and CSV: the header, then each row as it is measured. JSON: the document at the end.
-void print_header(const Options& o);
+// The table's header names the mode and `sides` (who runs against whom); CSV and JSON carry the
+// mode in each row.
+void print_header(const Options& o, const std::string& sides);
 void print_row(const Row& r, const Options& o);
 void print_json(const std::vector<Row>& rows, const Options& o);
 

@@ -2,17 +2,15 @@
 //
 //   sluice-run -n 2 --bind core build/perf/sluice-perf -t am_lat,bulk_bw --baseline ucx
 //
-// Rank 0 drives and reports; the other ranks answer. Every figure is the median of -r
+// Rank 0 drives and reports; the other ranks answer. With -m cs, a client and a server do
+// instead, over Engine::connect()/listen() (connect.h). Every figure is the median of -r
 // repetitions; with --baseline, the same pattern runs on raw UCX tag matching (ucx) or with
 // Sluice's bounce-buffer mode (bounce), interleaved A B A B, and the ratio Sluice/baseline
 // of the test's headline figure is printed per row. Exit status 2 on bad arguments.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,9 +18,11 @@
 #include <sluice/sluice.h>
 
 #include "buffer.h"
+#include "connect.h"
 #include "options.h"
 #include "raw_ucx.h"
 #include "report.h"
+#include "rows.h"
 namespace {
 
 using sluice::Clock;
@@ -38,21 +38,20 @@ constexpr std::chrono::milliseconds kFaninHold{200};
 // rpc_rate times one call in this many (Bench::rpc).
 constexpr int kRateSample = 16;
 
-struct Cmd {
-  char test[16];
-  std::uint64_t size;
-  std::int32_t iters, warmup, window, mode;  // mode 0 sluice, 1 raw ucx, 2 bounce engine, 3 quit
-};
-
 class Bench {
  public:
-  Bench(sluice::Context& ctx, Engine& main, Engine* bounce, sluice::perf::RawUcx* raw, const Options& o)
-      : ctx_(ctx), main_(main), bounce_(bounce), raw_(raw), o_(o), me_(main.rank()), n_(main.size()) {}
+  Bench(sluice::Context& ctx, Engines& engines, const Link& link, const Options& o)
+      : ctx_(ctx),
+        main_(*engines.main),
+        bounce_(engines.bounce.get()),
+        raw_(engines.raw.get()),
+        link_(link),
+        o_(o),
+        me_(link.role()),
+        n_(link.size()) {}
 
   absl::Status setup() {
-    std::size_t largest = std::size_t{2} << 20;  // mixed streams
-    for (std::size_t s : o_.sizes) largest = std::max(largest, s);
-    if (o_.sizes.empty()) largest = std::max(largest, std::size_t{16} << 20);
+    std::size_t largest = largest_payload(o_);
     landing_ = PageBuffer(largest);
     block_ = PageBuffer(largest);
     for (Engine* e : {&main_, bounce_}) {
@@ -94,7 +93,7 @@ class Bench {
     SLUICE_RETURN_IF_ERROR(e.register_handler(kEcho, [this](Message& m) {
       // --rpc zero: the request's own payload goes back, no copy; copy: reply_copy.
       Result r = zero_copy_ ? m.reply_with_payload({}) : m.reply_copy({}, m.payload());
-      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
+      if (r != Result::kOk) reply_failed(r);
     }));
     // A storage server's read: the request names a length, the reply carries that much of a
     // block (zero copy from the block, or copied with --rpc copy).
@@ -103,7 +102,7 @@ class Bench {
       if (m.header().size() == sizeof(n)) std::memcpy(&n, m.header().data(), sizeof(n));
       auto bytes = block_.first(std::min<std::size_t>(n, block_.size()));
       Result r = zero_copy_ ? m.reply({}, bytes, [](absl::Status) {}) : m.reply_copy({}, bytes);
-      if (r != Result::kOk) std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_, sluice::to_string(r));
+      if (r != Result::kOk) reply_failed(r);
     }));
     // And its write: the payload lands in the sink (the server's block buffer), an 8-byte
     // acknowledgement goes back.
@@ -111,9 +110,7 @@ class Bench {
                                               [this](Message& m) {
                                                 std::uint64_t ack = m.payload().size();
                                                 Result r = m.reply_copy({}, std::as_bytes(std::span(&ack, 1)));
-                                                if (r != Result::kOk)
-                                                  std::fprintf(stderr, "sluice-perf: rank %d: reply: %s\n", me_,
-                                                               sluice::to_string(r));
+                                                if (r != Result::kOk) reply_failed(r);
                                               },
                                               {.sink = sinkfn}));
     return absl::OkStatus();
@@ -134,24 +131,40 @@ class Bench {
   void send_spin(Engine& e, int to, sluice::HandlerId h, std::span<const std::byte> payload,
                  std::span<const std::byte> header = {}, sluice::SendCallback cb = {}) {
     Result r;
-    while ((r = e.peer(to)->send(h, header, payload, cb)) == Result::kWouldBlock) progress_all();
+    while ((r = link_.peer(e, to)->send(h, header, payload, cb)) == Result::kWouldBlock) progress_all();
     if (r != Result::kOk) fail("send: " + std::string(sluice::to_string(r)));
   }
 
+  // Who this process is, in messages: "rank N", or cs mode's client or server.
+  std::string side() const { return link_.cs() ? (me_ == 0 ? "client" : "server") : "rank " + std::to_string(me_); }
+  void reply_failed(Result r) const {
+    std::fprintf(stderr, "sluice-perf: %s: reply: %s\n", side().c_str(), sluice::to_string(r));
+  }
+
+  // The driver's measuring loops progress only the engine they measure; the other one (with
+  // --baseline bounce) is progressed now and then, so that its peer keeps hearing from it
+  // (SLUICE_PEER_TIMEOUT) however long a run takes: a slow link's runs can outlast it.
+  void keep_alive(Engine& e) {
+    if (bounce_ != nullptr) (&e == bounce_ ? main_ : *bounce_).progress();
+  }
+
   [[noreturn]] void fail(const std::string& what) {
-    std::fprintf(stderr, "sluice-perf: rank %d: %s\n", me_, what.c_str());
+    std::fprintf(stderr, "sluice-perf: %s: %s\n", side().c_str(), what.c_str());
     std::exit(1);
   }
 
   // Progresses until `done`; the clock is read rarely (it is not free on every machine, and
   // the raw baseline's loops do not read it either). A template, not a std::function: the
-  // echoing rank of am_lat waits here, and its polling loop is part of what is measured.
+  // echoing rank of am_lat waits here, and its polling loop is part of what is measured. A cs
+  // side whose other side is gone stops at once.
   template <typename Done>
   void wait_for(const Done& done, const char* what) {
     auto deadline = Clock::now() + std::chrono::seconds(300);
     for (unsigned n = 1; !done(); ++n) {
       progress_all();
-      if (n % 4096 == 0 && Clock::now() > deadline) fail(std::string("timed out waiting for ") + what);
+      if (n % 4096 != 0) continue;
+      if (Clock::now() > deadline) fail(std::string("timed out waiting for ") + what);
+      if (!link_.alive()) fail(std::string("the other side is gone: it left while waiting for ") + what);
     }
   }
 
@@ -166,12 +179,15 @@ class Bench {
     PageBuffer buf(c.size, static_cast<std::size_t>(o_.offset));
     std::vector<double> rtts;
     if (me_ == 0) {
+      auto kept = Clock::now();
       for (int i = 0; i < c.warmup + c.iters; ++i) {
         auto t0 = Clock::now();
         int want = replies_ + 1;
         send_spin(e, 1, kLat, buf.span());
         while (replies_ < want) e.progress();
-        if (i >= c.warmup) rtts.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        auto t1 = Clock::now();
+        if (i >= c.warmup) rtts.push_back(std::chrono::duration<double>(t1 - t0).count());
+        if (t1 - kept > std::chrono::milliseconds(100)) keep_alive(e), kept = t1;  // outside the timed round
       }
     } else {
       // the handler answers; rank 0 tells us when it is over
@@ -250,6 +266,7 @@ class Bench {
     std::vector<Clock::time_point>& started = run.started;
     int& finished = run.finished;
     int issued = 0;
+    unsigned polls = 0;
     auto t_start = Clock::now();
     while (finished < total) {
       while (issued < total && issued - finished < window) {
@@ -265,21 +282,23 @@ class Bench {
           free_replies.pop_back();
           options.reply_buffer = replies[static_cast<std::size_t>(slot)].span();
         }
-        while (
-            (r = e.peer(1)->call(h, request_header, request, options, [run = &run, i, slot](absl::Status s, Message&) {
-              if (!s.ok()) run->bench->fail("call: " + s.ToString());
-              if (run->timed(i))
-                run->rtts.push_back(
-                    std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)]).count());
-              if (slot >= 0) run->free_replies->push_back(slot);
-              ++run->finished;
-            })) == Result::kWouldBlock) {
+        while ((r = link_.peer(e, 1)->call(
+                    h, request_header, request, options, [run = &run, i, slot](absl::Status s, Message&) {
+                      if (!s.ok()) run->bench->fail("call: " + s.ToString());
+                      if (run->timed(i))
+                        run->rtts.push_back(
+                            std::chrono::duration<double>(Clock::now() - run->started[static_cast<std::size_t>(i)])
+                                .count());
+                      if (slot >= 0) run->free_replies->push_back(slot);
+                      ++run->finished;
+                    })) == Result::kWouldBlock) {
           progress_all();
         }
         if (r != Result::kOk) fail("call: " + std::string(sluice::to_string(r)));
         ++issued;
       }
       e.progress();
+      if (bounce_ != nullptr && ++polls % 1024 == 0) keep_alive(e);
     }
     double s = std::chrono::duration<double>(Clock::now() - t_start).count();
     f = from_rtts(rtts, 1.0, c.size);
@@ -321,43 +340,9 @@ class Bench {
     return f;
   }
 
-  // ---- the raw UCX baseline ----------------------------------------------------------------
-
-  Figures raw(const Cmd& c) {
-    std::string t = c.test;
-    Figures f;
-    bool init = me_ == 0;
-    if (me_ > 1 && t != "fanin") return f;
-    if (t == "am_lat" || t == "rpc_lat" || t == "read" || t == "write") {
-      // read: 8 bytes there, `size` back from the responder's block; write: the other way
-      // round; the others echo the bytes that arrived.
-      std::size_t there = t == "read" ? 8 : c.size, back = t == "write" ? 8 : c.size;
-      bool echo = t == "am_lat" || t == "rpc_lat";
-      raw_->exchange(1 - me_, there, back, c.warmup, init, echo);
-      auto rtts = raw_->exchange(1 - me_, there, back, c.iters, init, echo);
-      return from_rtts(rtts, t == "am_lat" ? 0.5 : 1.0, c.size);
-    }
-    if (t == "fanin") {
-      auto held = raw_->fanin(n_, c.size, c.warmup + c.iters, c.window, kFaninHold, init);
-      f.waiting = held.messages;
-      f.waiting_bytes = static_cast<double>(held.bytes);
-      return f;
-    }
-    if (t == "rpc_rate") {
-      double s = raw_->pingpong_window(1 - me_, c.size, c.iters, c.window, init);
-      f.rate = c.iters / s;
-      return f;
-    }
-    raw_->stream(1 - me_, c.size, c.warmup, c.window, init);
-    double s = raw_->stream(1 - me_, c.size, c.iters, c.window, init);
-    f.rate = c.iters / s;
-    f.bw_mbps = static_cast<double>(c.size) * c.iters / s / 1e6;
-    return f;
-  }
-
   Figures run_one(const Cmd& c) {
     std::string t = c.test;
-    if (c.mode == 1) return raw(c);
+    if (c.mode == 1) return raw_->run(c, link_, kFaninHold);
     Engine& e = c.mode == 2 ? *bounce_ : main_;
     if (t == "am_lat") return am_lat(e, c);
     if (t == "am_bw") return stream(e, c, kBw);
@@ -418,7 +403,7 @@ class Bench {
     int inflight = 0;
     while (done_count_ == 0) {
       while (inflight < 4) {
-        Result r = e.peer(1)->send(kStream, {}, big, [&](absl::Status) { --inflight; });
+        Result r = link_.peer(e, 1)->send(kStream, {}, big, [&](absl::Status) { --inflight; });
         if (r != Result::kOk) break;
         ++inflight;
       }
@@ -442,6 +427,7 @@ class Bench {
   Engine& main_;
   Engine* bounce_;
   sluice::perf::RawUcx* raw_;
+  const Link& link_;
   const Options& o_;
   const bool zero_copy_ = o_.rpc == "zero";  // compared once: handlers run once per call
   int me_, n_;
@@ -455,6 +441,12 @@ class Bench {
   bool holding_ = false;  // fanin: rank 0 keeps what arrives
   std::vector<Message> held_;
 };
+
+// A failed setup's exit status: 2 for what the command line got wrong, 1 otherwise.
+int failed(const absl::Status& s) {
+  std::fprintf(stderr, "sluice-perf: %s\n", s.ToString().c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
 }  // namespace
 
@@ -470,105 +462,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-perf: %s\n", ctx.status().ToString().c_str());
     return 1;
   }
-  if ((*ctx)->size() < 2) {
-    std::fprintf(stderr, "sluice-perf: needs at least 2 ranks (sluice-run -n 2 sluice-perf ...)\n");
+  if (o.mode == "rank" && (*ctx)->size() < 2) {
+    std::fprintf(stderr,
+                 "sluice-perf: needs at least 2 ranks (sluice-run -n 2 sluice-perf ...), or -m cs with --server or "
+                 "--connect\n");
     return 2;
   }
-  auto main_engine = (*ctx)->create_engine();
-  if (!main_engine.ok()) {
-    std::fprintf(stderr, "sluice-perf: %s\n", main_engine.status().ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<Engine> bounce;
-  std::unique_ptr<sluice::perf::RawUcx> raw;
-  if (o.baseline == "bounce") {
-    sluice::Config c = (*ctx)->config();
-    c.rndv = false;
-    auto b = (*ctx)->create_engine({.numa = std::nullopt, .config = c});
-    if (!b.ok()) {
-      std::fprintf(stderr, "sluice-perf: bounce engine: %s\n", b.status().ToString().c_str());
-      return 1;
-    }
-    bounce = std::move(*b);
-  } else if (o.baseline == "ucx") {
-    auto r = sluice::perf::RawUcx::create((*ctx)->bootstrap(), static_cast<std::size_t>(o.offset));
-    if (!r.ok()) {
-      std::fprintf(stderr, "sluice-perf: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    raw = std::move(*r);
-  }
-  Bench bench(**ctx, **main_engine, bounce.get(), raw.get(), o);
-  if (auto s = bench.setup(); !s.ok()) {
-    std::fprintf(stderr, "sluice-perf: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (bench.rank() != 0) {
+  auto engines = create_engines(**ctx, o);
+  if (!engines.ok()) return failed(engines.status());
+  // cs mode: the server takes the client's settings into `o` here.
+  auto link = connect_sides(**ctx, *engines, o);
+  if (!link.ok()) return failed(link.status());
+  Bench bench(**ctx, *engines, *link, o);
+  if (auto s = bench.setup(); !s.ok()) return failed(s);
+  if (link->role() != 0) {
     bench.serve();
     return 0;
   }
-  std::vector<Row> rows;
-  bool tty = isatty(2);
-  auto started = Clock::now();
-  auto last_progress = started;
-  print_header(o);
-  for (const auto& test : o.tests) {
-    for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
-      Row row{test, size, o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline,
-              NAN,  ""};
-      if (test == "am_lat" || test == "rpc_lat" || test == "read" || test == "write") row.window = 1;
-      if (test == "bulk_bw" && !o.window) row.window = 16;
-      if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
-      if (test == "mixed" && bench.size() < 3) {
-        row.note = "skipped: needs 3 ranks or more";
-        rows.push_back(row);
-        print_row(row, o);
-        continue;
-      }
-      Cmd c{};
-      std::snprintf(c.test, sizeof(c.test), "%s", test.c_str());
-      c.size = size;
-      c.iters = row.iters;
-      c.warmup = o.warmup >= 0 ? o.warmup : std::max(1, row.iters / 10);
-      c.window = row.window;
-      std::vector<Figures> a, b;
-      for (int rep = 0; rep < o.repeats; ++rep) {
-        c.mode = 0;
-        a.push_back(bench.drive(c));
-        if (test == "mixed") {
-          // the same small RPCs with the streams off
-          Cmd idle = c;
-          std::snprintf(idle.test, sizeof(idle.test), "rpc_lat");
-          b.push_back(bench.drive(idle));
-        } else if (o.baseline == "ucx" || (o.baseline == "bounce" && test != "fanin")) {
-          c.mode = o.baseline == "ucx" ? 1 : 2;
-          b.push_back(bench.drive(c));
-        }
-        // Progress on stderr: rewritten in place on a terminal, a line every 10 s otherwise.
-        auto now = Clock::now();
-        if (tty && now - started > std::chrono::seconds(3)) {
-          std::fprintf(stderr, "\rsluice-perf: %s %s rep %d/%d   ", test.c_str(), sluice::format_size(size).c_str(),
-                       rep + 1, o.repeats);
-        } else if (!tty && now - last_progress > std::chrono::seconds(10)) {
-          last_progress = now;
-          std::fprintf(stderr, "sluice-perf: %s %s rep %d/%d\n", test.c_str(), sluice::format_size(size).c_str(),
-                       rep + 1, o.repeats);
-        }
-      }
-      row.sluice = median_of(a);
-      row.base = median_of(b);
-      row.ratio = headline_ratio(row);
-      if (test == "fanin") row.note = fanin_note(row);
-      if (test == "mixed") row.note = mixed_note(row);
-      rows.push_back(row);
-      if (tty && Clock::now() - started > std::chrono::seconds(3)) std::fprintf(stderr, "\r%60s\r", "");
-      print_row(row, o);
-    }
-  }
+  print_header(o, link->sides());
+  auto rows = measure(o, link->size(), [&](const Cmd& c) { return bench.drive(c); });
   bench.quit();
   print_json(rows, o);
   if (o.stats) {
-    std::printf("\n# sluice stats, rank 0, main engine\n%s", (*main_engine)->stats().to_text().c_str());
+    std::printf("\n# sluice stats, %s, main engine\n%s", link->cs() ? "the client" : "rank 0",
+                engines->main->stats().to_text().c_str());
   }
   return 0;
 }

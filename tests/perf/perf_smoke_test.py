@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """perf-smoke: every sluice-perf test runs briefly under sluice-run and prints well-formed CSV
-with the documented columns; bad flags give a usage message and exit 2. No timing checks."""
+with the documented columns, in rank mode and in client/server mode (-m cs, under sluice-run and
+as two processes started apart); bad flags give a usage message and exit 2. No timing checks."""
 import csv
 import io
 import json
@@ -15,7 +16,8 @@ RUN = os.path.join(BUILD, "apps/sluice-run")
 PERF = os.path.join(BUILD, "perf/sluice-perf")
 COMPARE = os.path.join(os.path.dirname(__file__), "../../scripts/compare")
 COLUMNS = ["test", "size", "iters", "window", "lat_p50_us", "lat_p99_us", "lat_avg_us", "bw_MBps", "rate_per_s",
-           "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio"]
+           "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio", "mode"]
+POINT_TO_POINT = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw"]
 
 
 def perf(ranks, *args, env=None):
@@ -25,16 +27,17 @@ def perf(ranks, *args, env=None):
 
 
 class PerfSmoke(unittest.TestCase):
-    def check_csv(self, out, tests):
+    def check_csv(self, out, tests, mode="rank"):
         rows = list(csv.DictReader(io.StringIO(out)))
         self.assertEqual(list(rows[0].keys()), COLUMNS)
         self.assertEqual(sorted({r["test"] for r in rows}), sorted(tests))
         for r in rows:
             int(r["size"]), int(r["iters"]), int(r["window"])
+            self.assertEqual(r["mode"], mode, r)
         return rows
 
     def test_point_to_point_tests_with_each_baseline(self):
-        tests = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw"]
+        tests = POINT_TO_POINT
         for baseline in ("ucx", "bounce", "none"):
             r = perf(2, "-t", ",".join(tests), "-s", "8,64K", "-n", "200", "-w", "10", "-r", "1", "--baseline", baseline,
                      "--format", "csv")
@@ -62,7 +65,8 @@ class PerfSmoke(unittest.TestCase):
         r = subprocess.run([PERF, "--help"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         for word in ("am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
-                     "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better"):
+                     "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
+                     "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server"):
             self.assertIn(word, r.stdout)
 
     def test_rows_appear_as_they_are_measured(self):
@@ -115,9 +119,69 @@ class PerfSmoke(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         data = json.loads(r.stdout)
         self.assertEqual(set(data[0].keys()), set(COLUMNS))
+        self.assertEqual(data[0]["mode"], "rank")
         r = perf(2, "-t", "am_lat", "-n", "100", "-r", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("ratio", r.stdout.splitlines()[0])
+        self.assertIn("# mode: rank (rank 0 against rank 1)", r.stdout)
+
+    def test_client_server_mode_under_sluice_run(self):
+        # Rank 0 listens on 127.0.0.1, port 0, and publishes the address through the bootstrap;
+        # rank 1 connects and drives. The bounce baseline's engines connect on a port of their own.
+        tests = POINT_TO_POINT + ["fanin"]
+        r = perf(2, "-m", "cs", "-t", ",".join(tests), "-s", "8,64K", "-n", "100", "-w", "5", "-r", "1", "--baseline",
+                 "bounce", "--format", "csv")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for row in self.check_csv(r.stdout, tests, mode="cs"):
+            self.assertEqual(row["baseline"], "budget" if row["test"] == "fanin" else "bounce", row)
+            self.assertNotEqual(row["ratio"], "", row)
+            if row["test"].endswith("_lat") or row["test"] in ("read", "write"):
+                self.assertGreater(float(row["lat_p50_us"]), 0, row)
+        # The raw UCX baseline still finds its peer through the launcher; the table names the mode.
+        r = perf(2, "-m", "cs", "-t", "am_lat,rpc_rate", "-n", "100", "-r", "1", "--baseline", "ucx")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("# mode: cs (a client against the server at 127.0.0.1:", r.stdout)
+        rows = [line.split() for line in r.stdout.splitlines() if line.startswith(("am_lat", "rpc_rate"))]
+        self.assertEqual([row[0] for row in rows], ["am_lat", "rpc_rate"], r.stdout)
+        self.assertEqual([row[-1] for row in rows], ["cs", "cs"], r.stdout)
+
+    def test_client_server_mode_over_the_stream_transport(self):
+        # SLUICE_CS_TRANSPORT=stream: the client's peers take Sluice's own TCP transport even on
+        # one host; both engines (the bounce baseline's too) connect and every row comes out.
+        tests = ["am_lat", "rpc_rate", "bulk_bw"]
+        r = perf(2, "-m", "cs", "-t", ",".join(tests), "-s", "8,64K", "-n", "50", "-w", "5", "-r", "1", "--baseline",
+                 "bounce", "--format", "csv", env={"SLUICE_CS_TRANSPORT": "stream"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for row in self.check_csv(r.stdout, tests, mode="cs"):
+            self.assertNotEqual(row["ratio"], "", row)
+
+    def test_client_server_mode_without_a_launcher(self):
+        # A server started alone prints where it listens; a client started apart connects, tells it
+        # the settings in its hello and drives; both exit 0. With a key file, both prove it.
+        with tempfile.TemporaryDirectory() as d:
+            key = os.path.join(d, "key")
+            with open(key, "wb") as f:
+                f.write(os.urandom(32))
+            os.chmod(key, 0o600)
+            env = dict(os.environ, SLUICE_AUTH_KEY_FILE=key)
+            server = subprocess.Popen([PERF, "-m", "cs", "--server", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env)
+            try:
+                line = server.stderr.readline()
+                m = re.search(r"listening on (\S+:\d+)", line)
+                self.assertIsNotNone(m, line)
+                tests = ["am_lat", "rpc_rate", "bulk_bw"]
+                r = subprocess.run([PERF, "-m", "cs", "--connect", m.group(1), "-t", ",".join(tests), "-s", "8,1M", "-n",
+                                    "100", "-w", "5", "-r", "1", "--rpc", "copy", "--format", "csv"], capture_output=True,
+                                   text=True, timeout=120, env=env)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.check_csv(r.stdout, tests, mode="cs")
+                _, err = server.communicate(timeout=60)
+                self.assertEqual(server.returncode, 0, err)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.wait()
 
     def test_compare_script_writes_every_source(self):
         # scripts/compare: sluice-perf against both baselines, and ucx_perftest's tag and
@@ -137,7 +201,9 @@ class PerfSmoke(unittest.TestCase):
                 self.assertGreater(float(x["lat_us"]), 0, x)
 
     def test_bad_flags_exit_2_with_usage(self):
-        for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpi"], ["--format", "xml"], ["-n", "0"], ["--what"]):
+        for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpi"], ["--format", "xml"], ["-n", "0"], ["--what"],
+                     ["-m", "tcp"], ["--server"], ["-m", "cs", "--connect", "nohost"],
+                     ["-m", "cs", "--server", "--connect", "127.0.0.1:1"]):
             r = perf(2, *args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn("usage", r.stderr)
