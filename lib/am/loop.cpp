@@ -54,7 +54,11 @@ void EngineCore::drain_completions() {
     std::uint32_t id = failed_eps_.back();
     failed_eps_.pop_back();
     PeerData& p = *peers_[id];
-    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
+    if (p.state == PeerState::kDead) continue;
+    // A stream the peer closed after its last frame: its BYE may be among what still waits for
+    // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
+    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason);
+    else fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
   }
 }
 

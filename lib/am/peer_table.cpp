@@ -64,7 +64,7 @@ void EngineCore::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Sta
 void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
   if (p.state == PeerState::kDead) return;
   // A stream that failed knows why (a send failing right after it would only say "failed").
-  if (std::string why = p.ep.failure(); !why.empty() && why != reason) {
+  if (std::string why = p.ep.failure(); code != absl::StatusCode::kCancelled && !why.empty() && why != reason) {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
     return;
   }

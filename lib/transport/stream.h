@@ -67,6 +67,9 @@ class StreamConn {
   int fd() const { return fd_; }
   const StreamOptions& options() const { return options_; }
   bool failed() const { return failed_; }
+  // It failed because the peer closed the connection between two frames (an orderly end, as
+  // far as the stream can tell: what it sent before may still wait for receives).
+  bool closed_by_peer() const { return closed_by_peer_; }
   // Bytes held for messages no receive has taken (at most StreamOptions::unexpected_max).
   std::size_t unexpected_bytes() const { return unexpected_bytes_; }
   const std::string& failure() const { return failure_; }
@@ -128,7 +131,7 @@ class StreamConn {
   Endpoint::ErrorCallback on_error_;
   void* arg_;
   int fd_ = -1;
-  bool failed_ = false, closed_ = false, out_armed_ = false;
+  bool failed_ = false, closed_ = false, out_armed_ = false, closed_by_peer_ = false;
   std::string failure_;
 
   // Receiving.

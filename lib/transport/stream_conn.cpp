@@ -209,8 +209,8 @@ std::size_t StreamConn::take(std::byte* dst, std::size_t n, bool ahead) {
     return got + more;
   }
   if (r == 0) {
-    fail(hdr_have_ == 0 && !in_body_ && got == 0 ? "its connection to us closed"
-                                                : "its connection closed in the middle of a frame");
+    closed_by_peer_ = hdr_have_ == 0 && !in_body_ && got == 0;
+    fail(closed_by_peer_ ? "its connection to us closed" : "its connection closed in the middle of a frame");
   } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
     would_block_ = true;
   } else {

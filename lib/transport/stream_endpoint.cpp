@@ -28,6 +28,8 @@ void Endpoint::attach(int fd) {
 
 std::string Endpoint::failure() const { return stream_ != nullptr ? stream_->failure() : std::string(); }
 
+bool Endpoint::closed_by_peer() const { return stream_ != nullptr && stream_->closed_by_peer(); }
+
 void Endpoint::close_stream() {
   hub_->close(stream_);
   stream_ = nullptr;

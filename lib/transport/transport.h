@@ -127,6 +127,8 @@ class Endpoint {
   // Stream endpoints: gives the connected socket (until then sends wait); why it failed.
   void attach(int fd);
   std::string failure() const;
+  // The peer closed the stream between frames: its last messages may still wait for receives.
+  bool closed_by_peer() const;
 
   PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const;
   // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the

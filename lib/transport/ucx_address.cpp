@@ -35,7 +35,7 @@ constexpr int kMaxName = 31;  // UCP_WORKER_ADDRESS_NAME_MAX - 1
 constexpr int kMaxDevices = 64;
 constexpr int kMaxMds = 64;
 constexpr int kMaxSysDevices = 64;
-constexpr int kMaxInterfaces = 128;  // UCP_MAX_RESOURCES, which UCX checks itself
+constexpr std::size_t kMaxInterfaces = 128;  // UCP_MAX_RESOURCES, which UCX checks itself
 constexpr std::size_t kAttrSizeV1 = 16;
 constexpr std::size_t kAttrSizeV2 = 8;
 constexpr std::uint32_t kV1ReservedBits = 0x3fc00000;  // between the packed flags and atomics
@@ -329,7 +329,7 @@ absl::Status Parser::device(bool* last) {
 }
 
 absl::Status Parser::interface(std::string_view dev_addr, std::size_t dev_at, bool* last) {
-  if (info_.interfaces == kMaxInterfaces) {
+  if (info_.interfaces.size() == kMaxInterfaces) {
     return error(pos_, absl::StrFormat("more than %d interfaces", kMaxInterfaces));
   }
   std::size_t at = pos_;
@@ -361,7 +361,7 @@ absl::Status Parser::interface(std::string_view dev_addr, std::size_t dev_at, bo
   if (auto why = tl->check_iface(iface_addr); !why.empty()) {
     return error(iface_at, absl::StrFormat("the %s interface address %s", tl->name, why));
   }
-  ++info_.interfaces;
+  info_.interfaces.push_back({tl->name, dev_addr, iface_addr});
   if (std::find(info_.transports.begin(), info_.transports.end(), tl->name) == info_.transports.end()) {
     info_.transports.push_back(tl->name);
   }

@@ -55,12 +55,17 @@
 
 namespace sluice::detail {
 
-// What an accepted address holds.
+// What an accepted address holds. The views point into the address given (and live as long).
 struct UcxAddressInfo {
+  struct Interface {
+    std::string_view transport;       // "tcp", "posix", ...
+    std::string_view device_address;  // as the transport packed them (a TCP one: flags, family, IP)
+    std::string_view iface_address;   // (a TCP one: the port, big-endian)
+  };
   int format = 0;  // UCX's address version: 1 (v1, UCX_ADDRESS_VERSION's default) or 2
   std::uint64_t worker_uuid = 0;
   int devices = 0;
-  int interfaces = 0;
+  std::vector<Interface> interfaces;
   std::vector<std::string_view> transports;  // distinct transport names, in address order
 };
 
