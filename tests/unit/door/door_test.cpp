@@ -190,6 +190,28 @@ TEST(DoorProofs, AProofHoldsOnlyForItsNoncesKindSlotAndAddress) {
   EXPECT_NE(random_nonce(), random_nonce());
 }
 
+TEST(DoorProofs, AnAcceptsLinkIsCoveredSoEncryptionCannotBeTurnedOffInFlight) {
+  auto key = Key::from_secret("0123456789abcdef-the-shared-secret");
+  Nonce nc = random_nonce(), ns = random_nonce();
+  auto aes = static_cast<std::uint8_t>(Link::kStreamAes);
+  Proof p = key->prove(ProofOf::kAccept, nc, ns, 3, "address", aes);
+  EXPECT_TRUE(key->verify(p, ProofOf::kAccept, nc, ns, 3, "address", aes));
+  for (Link other : {Link::kUcx, Link::kStream, Link::kStreamChaCha})
+    EXPECT_FALSE(key->verify(p, ProofOf::kAccept, nc, ns, 3, "address", static_cast<std::uint8_t>(other)))
+        << static_cast<int>(other);
+}
+
+TEST(DoorProofs, SessionKeysDifferByDirectionAndConnection) {
+  auto key = Key::from_secret("0123456789abcdef-the-shared-secret");
+  auto other = Key::from_secret("0123456789abcdef-another-secret!!");
+  Nonce nc = random_nonce(), ns = random_nonce();
+  Key::SessionKeys k = key->session_keys(nc, ns);
+  EXPECT_NE(k.client_to_server, k.server_to_client);
+  EXPECT_EQ(key->session_keys(nc, ns).client_to_server, k.client_to_server) << "both ends derive the same";
+  EXPECT_NE(key->session_keys(nc, random_nonce()).client_to_server, k.client_to_server) << "fresh per connection";
+  EXPECT_NE(other->session_keys(nc, ns).client_to_server, k.client_to_server) << "only the key's holders";
+}
+
 class KeyFiles : public ::testing::Test {
  protected:
   std::string write(const std::string& content, ::mode_t mode) {
