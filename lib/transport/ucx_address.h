@@ -39,8 +39,11 @@
 // bandwidth, a v2 AM segment under 256 B; and any transport it does not know (those of UCX 1.13.1
 // as Debian builds it: self, tcp, sysv, posix, cma, rc_verbs, rc_mlx5, dc_mlx5, ud_verbs,
 // ud_mlx5), or a known one whose device or interface address has the wrong size or flags.
-// What it cannot check: whether the addresses name anything real (a shared-memory segment, a
-// TCP port); UCX_UNIFIED_MODE set in a ucx.conf file (the environment variable is checked).
+// What it cannot check: what the addresses name. A well-formed address may name any shared-memory
+// segment or process of this host (UCX maps and writes it) or any TCP service (UCX 1.13.1 takes
+// its reply for its own header and asserts: tcp_ep.c:1404, found by the fuzz target), so it is
+// safe to connect to only as far as the peer is trusted; interfaces lists them for such checks.
+// Nor UCX_UNIFIED_MODE set in a ucx.conf file (the environment variable is checked).
 //
 // Built against a UCX other than 1.13 (UCP_API_MAJOR/MINOR), it refuses every address with
 // kFailedPrecondition: the format is UCX's internal one and changes between releases.
@@ -69,7 +72,8 @@ struct UcxAddressInfo {
   std::vector<std::string_view> transports;  // distinct transport names, in address order
 };
 
-// kOk when UCX 1.13.1's ucp_ep_create may be given `address`; else kInvalidArgument naming the
+// kOk when UCX 1.13.1's ucp_ep_create reads `address` safely (whether what it names may be
+// trusted is the caller's matter: UcxAddressInfo::interfaces); else kInvalidArgument naming the
 // offset and what is wrong (kFailedPrecondition when this UCX or its mode is not the one known).
 absl::Status check_ucx_address(std::string_view address);
 absl::StatusOr<UcxAddressInfo> parse_ucx_address(std::string_view address);

@@ -4,15 +4,20 @@
 // endpoint is closed by force: an accepted address that makes UCX assert, crash or read past the
 // input (the copy is exactly its size, for ASan) is a finding.
 //
-// The local context leaves out the shared-memory transports (^sm; SLUICE_FUZZ_UCX_TLS changes
-// it): an accepted address may name any segment or process of this host, and UCX would map and
-// write it (a matter of trusting the peer, not of parsing); ucp_address_unpack still reads their
-// entries.
+// What no validation of the format can refuse is left out, as a matter of trusting the peer, not
+// of parsing: the local context has no shared-memory transports (^sm; SLUICE_FUZZ_UCX_TLS changes
+// it), since an accepted address may name any segment or process of this host, which UCX would
+// map and write; and an address whose TCP interfaces are not those of the target's own peer is
+// validated but not connected to, since it may name any TCP service, whose first reply UCX 1.13.1
+// takes for its own header (an HTTP reply aborts it: tcp_ep.c:1404), and which would receive
+// UCX's bytes. ucp_address_unpack still reads the shared-memory entries; the addresses naming
+// another TCP service reach the validator only.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -86,12 +91,38 @@ void on_error(void*, ucp_ep_h, ucs_status_t) {}
 
 // How much of the run reached UCX, said at exit.
 struct Counts {
-  std::size_t inputs = 0, accepted = 0, endpoints = 0;
+  std::size_t inputs = 0, accepted = 0, other_tcp = 0, endpoints = 0;
   ~Counts() {
-    std::fprintf(stderr, "ucx_address_fuzz: %zu inputs, %zu accepted, %zu endpoints created\n", inputs, accepted,
-                 endpoints);
+    std::fprintf(stderr,
+                 "ucx_address_fuzz: %zu inputs, %zu accepted, %zu of them naming a TCP service other than the "
+                 "peer, %zu endpoints created\n",
+                 inputs, accepted, other_tcp, endpoints);
   }
 } counts;
+
+// Whether every TCP interface of `address` is one of the peer's (its device and port).
+bool tcp_only_to_peer(const sluice::detail::UcxAddressInfo& address) {
+  static const std::string peer_address = [] {
+    if (ucx().peer == nullptr) return std::string();
+    ucp_address_t* a = nullptr;
+    std::size_t n = 0;
+    if (ucp_worker_get_address(ucx().peer, &a, &n) != UCS_OK) std::abort();
+    std::string out(reinterpret_cast<const char*>(a), n);
+    ucp_worker_release_address(ucx().peer, a);
+    return out;
+  }();
+  static const auto peer = sluice::detail::parse_ucx_address(peer_address);
+  for (const auto& i : address.interfaces) {
+    if (i.transport != "tcp") continue;
+    if (!peer.ok()) return false;
+    bool known = false;
+    for (const auto& p : peer->interfaces) {
+      known |= p.device_address == i.device_address && p.iface_address == i.iface_address;
+    }
+    if (!known) return false;
+  }
+  return true;
+}
 
 // Connects to `address`, lets the wireup start, and closes by force.
 void connect_and_close(const std::vector<char>& address) {
@@ -121,12 +152,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ++counts.inputs;
   std::vector<char> copy(size);  // exact size: ASan catches any read past it
   if (size) std::memcpy(copy.data(), data, size);
-  absl::Status s = sluice::detail::check_ucx_address(std::string_view(copy.data(), copy.size()));
-  if (!s.ok()) {
-    if (s.message().empty()) std::abort();  // every refusal says why
+  auto info = sluice::detail::parse_ucx_address(std::string_view(copy.data(), copy.size()));
+  if (!info.ok()) {
+    if (info.status().message().empty()) std::abort();  // every refusal says why
     return 0;
   }
   ++counts.accepted;
+  if (!tcp_only_to_peer(*info)) {
+    ++counts.other_tcp;
+    return 0;
+  }
   connect_and_close(copy);
   return 0;
 }
