@@ -118,7 +118,10 @@ bool EngineCore::progress() {
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
+    // What handlers send meanwhile leaves in one write per stream peer, at the end.
+    worker_->hold_sends();
     drain_completions();
+    worker_->release_sends();
   }
   if (has_posted_.load(std::memory_order_acquire)) [[unlikely]] {
     any = true;

@@ -68,6 +68,12 @@ bool StreamHub::progress() {
   return n > 0;
 }
 
+void StreamHub::release() {
+  holding_ = false;
+  for (StreamConn* c : dirty_) c->flush();  // a closed one (still allocated) writes nothing
+  dirty_.clear();
+}
+
 StreamMsg* StreamHub::take_unexpected(Tag tag, Tag mask) {
   for (StreamConn* c : conns_)
     if (StreamMsg* m = c->take_unexpected(tag, mask)) return m;

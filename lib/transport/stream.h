@@ -85,6 +85,8 @@ class StreamConn {
   // Force close: every send and receive still open completes with kCancelled (callbacks run
   // now); the socket closes.
   void close();
+  // Writes what waits (the hub's release of held sends).
+  void flush();
 
   // epoll readiness.
   void on_readable();
@@ -112,7 +114,9 @@ class StreamConn {
   Send* new_send(TransportOp* op, const std::byte* payload, std::size_t len);
   void queue(Send* s);
   void queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id);
-  void flush();
+  // While the hub holds sends: a small frame is copied into out_ (it has left, as far as the
+  // caller is concerned) and the connection written once, at release. False when it cannot.
+  bool hold_frame(const std::byte* header, const void* payload, std::size_t len);
   bool flush_plain();
   bool flush_sealed();
   // Appends sealed frames to the seal buffer while there is room; false when nothing was added.
@@ -145,6 +149,7 @@ class StreamConn {
   std::size_t hdr_have_ = 0;
   bool in_body_ = false;
   bool would_block_ = false;
+  bool drained_ = false;  // this readiness event's last read came back short
   stream::Header cur_{};
   Sink sink_ = Sink::kDiscard;
   StreamRecv body_recv_{};              // Sink::kRecv
@@ -156,6 +161,8 @@ class StreamConn {
   stream::Cipher rx_cipher_;
 
   // Sending.
+  std::vector<std::byte> out_;  // plain: copied frames, written before tx_
+  std::size_t out_off_ = 0;
   std::deque<Send*> tx_;                               // frames to write, in order
   std::unordered_map<std::uint64_t, Send*> rts_sent_;  // transfers waiting for their CTS
   std::uint64_t next_transfer_ = 1;
@@ -190,6 +197,12 @@ class StreamHub {
   void close(StreamConn* c);
   void watch(StreamConn* c, std::uint32_t events, bool add);
   bool progress();
+  // Sends made between hold() and release() (the replies of one pass of handlers) are written
+  // once per connection at release: one system call for many small messages.
+  void hold() { holding_ = true; }
+  void release();
+  bool holding() const { return holding_; }
+  void dirty(StreamConn* c) { dirty_.push_back(c); }
   StreamMsg* take_unexpected(Tag tag, Tag mask);
   bool has_unexpected(Tag tag, Tag mask) const;
 
@@ -197,6 +210,8 @@ class StreamHub {
   int epoll_fd_ = -1;
   std::vector<StreamConn*> conns_;
   std::vector<StreamConn*> closed_;
+  bool holding_ = false;
+  std::vector<StreamConn*> dirty_;  // written at release()
 };
 
 }  // namespace sluice::detail

@@ -197,10 +197,16 @@ std::size_t StreamConn::take(std::byte* dst, std::size_t n, bool ahead) {
     if (got == n) return got;
   }
   ahead_begin_ = ahead_end_ = 0;
+  if (drained_) {  // the last read took less than it asked: the socket is empty (epoll says when not)
+    would_block_ = true;
+    return got;
+  }
   // Read ahead only while no DATA frame can come: its payload goes straight to its buffer.
   bool refill = ahead && awaiting_.empty();
-  ssize_t r = refill ? ::recv(fd_, ahead_.get(), kAheadSize, 0) : ::recv(fd_, dst + got, n - got, 0);
+  std::size_t want = refill ? kAheadSize : n - got;
+  ssize_t r = refill ? ::recv(fd_, ahead_.get(), want, 0) : ::recv(fd_, dst + got, want, 0);
   if (r > 0) {
+    drained_ = static_cast<std::size_t>(r) < want;
     if (!refill) return got + static_cast<std::size_t>(r);
     ahead_end_ = static_cast<std::size_t>(r);
     std::size_t more = std::min(n - got, ahead_end_);
@@ -221,7 +227,7 @@ std::size_t StreamConn::take(std::byte* dst, std::size_t n, bool ahead) {
 
 void StreamConn::on_readable() {
   if (failed_ || closed_ || fd_ < 0) return;
-  would_block_ = false;
+  would_block_ = drained_ = false;
   // A bounded number of steps (a header, or a body piece each) before other connections get
   // their turn.
   for (int steps = 0; steps < 512 && !failed_ && !closed_ && !would_block_; ++steps) {

@@ -46,11 +46,13 @@ PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t l
   if (tx_cipher_.on() && tx_.empty()) {
     // Sealed into the seal buffer now: a copy, so the caller's buffer is free at once.
     seal_frame(header, payload, len);
-    flush();
+    if (hub_->holding()) hub_->dirty(this);
+    else flush();
     return failed_ ? PostResult{Post::kError, absl::StatusCode::kUnavailable} : PostResult{Post::kDone};
   }
+  if (hold_frame(header, payload, len)) return {Post::kDone};
   ssize_t n = 0;
-  if (tx_.empty() && fd_ >= 0) {
+  if (tx_.empty() && out_off_ == out_.size() && fd_ >= 0) {
     // Nothing ahead of it: straight from the caller's buffer.
     iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<std::byte*>(payload), len}};
     n = send_iov(fd_, iov, len != 0 ? 2 : 1);
@@ -93,9 +95,12 @@ PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
   stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
   if (tx_cipher_.on()) {
     seal_frame(header, static_cast<const std::byte*>(buf), len);
-    flush();
+    if (hub_->holding()) hub_->dirty(this);
+    else flush();
     return {Post::kDone};
   }
+  if (hold_frame(header, buf, len)) return {Post::kDone};
+  if (out_off_ != out_.size()) return {Post::kError, absl::StatusCode::kResourceExhausted};
   iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<void*>(buf), len}};
   ssize_t n = send_iov(fd_, iov, len != 0 ? 2 : 1);
   if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) return {Post::kDone};
@@ -114,6 +119,22 @@ PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
   tx_head_done_ = static_cast<std::size_t>(n);
   want_out(true);
   return {Post::kDone};
+}
+
+bool StreamConn::hold_frame(const std::byte* header, const void* payload, std::size_t len) {
+  // Small frames only (a copy each), behind nothing queued, and not beyond a bound.
+  constexpr std::size_t kHoldFrameMax = 1024, kOutMax = 256 * 1024;
+  if (!hub_->holding() || !tx_.empty() || len > kHoldFrameMax || out_.size() > kOutMax) return false;
+  if (out_off_ == out_.size()) {
+    out_.clear();
+    out_off_ = 0;
+    hub_->dirty(this);
+  }
+  std::size_t at = out_.size();
+  out_.resize(at + stream::kHeaderSize + len);
+  std::memcpy(out_.data() + at, header, stream::kHeaderSize);
+  if (len != 0) std::memcpy(out_.data() + at + stream::kHeaderSize, payload, len);
+  return true;
 }
 
 void StreamConn::queue(Send* s) {
@@ -170,16 +191,18 @@ void StreamConn::on_writable() {
 }
 
 void StreamConn::flush() {
-  if (fd_ < 0) return;  // not attached yet: attach() flushes
+  if (fd_ < 0 || failed_ || closed_) return;  // not attached yet (attach() flushes), or gone
   bool done = tx_cipher_.on() ? flush_sealed() : flush_plain();
   if (!failed_ && !closed_) want_out(!done);
 }
 
 // Writes what is queued; true when all of it went, false when the socket is full (or failed).
 bool StreamConn::flush_plain() {
-  while (!tx_.empty()) {
+  while (!tx_.empty() || out_off_ != out_.size()) {
     iovec iov[kMaxIov];
     int n = 0;
+    const std::size_t held = out_.size() - out_off_;  // copied frames go first
+    if (held != 0) iov[n++] = {out_.data() + out_off_, held};
     std::size_t skip = tx_head_done_;
     for (Send* s : tx_) {
       if (n + 2 > kMaxIov) break;
@@ -195,6 +218,10 @@ bool StreamConn::flush_plain() {
       return false;
     }
     auto left = static_cast<std::size_t>(w);
+    std::size_t from_out = std::min(left, held);
+    out_off_ += from_out;
+    left -= from_out;
+    if (out_off_ != out_.size()) return false;  // the socket is full
     while (!tx_.empty()) {
       Send* s = tx_.front();
       std::size_t rest = stream::kHeaderSize + s->payload_len - tx_head_done_;

@@ -171,6 +171,17 @@ class Worker {
   Endpoint stream_endpoint(StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
   // The stream connections' epoll fd, to sleep on beside event_fd(); -1 when there are none.
   int stream_fd() const;
+  // Small sends to stream endpoints between hold_sends() and release_sends() are copied and
+  // written once per connection at release (a pass of handlers answering many requests pays
+  // one system call per peer). Nothing for UCX endpoints.
+  void hold_sends() {
+    if (streams_) [[unlikely]]
+      hold_streams();
+  }
+  void release_sends() {
+    if (streams_) [[unlikely]]
+      release_streams();
+  }
 
   // Receives always complete through the callback (UCP_OP_ATTR_FLAG_NO_IMM_CMPL). Completing
   // in place would be cheaper, but UCX 1.13.1 was seen to leave recv_info.tag_info unfilled
@@ -215,6 +226,8 @@ class Worker {
   static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
                                                 const char* what);
   bool stream_progress();
+  void hold_streams();
+  void release_streams();
   bool progress_with_streams();
   void* worker_ = nullptr;
   int efd_ = -1;
