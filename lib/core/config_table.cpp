@@ -407,7 +407,7 @@ std::vector<Field> door_vars() {
                "such client, a client refuses a server that does not), off (a client still "
                "follows a server that encrypts). Needs SLUICE_AUTH_KEY_FILE: the keys come from "
                "the door's authenticated handshake. AES-256-GCM where both CPUs have AES-NI, "
-               "else ChaCha20-Poly1305 (libsodium).",
+               "else ChaCha20-Poly1305 (OpenSSL).",
                &Config::encrypt, {{"off", Encrypt::kOff}, {"on", Encrypt::kOn}}),
       enum_var("SLUICE_CS_TRANSPORT", "door", "auto",
                "What carries a client/server peer's data, chosen by the server when it admits the "

@@ -168,8 +168,13 @@ class StreamConn {
   std::uint64_t next_transfer_ = 1;
   std::size_t tx_head_done_ = 0;  // plain: bytes of tx_.front() written
   stream::Cipher tx_cipher_;
-  std::vector<std::byte> sealed_;  // sealed bytes not yet written
-  std::size_t sealed_off_ = 0;
+  // Sealed bytes not yet written: [sealed_off_, sealed_len_) of sealed_ (grown, never zeroed).
+  std::unique_ptr<std::byte[]> sealed_;
+  std::size_t sealed_cap_ = 0, sealed_len_ = 0, sealed_off_ = 0;
+  // Room for `n` more sealed bytes at the end (what is written is dropped from the front first).
+  std::byte* sealed_room(std::size_t n);
+  // Seals `len` bytes of `src` (a header or a body piece) and its tag onto the end.
+  void seal_piece(const std::byte* src, std::size_t len);
   std::size_t seal_head_done_ = 0;  // sealed: payload bytes of tx_.front() sealed (header first)
   bool seal_head_started_ = false;
 };

@@ -1,8 +1,7 @@
 // Encryption of the stream transport (internal): an AEAD per direction, keys from the front
-// door's handshake, libsodium underneath (no cryptography is written here).
+// door's handshake, OpenSSL 3's EVP underneath (no cryptography is written here).
 //
-// AES-256-GCM where both sides' CPUs have AES-NI (libsodium's implementation needs it), else
-// ChaCha20-Poly1305 (IETF). Each sealed piece (a frame header, or up to kSealChunk bytes of a
+// AES-256-GCM where both sides' CPUs have AES-NI, else ChaCha20-Poly1305 (IETF). Each sealed piece (a frame header, or up to kSealChunk bytes of a
 // body) is its own AEAD message with a 96-bit nonce that is the piece's number in its direction
 // (a counter from 0): a piece replayed, reordered, dropped or altered fails to open, and the
 // connection fails with it. Sealing and opening work in place: a body is decrypted in the
@@ -36,6 +35,8 @@ class Cipher {
   Suite suite() const { return suite_; }
   // Encrypts `len` bytes at `buf` in place and writes the tag at `mac` (kMacSize bytes).
   void seal(std::byte* buf, std::size_t len, std::byte* mac);
+  // The same from `src` into `dst` (one pass: no copy first).
+  void seal_to(std::byte* dst, const std::byte* src, std::size_t len, std::byte* mac);
   // Decrypts in place; false (and the bytes are garbage) when the tag does not match: a forged,
   // altered, replayed or reordered piece.
   bool open(std::byte* buf, std::size_t len, const std::byte* mac);
@@ -45,7 +46,7 @@ class Cipher {
   Suite suite_ = Suite::kNone;
   std::uint64_t counter_ = 0;
   SessionKey key_{};
-  void* aes_state_ = nullptr;  // crypto_aead_aes256gcm_state, expanded once
+  void* ctx_ = nullptr;  // EVP_CIPHER_CTX, keyed once
 };
 
 }  // namespace sluice::detail::stream

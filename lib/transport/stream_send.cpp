@@ -89,7 +89,7 @@ StreamConn::Send* StreamConn::new_send(TransportOp* op, const std::byte* payload
 PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
   if (failed_ || closed_) [[unlikely]]
     return {Post::kError, absl::StatusCode::kUnavailable};
-  if (!tx_.empty() || fd_ < 0 || len > options_.eager_max || sealed_off_ != sealed_.size())
+  if (!tx_.empty() || fd_ < 0 || len > options_.eager_max || sealed_off_ != sealed_len_)
     return {Post::kError, absl::StatusCode::kResourceExhausted};
   std::byte header[stream::kHeaderSize];
   stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
@@ -239,40 +239,52 @@ bool StreamConn::flush_plain() {
   return true;
 }
 
+std::byte* StreamConn::sealed_room(std::size_t n) {
+  if (sealed_off_ == sealed_len_) sealed_off_ = sealed_len_ = 0;
+  if (sealed_len_ + n <= sealed_cap_) return sealed_.get() + sealed_len_;
+  // Move what waits to the front, into a larger buffer when that is not enough.
+  std::size_t pending = sealed_len_ - sealed_off_;
+  std::size_t cap = std::max(sealed_cap_, std::max(pending + n, kSealedCap + 2 * stream::kSealChunk));
+  std::unique_ptr<std::byte[]> bigger(cap == sealed_cap_ ? nullptr : new std::byte[cap]);
+  std::byte* to = bigger ? bigger.get() : sealed_.get();
+  if (pending != 0) std::memmove(to, sealed_.get() + sealed_off_, pending);
+  if (bigger) {
+    sealed_ = std::move(bigger);
+    sealed_cap_ = cap;
+  }
+  sealed_off_ = 0;
+  sealed_len_ = pending;
+  return sealed_.get() + sealed_len_;
+}
+
+void StreamConn::seal_piece(const std::byte* src, std::size_t len) {
+  std::byte* at = sealed_room(len + stream::kMacSize);
+  tx_cipher_.seal_to(at, src, len, at + len);
+  sealed_len_ += len + stream::kMacSize;
+}
+
 void StreamConn::seal_frame(const std::byte* header, const std::byte* payload, std::size_t len) {
-  std::size_t at = sealed_.size();
-  sealed_.resize(at + stream::kHeaderSize + stream::kMacSize);
-  std::memcpy(sealed_.data() + at, header, stream::kHeaderSize);
-  tx_cipher_.seal(sealed_.data() + at, stream::kHeaderSize, sealed_.data() + at + stream::kHeaderSize);
+  seal_piece(header, stream::kHeaderSize);
   for (std::size_t done = 0; done < len;) {
     std::size_t piece = std::min(stream::kSealChunk, len - done);
-    at = sealed_.size();
-    sealed_.resize(at + piece + stream::kMacSize);
-    std::memcpy(sealed_.data() + at, payload + done, piece);
-    tx_cipher_.seal(sealed_.data() + at, piece, sealed_.data() + at + piece);
+    seal_piece(payload + done, piece);
     done += piece;
   }
 }
 
 bool StreamConn::seal_more() {
   bool added = false;
-  while (!tx_.empty() && sealed_.size() - sealed_off_ < kSealedCap) {
+  while (!tx_.empty() && sealed_len_ - sealed_off_ < kSealedCap) {
     Send* s = tx_.front();
     if (!seal_head_started_) {
-      std::size_t at = sealed_.size();
-      sealed_.resize(at + stream::kHeaderSize + stream::kMacSize);
-      std::memcpy(sealed_.data() + at, s->header, stream::kHeaderSize);
-      tx_cipher_.seal(sealed_.data() + at, stream::kHeaderSize, sealed_.data() + at + stream::kHeaderSize);
+      seal_piece(s->header, stream::kHeaderSize);
       seal_head_started_ = true;
       seal_head_done_ = 0;
       added = true;
     }
-    while (seal_head_done_ < s->payload_len && sealed_.size() - sealed_off_ < kSealedCap) {
+    while (seal_head_done_ < s->payload_len && sealed_len_ - sealed_off_ < kSealedCap) {
       std::size_t piece = std::min(stream::kSealChunk, s->payload_len - seal_head_done_);
-      std::size_t at = sealed_.size();
-      sealed_.resize(at + piece + stream::kMacSize);
-      std::memcpy(sealed_.data() + at, s->payload + seal_head_done_, piece);
-      tx_cipher_.seal(sealed_.data() + at, piece, sealed_.data() + at + piece);
+      seal_piece(s->payload + seal_head_done_, piece);
       seal_head_done_ += piece;
       added = true;
     }
@@ -288,24 +300,17 @@ bool StreamConn::seal_more() {
 
 bool StreamConn::flush_sealed() {
   while (true) {
-    if (sealed_off_ == sealed_.size()) {
-      sealed_.clear();
-      sealed_off_ = 0;
-    } else if (sealed_off_ > kSealedCap) {
-      sealed_.erase(sealed_.begin(), sealed_.begin() + static_cast<std::ptrdiff_t>(sealed_off_));
-      sealed_off_ = 0;
-    }
     seal_more();
     if (failed_ || closed_) return false;
-    if (sealed_off_ == sealed_.size()) return true;
-    iovec iov{sealed_.data() + sealed_off_, sealed_.size() - sealed_off_};
+    if (sealed_off_ == sealed_len_) return true;
+    iovec iov{sealed_.get() + sealed_off_, sealed_len_ - sealed_off_};
     ssize_t w = send_iov(fd_, &iov, 1);
     if (w < 0) {
       if (!would_block(w)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
       return false;
     }
     sealed_off_ += static_cast<std::size_t>(w);
-    if (sealed_off_ < sealed_.size()) return false;
+    if (sealed_off_ < sealed_len_) return false;
   }
 }
 
