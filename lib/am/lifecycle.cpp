@@ -9,8 +9,8 @@
 #include <absl/strings/str_join.h>
 
 #include "am/engine_core.h"
-#include "core/net.h"
 #include "core/log.h"
+#include "core/net.h"
 
 namespace sluice::detail {
 

@@ -159,8 +159,8 @@ void EngineCore::sleep_until(Clock::time_point until) {
   if (door_) until = std::min(until, door_->next_deadline());
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
-  pollfd fds[3] = {{worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0},
-                   {worker_->stream_fd(), POLLIN, 0}};
+  pollfd fds[3] = {
+      {worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
   if (ms > 0) ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
   if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
     door_due_ = Clock::now() + kDoorEvery;

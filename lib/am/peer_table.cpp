@@ -323,9 +323,9 @@ absl::StatusOr<door::Link> EngineCore::choose_link(PeerData& p, const Door::Admi
     return absl::PermissionDeniedError(
         "encryption (SLUICE_ENCRYPT=on) needs a client that proved the key: set SLUICE_AUTH_KEY_FILE");
   }
-  door::Link link = !encrypt ? door::Link::kStream
+  door::Link link = !encrypt                                                          ? door::Link::kStream
                     : stream::aes_available() && (a.client_link & door::kCanAes) != 0 ? door::Link::kStreamAes
-                                                                                     : door::Link::kStreamChaCha;
+                                                                                      : door::Link::kStreamChaCha;
   p.ep = stream_endpoint(p, link, a.keys, /*client=*/false);
   return link;
 }

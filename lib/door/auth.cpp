@@ -83,8 +83,8 @@ std::unique_ptr<Key> Key::from_secret(std::string_view secret) {
 
 Key::~Key() { sodium_memzero(key_, sizeof(key_)); }
 
-Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot,
-                 std::string_view address, std::uint8_t link) const {
+Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot, std::string_view address,
+                 std::uint8_t link) const {
   static_assert(kProofSize == crypto_auth_hmacsha256_BYTES);
   crypto_auth_hmacsha256_state st;
   crypto_auth_hmacsha256_init(&st, key_, sizeof(key_));

@@ -84,9 +84,9 @@ struct Door::Conn {
   std::size_t out_off = 0;
   bool want_out = false;  // EPOLLOUT is watched
   door::Nonce client_nonce{}, server_nonce{};
-  std::uint32_t our_slot = 0;   // client: ours, sent in the proof
-  std::uint32_t link_slot = 0;  // server, kClosing: the slot whose link this becomes
-  bool becomes_link = false;    // server, kClosing after ACCEPT
+  std::uint32_t our_slot = 0;          // client: ours, sent in the proof
+  std::uint32_t link_slot = 0;         // server, kClosing: the slot whose link this becomes
+  bool becomes_link = false;           // server, kClosing after ACCEPT
   door::Link link = door::Link::kUcx;  // server, after ACCEPT: a stream goes to the owner
   bool peer_authenticated = false;
   AuthMode server_mode = AuthMode::kOff;  // client: what the server asked for
@@ -460,8 +460,8 @@ void Door::serve_frame(Conn& c) {
   bool authenticated = false;
   if (auth_on) {
     if (cred.has_proof) {
-      if (!options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot,
-                                cred.address, cred.link)) {
+      if (!options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot, cred.address,
+                                cred.link)) {
         c_.refused_auth->add();
         SLUICE_LOG_RATE_LIMITED(kWarn, "door",
                                 "client %s refused: its proof does not match our key "

@@ -57,8 +57,8 @@ class Door {
     std::uint32_t slot;   // its index for us: the slot we put in tags to it
     std::string address;  // its UCX worker address
     bool authenticated;
-    std::uint8_t client_link;                          // what it can do (kCanAes, kWantsEncryption)
-    std::optional<door::Key::SessionKeys> keys;        // authenticated both ways: the stream's keys
+    std::uint8_t client_link;                    // what it can do (kCanAes, kWantsEncryption)
+    std::optional<door::Key::SessionKeys> keys;  // authenticated both ways: the stream's keys
   };
   // What admit() decided: our slot for it, how its data travels.
   struct Admitted {

@@ -50,7 +50,7 @@ struct StreamRecv {
 struct StreamMsg {
   Tag tag = 0;
   std::size_t length = 0;
-  std::uint64_t transfer = 0;         // an RTS: the sender's transfer id; 0: EAGER
+  std::uint64_t transfer = 0;          // an RTS: the sender's transfer id; 0: EAGER
   std::unique_ptr<std::byte[]> bytes;  // EAGER
   class StreamConn* conn = nullptr;
 };
@@ -152,7 +152,7 @@ class StreamConn {
   bool drained_ = false;  // this readiness event's last read came back short
   stream::Header cur_{};
   Sink sink_ = Sink::kDiscard;
-  StreamRecv body_recv_{};              // Sink::kRecv
+  StreamRecv body_recv_{};               // Sink::kRecv
   std::unique_ptr<StreamMsg> body_msg_;  // Sink::kUnexpected
   std::byte* body_dst_ = nullptr;
   std::size_t body_len_ = 0, body_done_ = 0, piece_have_ = 0, mac_have_ = 0;

@@ -286,8 +286,8 @@ bool StreamConn::handle_header(const stream::Header& h) {
       return true;
     }
     case stream::Kind::kRts: {
-      bool again = awaiting_.count(h.id) != 0 ||
-                   std::any_of(unexpected_.begin(), unexpected_.end(), [&](const auto& m) { return m->transfer == h.id; });
+      bool again = awaiting_.count(h.id) != 0 || std::any_of(unexpected_.begin(), unexpected_.end(),
+                                                             [&](const auto& m) { return m->transfer == h.id; });
       if (again) {
         fail(absl::StrFormat("announced transfer %u twice", h.id));
         return false;

@@ -6,9 +6,9 @@
 #include <sodium.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <utility>
-#include <cstring>
 
 #include "transport/stream_frame.h"
 
@@ -37,8 +37,8 @@ Cipher::Cipher(Suite suite, const SessionKey& key) : suite_(suite), key_(key) {
   // cannot be made (out of memory) leaves the cipher failing every piece.
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   const EVP_CIPHER* c = suite == Suite::kAes256Gcm ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
-  if (ctx != nullptr && EVP_CipherInit_ex(ctx, c, nullptr, reinterpret_cast<const unsigned char*>(key_.data()),
-                                          nullptr, -1) == 1) {
+  if (ctx != nullptr &&
+      EVP_CipherInit_ex(ctx, c, nullptr, reinterpret_cast<const unsigned char*>(key_.data()), nullptr, -1) == 1) {
     ctx_ = ctx;
   } else {
     EVP_CIPHER_CTX_free(ctx);

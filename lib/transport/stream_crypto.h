@@ -1,11 +1,11 @@
 // Encryption of the stream transport (internal): an AEAD per direction, keys from the front
 // door's handshake, OpenSSL 3's EVP underneath (no cryptography is written here).
 //
-// AES-256-GCM where both sides' CPUs have AES-NI, else ChaCha20-Poly1305 (IETF). Each sealed piece (a frame header, or up to kSealChunk bytes of a
-// body) is its own AEAD message with a 96-bit nonce that is the piece's number in its direction
-// (a counter from 0): a piece replayed, reordered, dropped or altered fails to open, and the
-// connection fails with it. Sealing and opening work in place: a body is decrypted in the
-// buffer it was received into, the landing the handler chose.
+// AES-256-GCM where both sides' CPUs have AES-NI, else ChaCha20-Poly1305 (IETF). Each sealed piece (a frame header, or
+// up to kSealChunk bytes of a body) is its own AEAD message with a 96-bit nonce that is the piece's number in its
+// direction (a counter from 0): a piece replayed, reordered, dropped or altered fails to open, and the connection fails
+// with it. Sealing and opening work in place: a body is decrypted in the buffer it was received into, the landing the
+// handler chose.
 #pragma once
 
 #include <array>

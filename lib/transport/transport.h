@@ -58,13 +58,13 @@ class StreamHub;
 
 // A stream endpoint (stream.h): Sluice's own transport over a TCP connection.
 struct StreamOptions {
-  std::string name;                                // in logs: "client 10.0.0.7:40312"
-  std::size_t eager_max = 8192;                    // sends up to this go at once; larger ones wait for the receiver
-  std::size_t frame_max = 64 * 1024;               // the largest eager frame accepted from the peer
+  std::string name;                                   // in logs: "client 10.0.0.7:40312"
+  std::size_t eager_max = 8192;                       // sends up to this go at once; larger ones wait for the receiver
+  std::size_t frame_max = 64 * 1024;                  // the largest eager frame accepted from the peer
   std::size_t unexpected_max = std::size_t{1} << 20;  // bytes held for no posted receive; beyond: the peer fails
-  Tag tag_mask = 0, tag_value = 0;                 // every tag the peer sends has these bits; else it fails
-  std::uint8_t suite = 0;                          // stream::Suite: 0 plain, else encrypted both ways
-  std::array<std::byte, 32> tx_key{}, rx_key{};    // with a suite: our direction's key and the peer's
+  Tag tag_mask = 0, tag_value = 0;                    // every tag the peer sends has these bits; else it fails
+  std::uint8_t suite = 0;                             // stream::Suite: 0 plain, else encrypted both ways
+  std::array<std::byte, 32> tx_key{}, rx_key{};       // with a suite: our direction's key and the peer's
 };
 
 class TransportContext {
@@ -163,8 +163,8 @@ class Worker {
   // The packed address other processes connect to.
   const std::string& address() const { return address_; }
 
-  // Endpoint towards a worker address (checked first: check_ucx_address), in peer error mode; `on_error(arg, status)` runs inside
-  // progress() when UCX declares the endpoint failed.
+  // Endpoint towards a worker address (checked first: check_ucx_address), in peer error mode; `on_error(arg, status)`
+  // runs inside progress() when UCX declares the endpoint failed.
   absl::StatusOr<Endpoint> connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg);
   // A stream endpoint (stream.h) whose socket comes later (Endpoint::attach); `on_error(arg,
   // status)` runs inside progress() when the connection fails (Endpoint::failure() says why).

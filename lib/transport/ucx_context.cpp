@@ -1,0 +1,179 @@
+// The UCX context: the transports Sluice asks of UCX (shared-memory error handling, the FIFO
+// size, CMA when it works, no TCP outside rank mode) and what it reports.
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include <absl/strings/str_format.h>
+
+#include "core/log.h"
+#include "transport/transport.h"
+#include "transport/ucx.h"
+
+namespace sluice::detail {
+namespace {
+
+ucp_context_h ctx_of(void* p) { return static_cast<ucp_context_h>(p); }
+
+// CMA moves rendezvous payloads between local processes with one copy; it needs ptrace
+// permission between them (Yama, seccomp in containers). A child reading its parent's memory
+// is refused under the same rules that refuse two sibling ranks.
+bool cma_works() {
+  static bool works = [] {
+    volatile std::uint64_t probe = 0x5c1e5c1e5c1e5c1eULL;
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) return false;
+    if (child == 0) {
+      std::uint64_t out = 0;
+      iovec local{&out, sizeof(out)};
+      iovec remote{const_cast<std::uint64_t*>(&probe), sizeof(probe)};
+      ssize_t n = process_vm_readv(parent, &local, 1, &remote, 1, 0);
+      _exit(n == sizeof(out) && out == 0x5c1e5c1e5c1e5c1eULL ? 0 : 1);
+    }
+    int wstatus = 0;
+    while (waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  }();
+  return works;
+}
+
+}  // namespace
+
+// ---- context ---------------------------------------------------------------------------
+
+// The transport list without UCX's TCP transport: "tcp" taken out of a list of names, added to
+// an exclusion ("^..."), and UCX's own choice ("" or "all") becomes "^tcp".
+static std::string without_tcp(const std::string& tls) {
+  if (tls.empty() || tls == "all") return "^tcp";
+  std::vector<std::string> names;
+  std::string rest = tls[0] == '^' ? tls.substr(1) : tls;
+  for (std::size_t at = 0; at <= rest.size();) {
+    std::size_t comma = rest.find(',', at);
+    if (comma == std::string::npos) comma = rest.size();
+    std::string name = rest.substr(at, comma - at);
+    if (!name.empty() && name != "tcp") names.push_back(name);
+    at = comma + 1;
+  }
+  if (tls[0] == '^') names.push_back("tcp");
+  std::string out = tls[0] == '^' ? "^" : "";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
+  return out == "" ? "^tcp" : out;
+}
+
+absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config, const ProcessEnv& env,
+                                                                           bool ucx_tcp) {
+  ucp_config_t* cfg = nullptr;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read"));
+  struct Release {
+    ucp_config_t* c;
+    ~Release() { ucp_config_release(c); }
+  } release{cfg};
+  // Peer error mode drops shared memory and CMA for local peers unless their own error
+  // handling is on (UCX 1.13.1, measured): without these, local traffic falls back to TCP loopback.
+  // These are UCX_SYSV_ERROR_HANDLING, UCX_POSIX_ERROR_HANDLING and UCX_CMA_MEMORY_INVALIDATE;
+  // through ucp_config_modify, UCX 1.13 matches them by the name of the table that declares
+  // them (MM_ for both shared-memory transports, no prefix for the CMA memory domain): the
+  // prefixed names are reported as "invalid configuration" and silently not applied. They are
+  // set only when the transports that read them may be in use, or UCX warns about them.
+  // SLUICE_TLS, when set, is what UCX uses; else UCX_TLS as the user gave it.
+  if (!config.tls.empty() && !env.ucx_tls.empty() && config.tls != env.ucx_tls) {
+    SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
+               env.ucx_tls);
+  }
+  std::string tls = config.tls;
+  if (!ucx_tcp) {
+    // UCX's TCP transport listens on every interface and trusts whoever sends its magic: not
+    // in client/server mode, whose remote peers use the stream transport instead.
+    std::string given = !tls.empty() ? tls : env.ucx_tls;
+    if (!given.empty() && given.find("tcp") != std::string::npos && given[0] != '^') {
+      SLUICE_LOG(kWarn, "transport",
+                 "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
+                 "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
+                 !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
+    }
+    tls = without_tcp(given);
+  }
+  const std::string& chosen = !tls.empty() ? tls : env.ucx_tls;
+  auto may_use = [&](std::initializer_list<const char*> names) {
+    const std::string& t = chosen;
+    if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
+    for (const char* n : names)
+      if (t.find(n) != std::string::npos) return true;
+    return false;
+  };
+  // `shown` is how `ucx_info -c` names the setting.
+  std::vector<std::string> settings;
+  auto set = [&](const char* name, const std::string& value, const char* shown) {
+    ucs_status_t s = ucp_config_modify(cfg, name, value.c_str());
+    if (s == UCS_OK) {
+      settings.push_back(absl::StrFormat("%s=%s", shown, value));
+    } else {
+      SLUICE_LOG(kWarn, "transport", "cannot set %s=%s: %s", shown, value.c_str(), ucs_status_string(s));
+    }
+  };
+  if (may_use({"sm", "sysv", "posix", "mm"})) {
+    set("MM_ERROR_HANDLING", "y", "UCX_{SYSV,POSIX}_ERROR_HANDLING");
+    // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
+    // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than what
+    // this process can leave in it. A size the user gave UCX is left alone.
+    if (!env.ucx_fifo_size_set)
+      set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
+  }
+  if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
+  if (!cma_works()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      SLUICE_LOG(kWarn, "transport",
+                 "cma does not work between processes here (ptrace permission, see "
+                 "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
+    });
+    if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
+    else if (tls == "^tcp") tls = "^tcp,cma";
+  }
+  if (!tls.empty()) {
+    SLUICE_RETURN_IF_ERROR(
+        ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()), absl::StrFormat("SLUICE_TLS=%s", tls)));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;
+  ucp_context_h ctx = nullptr;
+  ucs_status_t s = ucp_init(&params, cfg, &ctx);
+  if (s != UCS_OK) {
+    return ucx_status(s, tls.empty() ? std::string("ucp_init") : absl::StrFormat("ucp_init with SLUICE_TLS=%s", tls));
+  }
+  std::unique_ptr<TransportContext> out(new TransportContext());
+  out->context_ = ctx;
+  if (!ucx_tcp) settings.push_back(absl::StrFormat("UCX_TLS=%s", tls));
+  out->settings_ = std::move(settings);
+  out->ucx_tcp_ = ucx_tcp;
+  return out;
+}
+
+TransportContext::~TransportContext() {
+  if (context_ != nullptr) ucp_cleanup(ctx_of(context_));
+}
+
+std::string TransportContext::describe() const {
+  char* buf = nullptr;
+  std::size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return "cannot describe transports\n";
+  ucp_context_print_info(ctx_of(context_), f);
+  std::fclose(f);
+  std::string out(buf, len);
+  std::free(buf);
+  out += "#\n# set by Sluice:";
+  for (const std::string& s : settings_) out += " " + s;
+  return out + (settings_.empty() ? " nothing\n" : "\n");
+}
+
+}  // namespace sluice::detail
