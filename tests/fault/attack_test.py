@@ -45,7 +45,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BLOCKSTORE, BUILD  # noqa: E402
+from harness import BLOCKSTORE, BUILD, closed, refusal  # noqa: E402
 
 CLIENT = os.path.join(BUILD, "tests/attack_client")
 SLUICE_INFO = os.path.join(BUILD, "apps/sluice-info")
@@ -321,26 +321,6 @@ def read_frame(s, timeout=3.0):
         return None if body is None else (kind, body)
     except (ConnectionResetError, socket.timeout):
         return None
-
-
-def refusal(answer):
-    """The (status code, reason) of a REFUSE frame."""
-    assert answer is not None and answer[0] == REFUSE, answer
-    code, n = struct.unpack("<HH", answer[1][:4])
-    return code, answer[1][8:8 + n].decode()
-
-
-def closed(s, timeout=5.0):
-    """Whether the server closes `s` within `timeout` (after whatever it still sends)."""
-    s.settimeout(timeout)
-    try:
-        while s.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 def send_all(s, data):

@@ -22,7 +22,7 @@ import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BLOCKSTORE, BUILD, open_fds, serve_blockstore  # noqa: E402
+from harness import BLOCKSTORE, BUILD, closed, open_fds, refusal, serve_blockstore  # noqa: E402
 
 DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
 MAGIC, VERSION = 0x52444C53, 2
@@ -80,26 +80,6 @@ def recv_frame(s, timeout=2.0):
         return kind, body
     except (ConnectionResetError, socket.timeout):
         return None
-
-
-def refusal(answer):
-    """The (status code, reason) of a REFUSE frame."""
-    assert answer is not None and answer[0] == REFUSE, answer
-    code, n = struct.unpack("<HH", answer[1][:4])
-    return code, answer[1][8:8 + n].decode()
-
-
-def closed(s, timeout=3.0):
-    """Whether the server closes `s` within `timeout` (after whatever it still sends)."""
-    s.settimeout(timeout)
-    try:
-        while s.recv(4096):
-            pass
-        return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
 
 
 def rss_kb(pid):

@@ -2,6 +2,8 @@
 bootstrap (no launcher ends the job when one dies), and the checks on rank 0's report."""
 import os
 import re
+import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -122,3 +124,22 @@ class FaultHarness(unittest.TestCase):
                 p.kill()
                 p.wait()
 
+
+def refusal(answer):
+    """The (status code, reason) of the front door's REFUSE frame (kind 5): `answer` is (kind, body)."""
+    assert answer is not None and answer[0] == 5, answer
+    code, n = struct.unpack("<HH", answer[1][:4])
+    return code, answer[1][8:8 + n].decode()
+
+
+def closed(s, timeout=5.0):
+    """Whether the server closes `s` within `timeout` (after whatever it still sends)."""
+    s.settimeout(timeout)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
