@@ -21,7 +21,7 @@ case "$target" in
     # The stream transport's reader over a socketpair, with libsodium for the sealed mode.
     sources="$src/lib/transport/stream.cpp $src/lib/transport/stream_conn.cpp $src/lib/transport/stream_send.cpp
              $src/lib/transport/stream_crypto.cpp $src/lib/core/log.cpp"
-    flags=$(pkg-config --cflags --libs libsodium absl_status absl_statusor absl_str_format) ;;
+    flags=$(pkg-config --cflags --libs libsodium libcrypto absl_status absl_statusor absl_str_format) ;;
   *) sources="$src/lib/wire/${target}.cpp"; flags= ;;
 esac
 # shellcheck disable=SC2086 # $sources and $flags are word lists
