@@ -138,6 +138,8 @@ bool EngineCore::progress() {
       any = door_->poll(now_) || any;
     }
     take_first_contacts();
+    // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
+    if (!failed_eps_.empty()) drain_completions();
     if (!stale_tags_.empty()) purge_stragglers(now_);
     if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
   }

@@ -155,6 +155,9 @@ void StreamConn::cancel(TransportOp* op) {
 
 void StreamConn::close() {
   if (closed_) return;
+  // What already left as far as its senders know (held or sealed bytes: a BYE answered in the
+  // pass that closes) goes out first, as far as the socket takes it now.
+  flush();
   closed_ = true;
   if (fd_ >= 0) {
     hub_->watch(this, 0, false);

@@ -152,9 +152,10 @@ class NetworkCut(Namespaces):
 
 
 class ConnectionSetUp(Namespaces):
-    """A blockstore server on side a, clients on side b (client/server mode, TCP)."""
+    """A blockstore server on side a, clients on side b (client/server mode, the stream transport)."""
 
-    ENV = {"SLUICE_TLS": "tcp", "SLUICE_CONNECT_TIMEOUT": "2s", "SLUICE_PEER_TIMEOUT": "3s"}
+    # Every client on the stream transport: the same host would otherwise give it shared memory.
+    ENV = {"SLUICE_CS_TRANSPORT": "stream", "SLUICE_CONNECT_TIMEOUT": "2s", "SLUICE_PEER_TIMEOUT": "3s"}
 
     def client(self, port):
         cmd = ["ip", "netns", "exec", self.ns[1], BLOCKSTORE, "check", "10.231.0.1:%d" % port, "4"]
