@@ -99,6 +99,8 @@ class StreamConn {
   bool read_header();
   bool read_body();
   bool handle_header(const stream::Header& h);
+  bool on_eager(const stream::Header& h);
+  bool on_rts(const stream::Header& h);
   void begin_body(Sink sink, std::byte* dst, std::size_t len);
   void finish_body();
   // Reads up to n bytes into dst: the read-ahead buffer first, then the socket (refilling the

@@ -266,51 +266,8 @@ bool StreamConn::handle_header(const stream::Header& h) {
     return false;
   }
   switch (h.kind) {
-    case stream::Kind::kEager: {
-      if (h.length > options_.frame_max) {
-        fail(absl::StrFormat("sent a %u-byte eager frame, above the bound of %u", h.length, options_.frame_max));
-        return false;
-      }
-      if (take_posted(h.tag, &body_recv_)) {
-        begin_body(h.length > body_recv_.len ? Sink::kDiscard : Sink::kRecv, body_recv_.buf, h.length);
-        return true;
-      }
-      if (unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin) > options_.unexpected_max) {
-        fail(absl::StrFormat("sent more than its credits allow: %u bytes would wait for receives, the bound is %u",
-                             unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin), options_.unexpected_max));
-        return false;
-      }
-      body_recv_.op = nullptr;
-      body_msg_ = std::make_unique<StreamMsg>();
-      body_msg_->tag = h.tag;
-      body_msg_->length = h.length;
-      body_msg_->bytes.reset(new std::byte[std::max<std::size_t>(h.length, 1)]);
-      begin_body(Sink::kUnexpected, body_msg_->bytes.get(), h.length);
-      return true;
-    }
-    case stream::Kind::kRts: {
-      bool again = awaiting_.count(h.id) != 0 || std::any_of(unexpected_.begin(), unexpected_.end(),
-                                                             [&](const auto& m) { return m->transfer == h.id; });
-      if (again) {
-        fail(absl::StrFormat("announced transfer %u twice", h.id));
-        return false;
-      }
-      if (StreamRecv taken; take_posted(h.tag, &taken)) {
-        clear_to_send(taken, h.id, h.length, h.tag);
-        return true;
-      }
-      if (unexpected_bytes_ + kHeldMin > options_.unexpected_max) {
-        fail(absl::StrFormat("announced more transfers than its credits allow (bound %u bytes)",
-                             options_.unexpected_max));
-        return false;
-      }
-      auto m = std::make_unique<StreamMsg>();
-      m->tag = h.tag;
-      m->length = h.length;
-      m->transfer = h.id;
-      add_unexpected(std::move(m));
-      return true;
-    }
+    case stream::Kind::kEager: return on_eager(h);
+    case stream::Kind::kRts: return on_rts(h);
     case stream::Kind::kCts: {
       auto it = rts_sent_.find(h.id);
       if (it == rts_sent_.end()) {
@@ -336,6 +293,52 @@ bool StreamConn::handle_header(const stream::Header& h) {
     }
   }
   return false;
+}
+
+bool StreamConn::on_eager(const stream::Header& h) {
+  if (h.length > options_.frame_max) {
+    fail(absl::StrFormat("sent a %u-byte eager frame, above the bound of %u", h.length, options_.frame_max));
+    return false;
+  }
+  if (take_posted(h.tag, &body_recv_)) {
+    begin_body(h.length > body_recv_.len ? Sink::kDiscard : Sink::kRecv, body_recv_.buf, h.length);
+    return true;
+  }
+  if (unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin) > options_.unexpected_max) {
+    fail(absl::StrFormat("sent more than its credits allow: %u bytes would wait for receives, the bound is %u",
+                         unexpected_bytes_ + std::max<std::size_t>(h.length, kHeldMin), options_.unexpected_max));
+    return false;
+  }
+  body_recv_.op = nullptr;
+  body_msg_ = std::make_unique<StreamMsg>();
+  body_msg_->tag = h.tag;
+  body_msg_->length = h.length;
+  body_msg_->bytes.reset(new std::byte[std::max<std::size_t>(h.length, 1)]);
+  begin_body(Sink::kUnexpected, body_msg_->bytes.get(), h.length);
+  return true;
+}
+
+bool StreamConn::on_rts(const stream::Header& h) {
+  bool again = awaiting_.count(h.id) != 0 ||
+               std::any_of(unexpected_.begin(), unexpected_.end(), [&](const auto& m) { return m->transfer == h.id; });
+  if (again) {
+    fail(absl::StrFormat("announced transfer %u twice", h.id));
+    return false;
+  }
+  if (StreamRecv taken; take_posted(h.tag, &taken)) {
+    clear_to_send(taken, h.id, h.length, h.tag);
+    return true;
+  }
+  if (unexpected_bytes_ + kHeldMin > options_.unexpected_max) {
+    fail(absl::StrFormat("announced more transfers than its credits allow (bound %u bytes)", options_.unexpected_max));
+    return false;
+  }
+  auto m = std::make_unique<StreamMsg>();
+  m->tag = h.tag;
+  m->length = h.length;
+  m->transfer = h.id;
+  add_unexpected(std::move(m));
+  return true;
 }
 
 void StreamConn::add_unexpected(std::unique_ptr<StreamMsg> m) {
