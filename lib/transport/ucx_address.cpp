@@ -177,15 +177,6 @@ std::string check_device(DeviceKind kind, std::string_view d) {
   return "has an unknown kind";
 }
 
-// The environment's UCX_UNIFIED_MODE, as UCX reads a boolean: anything but a "no" is refused.
-bool unified_mode_requested() {
-  const char* v = std::getenv("UCX_UNIFIED_MODE");
-  if (v == nullptr) return false;
-  std::string s(v);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return !(s.empty() || s == "n" || s == "no" || s == "0" || s == "off" || s == "false");
-}
-
 class Parser {
  public:
   explicit Parser(std::string_view in) : in_(in) {}
@@ -401,10 +392,6 @@ absl::StatusOr<UcxAddressInfo> parse_ucx_address(std::string_view address) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the UCX address validator knows UCX 1.13 only; built with UCX %d.%d, it refuses every address",
                         UCP_API_MAJOR, UCP_API_MINOR));
-  }
-  if (unified_mode_requested()) {
-    return absl::FailedPreconditionError(
-        "UCX_UNIFIED_MODE is set: UCX reads addresses in a format the validator does not know");
   }
   return Parser(address).run();
 }

@@ -43,7 +43,8 @@
 // segment or process of this host (UCX maps and writes it) or any TCP service (UCX 1.13.1 takes
 // its reply for its own header and asserts: tcp_ep.c:1404, found by the fuzz target), so it is
 // safe to connect to only as far as the peer is trusted; interfaces lists them for such checks.
-// Nor UCX_UNIFIED_MODE set in a ucx.conf file (the environment variable is checked).
+// It reads UCX's default (non-unified) format, the one Sluice's UCX context always asks for
+// (UCX_UNIFIED_MODE=n, in TransportContext::create).
 //
 // Built against a UCX other than 1.13 (UCP_API_MAJOR/MINOR), it refuses every address with
 // kFailedPrecondition: the format is UCX's internal one and changes between releases.

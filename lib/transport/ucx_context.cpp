@@ -67,6 +67,26 @@ static std::string without_tcp(const std::string& tls) {
   return out == "" ? "^tcp" : out;
 }
 
+// The transport list Sluice asks of UCX (empty: UCX_TLS as the user gave it, or UCX's own
+// choice): SLUICE_TLS when set, else UCX_TLS; without UCX's TCP when `ucx_tcp` is false.
+static std::string chosen_tls(const Config& config, const ProcessEnv& env, bool ucx_tcp) {
+  if (!config.tls.empty() && !env.ucx_tls.empty() && config.tls != env.ucx_tls) {
+    SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
+               env.ucx_tls);
+  }
+  if (ucx_tcp) return config.tls;
+  // UCX's TCP transport listens on every interface and trusts whoever sends its magic: not in
+  // client/server mode, whose remote peers use the stream transport instead.
+  const std::string& given = !config.tls.empty() ? config.tls : env.ucx_tls;
+  if (!given.empty() && given.find("tcp") != std::string::npos && given[0] != '^') {
+    SLUICE_LOG(kWarn, "transport",
+               "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
+               "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
+               !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
+  }
+  return without_tcp(given);
+}
+
 absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config, const ProcessEnv& env,
                                                                            bool ucx_tcp) {
   ucp_config_t* cfg = nullptr;
@@ -82,24 +102,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // them (MM_ for both shared-memory transports, no prefix for the CMA memory domain): the
   // prefixed names are reported as "invalid configuration" and silently not applied. They are
   // set only when the transports that read them may be in use, or UCX warns about them.
-  // SLUICE_TLS, when set, is what UCX uses; else UCX_TLS as the user gave it.
-  if (!config.tls.empty() && !env.ucx_tls.empty() && config.tls != env.ucx_tls) {
-    SLUICE_LOG(kWarn, "transport", "SLUICE_TLS=%s overrides UCX_TLS=%s (unset one of them to silence this)", config.tls,
-               env.ucx_tls);
-  }
-  std::string tls = config.tls;
-  if (!ucx_tcp) {
-    // UCX's TCP transport listens on every interface and trusts whoever sends its magic: not
-    // in client/server mode, whose remote peers use the stream transport instead.
-    std::string given = !tls.empty() ? tls : env.ucx_tls;
-    if (!given.empty() && given.find("tcp") != std::string::npos && given[0] != '^') {
-      SLUICE_LOG(kWarn, "transport",
-                 "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
-                 "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
-                 !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
-    }
-    tls = without_tcp(given);
-  }
+  std::string tls = chosen_tls(config, env, ucx_tcp);
   const std::string& chosen = !tls.empty() ? tls : env.ucx_tls;
   auto may_use = [&](std::initializer_list<const char*> names) {
     const std::string& t = chosen;
@@ -127,6 +130,9 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
       set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
   if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
+  // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
+  // packs them differently).
+  set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");
   if (!cma_works()) {
     static std::once_flag once;
     std::call_once(once, [] {

@@ -847,7 +847,7 @@ class DoorAttacks:
 class StreamAttacks:
     """(c): a host with the key, past the door on a stream link; and a recorded session replayed."""
 
-    def test_07_a_replayed_session_is_refused_at_the_door(self):
+    def test_07_a_replayed_connection_is_refused_at_the_door(self):
         # What a legitimate client sent, on a new connection: its proof was made for another
         # server nonce.
         s = self.connect()

@@ -201,7 +201,7 @@ TEST(DoorProofs, AnAcceptsLinkIsCoveredSoEncryptionCannotBeTurnedOffInFlight) {
         << static_cast<int>(other);
 }
 
-TEST(DoorProofs, SessionKeysDifferByDirectionAndConnection) {
+TEST(DoorProofs, ConnectionKeysDifferByDirectionAndConnection) {
   auto key = Key::from_secret("0123456789abcdef-the-shared-secret");
   auto other = Key::from_secret("0123456789abcdef-another-secret!!");
   Nonce nc = random_nonce(), ns = random_nonce();
