@@ -1,7 +1,7 @@
 // The UCX 1.13 worker address validator (lib/transport/ucx_address.h): live workers' addresses
 // are accepted and connect; malformed ones, real and synthetic, are refused with a reason.
-#include "transport/transport.h"
 #include "transport/ucx_address.h"
+#include "transport/transport.h"
 
 #include <algorithm>
 #include <cmath>
