@@ -399,8 +399,10 @@ class SluiceInfo(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("UCX_CMA_MEMORY_INVALIDATE=y", r.stdout)
             self.assertNotIn("FIFO_SIZE", r.stdout, name + " set by the user")
+        # Over TCP alone, no shared-memory setting; only the address format the address check
+        # knows (UCX_UNIFIED_MODE=n), which every context asks for.
         r = run([INFO, "-d"], env={"SLUICE_TLS": "tcp"})
-        self.assertIn("# set by Sluice: nothing", r.stdout)
+        self.assertIn("# set by Sluice: UCX_UNIFIED_MODE=n\n", r.stdout)
 
     def test_every_counter_is_documented(self):
         # Every counter an engine prints (SLUICE_STATS=1) in rank mode (ping) and client/server
