@@ -2,7 +2,8 @@
 //
 // A Context holds the configuration (SLUICE_*), the machine topology, the UCX context and the
 // bootstrap (how the ranks of the job find each other). Create one per process; create
-// engines from it. Destroy engines before their context.
+// engines from it. Each engine keeps what it uses of its context alive: the two may be
+// destroyed in either order (the UCX context goes with the last of them).
 //
 //   auto ctx = sluice::Context::create();          // reads SLUICE_*, bootstraps
 //   auto eng = (*ctx)->create_engine();            // collective in rank mode
@@ -50,7 +51,7 @@ class SLUICE_API Context {
 
  private:
   Context() = default;
-  std::unique_ptr<detail::ContextState> state_;
+  std::shared_ptr<detail::ContextState> state_;  // shared with its engines
 };
 
 }  // namespace sluice

@@ -3,13 +3,13 @@
 // Model: an Engine owns one UCX worker, its send and receive pools, its peers, its handler
 // table and its timers. Exactly one thread drives it: the first that calls progress(),
 // run_until() or wait() is bound to it, and every method is called on that thread from then
-// on, except post(), which any thread may call to hand it work, rank()/size()/id()/
-// eager_limit(), and the destructor. A call from another thread is refused (kInvalidArgument,
-// an InvalidArgument status, nullptr or false), counted in api.wrong_thread and logged once,
-// naming both threads. Before the first drive, one thread at a time may set the engine up
-// (register handlers, look up peers). Handing the engine to another thread is an explicit
-// step: release_thread() on the driving thread, then the new thread drives it. Several
-// engines per process are the way to use several cores.
+// on, except post() and submit(), which any thread may call to hand it work, rank()/size()/
+// id()/eager_limit()/peer(), and the destructor. A call from another thread is refused
+// (kInvalidArgument, an InvalidArgument status, an empty Stats or false), counted in
+// api.wrong_thread and logged once per method, naming both threads. Before the first drive, one thread at a time may
+// set the engine up (register handlers, look up peers). Handing the engine to another thread is an explicit step:
+// release_thread() on the driving thread, then the new thread drives it. Several engines per process are the way to use
+// several cores.
 //
 // Peers: in rank mode, peer(rank) names the engine with the same index in process `rank`
 // (engines are created collectively, in the same order, by every rank); the endpoint and the
@@ -200,14 +200,17 @@ class SLUICE_API Engine {
   int size() const;
   int id() const;
 
-  // Installs `fn` for `id`. AlreadyExists when one is installed; InvalidArgument for an id not
-  // below kMaxHandlers, an empty `fn`, or a thread that does not drive the engine.
+  // Installs `fn` for `id`. Messages that arrived for `id` before (an engine keeps them, each
+  // holding one of its sender's credits; am.unclaimed) reach `fn` first, in order, from the
+  // next progress(). A call to a method not registered is answered Unimplemented, not kept.
+  // AlreadyExists when one is installed; InvalidArgument for an id not below kMaxHandlers, an
+  // empty `fn`, or a thread that does not drive the engine.
   absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options = {});
   // NotFound when none is installed; InvalidArgument from a thread that does not drive it.
   absl::Status unregister_handler(HandlerId id);
 
-  // Rank mode: the peer engine in process `rank`; nullptr when `rank` is out of range, or on a
-  // thread that does not drive the engine (logged).
+  // Rank mode: the peer engine in process `rank`; nullptr only when there is no such rank
+  // (logged). Any thread may look a peer up; its operations then follow the threading rule.
   Peer* peer(int rank);
 
   // Client/server mode, through Sluice's own TCP front door (docs/security.md). listen()
@@ -271,7 +274,8 @@ class SLUICE_API Engine {
 
  private:
   friend class Context;
-  explicit Engine(std::unique_ptr<detail::EngineCore> core);
+  Engine(std::shared_ptr<const void> context, std::unique_ptr<detail::EngineCore> core);
+  std::shared_ptr<const void> context_;  // the context's state, kept alive while the engine is
   std::unique_ptr<detail::EngineCore> core_;
 };
 

@@ -143,7 +143,8 @@ Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span
 
 // ---- Engine --------------------------------------------------------------------------------
 
-Engine::Engine(std::unique_ptr<detail::EngineCore> core) : core_(std::move(core)) {}
+Engine::Engine(std::shared_ptr<const void> context, std::unique_ptr<detail::EngineCore> core)
+    : context_(std::move(context)), core_(std::move(core)) {}
 Engine::~Engine() = default;
 int Engine::rank() const { return core_->rank(); }
 int Engine::size() const { return core_->size(); }
@@ -156,10 +157,7 @@ absl::Status Engine::unregister_handler(HandlerId id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::unregister_handler", wrong_thread("Engine::unregister_handler"));
   return core_->unregister_handler(id);
 }
-Peer* Engine::peer(int rank) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::peer", nullptr);
-  return core_->peer(rank);
-}
+Peer* Engine::peer(int rank) { return core_->peer(rank); }
 absl::StatusOr<int> Engine::listen(std::string_view host_port) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::listen", wrong_thread("Engine::listen"));
   return core_->listen(host_port);
@@ -244,7 +242,7 @@ class ContextState {
 
 absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options) {
   std::unique_ptr<Context> ctx(new Context());
-  ctx->state_ = std::make_unique<detail::ContextState>();
+  ctx->state_ = std::make_shared<detail::ContextState>();
   auto& s = *ctx->state_;
   if (options.config) {
     s.config = *options.config;
@@ -279,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Context::create_engine(EngineOptions opt
   const Config& config = options.config ? *options.config : s.config;
   auto core = std::make_unique<detail::EngineCore>(config, s.topo.get(), s.ucx.get(), s.boot.get(), s.engines++);
   SLUICE_RETURN_IF_ERROR(core->init(options.numa, s.env.fault_at));
-  return std::unique_ptr<Engine>(new Engine(std::move(core)));
+  return std::unique_ptr<Engine>(new Engine(state_, std::move(core)));
 }
 
 }  // namespace sluice

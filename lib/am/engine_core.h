@@ -23,9 +23,11 @@
 #include <sluice/engine.h>
 
 #include "am/call.h"
+#include "am/counters.h"
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
+#include "am/unclaimed.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "door/door.h"
@@ -84,7 +86,8 @@ class EngineCore final : private Door::Owner {
   void release_thread();
   absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options);
   absl::Status unregister_handler(HandlerId id);
-  Peer* peer(int rank);
+  // Any thread: the Peer of `rank`, or nullptr (logged) for a rank outside the job.
+  Peer* peer(int rank) const;
   bool progress();
   void wait(Clock::time_point deadline);
   void post(std::function<void()> fn);
@@ -325,7 +328,15 @@ class EngineCore final : private Door::Owner {
   void accept_coalesced(PeerData* p, std::span<const std::byte> bytes);
   void process(PeerData& p, Message& m, const wire::Header& h);
   void handler_threw(const Message& m, const char* what);
-  void no_handler(const Message& m);
+  // A plain message whose handler is not registered: kept (am/unclaimed.h), counted, logged.
+  void no_handler(Message& m);
+  // ---- handlers.cpp: the handler table, messages waiting for their handler
+  // A registration waiting for claim() (messages wait for it), or nullptr.
+  HandlerEntry* claiming(HandlerId id);
+  // Installs a waiting registration and delivers what waited for it, oldest first.
+  void claim(HandlerId id);
+  // The close: messages whose handler never came are dropped, counted and logged.
+  void drop_unclaimed();
   void finish_incoming(PeerData& p, Message& m);
   // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
   // key), closed when it fails (cancelled; its key's stragglers purged for a while).
@@ -347,7 +358,7 @@ class EngineCore final : private Door::Owner {
 
   // ---- invoke.h: handler calls
   Invoke invoke_handler(Message& m);
-  // Runs m's handler; one not registered is counted and logged (no_handler), the message dropped.
+  // Runs m's handler; for one not registered the message is kept (no_handler).
   void dispatch(Message& m);
 
   // ---- rendezvous.cpp: landings, parked payloads, bounce-mode reassembly
@@ -429,8 +440,11 @@ class EngineCore final : private Door::Owner {
   static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
   static constexpr Duration kLinkGrace = std::chrono::milliseconds(250);
   std::vector<std::string> addresses_;  // by rank
+  std::vector<Peer*> rank_handles_;     // by rank; fixed once init() returns
   std::vector<HandlerEntry> handlers_;
-  std::vector<Op*> rx_ops_;  // every per-peer receive op (for close)
+  Unclaimed unclaimed_;                                       // plain messages whose handler is not registered yet
+  std::vector<std::pair<HandlerId, HandlerEntry>> claiming_;  // registered, installed by claim()
+  std::vector<Op*> rx_ops_;                                   // every per-peer receive op (for close)
   OpPool ops_{this, &EngineCore::on_transport};
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
@@ -456,7 +470,8 @@ class EngineCore final : private Door::Owner {
   std::atomic<const void*> driver_tp_{nullptr};
   std::atomic<int> driver_tid_{0};  // its kernel thread id, for messages
   std::atomic<std::uint64_t> wrong_thread_calls_{0};
-  std::atomic<bool> wrong_thread_logged_{false};
+  std::mutex wrong_thread_mu_;
+  std::vector<std::string> wrong_thread_logged_;  // the methods refused so far (each logged once)
   static const void* thread_pointer() {
 #if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
     return __builtin_thread_pointer();
@@ -487,45 +502,7 @@ class EngineCore final : private Door::Owner {
   std::vector<std::function<void()>> posted_;
   std::atomic<bool> has_posted_{false};
   Stats stats_;
-  struct Counters {
-    Counter* msgs_sent;
-    Counter* bytes_sent;
-    Counter* msgs_received;
-    Counter* bytes_received;
-    Counter* rndv_sent;
-    Counter* rndv_received;
-    Counter* bounce_bytes;
-    Counter* credit_stalls;
-    Counter* would_block;
-    Counter* parse_errors;
-    Counter* duplicates;
-    Counter* dropped_dead;
-    Counter* unknown_handler;
-    Counter* handler_errors;
-    Counter* peers_failed;
-    Counter* ctrl_sent;
-    Counter* ctrl_received;
-    Counter* credit_msgs;
-    Counter* heartbeats;
-    Counter* rpc_calls;
-    Counter* rpc_replies;
-    Counter* rpc_late_replies;
-    Counter* rpc_slot_refused;
-    Counter* rpc_deadline;
-    Counter* rpc_cancelled;
-    HighWater* queue_hwm;
-    Counter* orphaned_sends;
-    Counter* coalesced;
-    Counter* sent_inline;
-    Counter* peers_reused;
-    Counter* copied_bytes;
-    Counter* sink_returned;
-    Counter* landing_waits;
-    Counter* credits_recovered;
-    Counter* invalid_argument;
-    Counter* rpc_overdue;
-    Counter* messages_outlived;
-  } c_{};
+  EngineCounters c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.
   void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {
     c_.msgs_sent->add(msgs);

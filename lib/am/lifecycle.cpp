@@ -33,43 +33,44 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
       eager_limit_(config.eager_limit()),
       handlers_(kMaxHandlers) {
   auto& s = stats_;
-  c_ = Counters{&s.counter("am.msgs_sent"),
-                &s.counter("am.bytes_sent"),
-                &s.counter("am.msgs_received"),
-                &s.counter("am.bytes_received"),
-                &s.counter("am.rndv_sent"),
-                &s.counter("am.rndv_received"),
-                &s.counter("am.bounce_copied_bytes"),
-                &s.counter("flow.credit_stalls"),
-                &s.counter("flow.would_block"),
-                &s.counter("wire.parse_errors"),
-                &s.counter("am.duplicates_dropped"),
-                &s.counter("am.dropped"),
-                &s.counter("am.unknown_handler"),
-                &s.counter("am.handler_errors"),
-                &s.counter("peers.failed"),
-                &s.counter("ctrl.sent"),
-                &s.counter("ctrl.received"),
-                &s.counter("flow.credit_messages"),
-                &s.counter("peers.heartbeats"),
-                &s.counter("rpc.calls"),
-                &s.counter("rpc.replies"),
-                &s.counter("rpc.late_replies"),
-                &s.counter("rpc.slot_refused"),
-                &s.counter("rpc.deadline_exceeded"),
-                &s.counter("rpc.cancelled"),
-                &s.high_water("flow.send_queue_hwm"),
-                &s.counter("am.orphaned_sends"),
-                &s.counter("am.coalesced"),
-                &s.counter("am.sent_inline"),
-                &s.counter("peers.reused"),
-                &s.counter("am.copied_bytes"),
-                &s.counter("am.sink_returned"),
-                &s.counter("am.landing_waits"),
-                &s.counter("flow.credits_recovered"),
-                &s.counter("api.invalid_argument"),
-                &s.counter("rpc.overdue"),
-                &s.counter("api.messages_outlived_engine")};
+  c_ = EngineCounters{&s.counter("am.msgs_sent"),
+                      &s.counter("am.bytes_sent"),
+                      &s.counter("am.msgs_received"),
+                      &s.counter("am.bytes_received"),
+                      &s.counter("am.rndv_sent"),
+                      &s.counter("am.rndv_received"),
+                      &s.counter("am.bounce_copied_bytes"),
+                      &s.counter("flow.credit_stalls"),
+                      &s.counter("flow.would_block"),
+                      &s.counter("wire.parse_errors"),
+                      &s.counter("am.duplicates_dropped"),
+                      &s.counter("am.dropped"),
+                      &s.counter("am.unknown_handler"),
+                      &s.counter("am.handler_errors"),
+                      &s.counter("peers.failed"),
+                      &s.counter("ctrl.sent"),
+                      &s.counter("ctrl.received"),
+                      &s.counter("flow.credit_messages"),
+                      &s.counter("peers.heartbeats"),
+                      &s.counter("rpc.calls"),
+                      &s.counter("rpc.replies"),
+                      &s.counter("rpc.late_replies"),
+                      &s.counter("rpc.slot_refused"),
+                      &s.counter("rpc.deadline_exceeded"),
+                      &s.counter("rpc.cancelled"),
+                      &s.high_water("flow.send_queue_hwm"),
+                      &s.counter("am.orphaned_sends"),
+                      &s.counter("am.coalesced"),
+                      &s.counter("am.sent_inline"),
+                      &s.counter("peers.reused"),
+                      &s.counter("am.copied_bytes"),
+                      &s.counter("am.sink_returned"),
+                      &s.counter("am.landing_waits"),
+                      &s.counter("flow.credits_recovered"),
+                      &s.counter("api.invalid_argument"),
+                      &s.counter("rpc.overdue"),
+                      &s.counter("api.messages_outlived_engine"),
+                      &s.counter("am.unclaimed_dropped")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {
@@ -105,6 +106,10 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   for (int r = 0; r < n; ++r) {
     SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
+  // Every rank's Peer exists from here on (its endpoint and handshake wait for first use), so
+  // that any thread may look one up: peer() reads a table nothing changes after this.
+  rank_handles_.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) rank_handles_.push_back(create_rank_peer(r)->handle.get());
   initialized_ = true;
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
              node, eager_limit_);
@@ -208,6 +213,7 @@ EngineCore::~EngineCore() {
   drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
   calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
   run_posted();    // Messages released on other threads meanwhile
+  drop_unclaimed();
   leave_kept_messages();
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
   if (config_.stats) {
@@ -217,25 +223,7 @@ EngineCore::~EngineCore() {
   worker_->progress();
 }
 
-// ---- handlers, stats ------------------------------------------------------------------------
-
-absl::Status EngineCore::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
-  if (id >= kMaxHandlers) {
-    return absl::InvalidArgumentError(absl::StrFormat("handler id %d is not below %d", id, kMaxHandlers));
-  }
-  if (!fn) return absl::InvalidArgumentError("empty handler function");
-  if (handlers_[id].fn) return absl::AlreadyExistsError(absl::StrFormat("handler %d is already registered", id));
-  handlers_[id] = {std::move(fn), std::move(options)};
-  return absl::OkStatus();
-}
-
-absl::Status EngineCore::unregister_handler(HandlerId id) {
-  if (id >= kMaxHandlers || !handlers_[id].fn) {
-    return absl::NotFoundError(absl::StrFormat("no handler %d is registered", id));
-  }
-  handlers_[id] = {};
-  return absl::OkStatus();
-}
+// ---- send slots, stats ----------------------------------------------------------------------
 
 Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
@@ -322,6 +310,7 @@ const Stats& EngineCore::stats() {
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   stats_.counter("am.landings_waiting").set(parked_.size());
+  stats_.counter("am.unclaimed").set(unclaimed_.size());
   return stats_;
 }
 

@@ -90,10 +90,14 @@ bool EngineCore::bind_driver(const char* what) {
 
 void EngineCore::refused(const char* what) {
   wrong_thread_calls_.fetch_add(1, std::memory_order_relaxed);
-  if (wrong_thread_logged_.exchange(true, std::memory_order_relaxed)) return;
+  {
+    std::lock_guard lock(wrong_thread_mu_);
+    if (std::find(wrong_thread_logged_.begin(), wrong_thread_logged_.end(), what) != wrong_thread_logged_.end()) return;
+    wrong_thread_logged_.emplace_back(what);
+  }
   SLUICE_LOG(kError, "am",
-             "engine %d: %s called on thread %d while thread %d drives the engine: refused with "
-             "kInvalidArgument (logged once; counted in api.wrong_thread). One thread drives an engine: "
+             "engine %d: %s called on thread %d while thread %d drives the engine: refused (logged once per "
+             "method; counted in api.wrong_thread). One thread drives an engine: "
              "hand it work with Engine::post(), or hand the engine over with Engine::release_thread() "
              "on the driving thread",
              engine_id_, what, static_cast<int>(gettid()), driver_tid_.load(std::memory_order_relaxed));
@@ -190,6 +194,13 @@ void EngineCore::watch_held_credits(PeerData& p, Clock::time_point now) {
   if (p.rx.held_since == Clock::time_point{}) p.rx.held_since = now;
   if (p.rx.held_logged || now - p.rx.held_since < config_.heartbeat) return;
   p.rx.held_logged = true;
+  if (std::size_t waiting = unclaimed_.from(p.id); waiting != 0) {
+    SLUICE_LOG(kWarn, "flow",
+               "%s cannot send: %u of its %u credits are held by messages for handlers not registered here "
+               "(am.unclaimed); register them (Engine::register_handler) to let it go on",
+               p.name, waiting, p.rx.granted);
+    return;
+  }
   SLUICE_LOG(kWarn, "flow",
              "%s cannot send: all %u of its credits are held by %u of its messages this application has not "
              "released (for %s). A Message returns its credit when it is destroyed or release()d; raise "

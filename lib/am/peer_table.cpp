@@ -34,9 +34,11 @@ PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
   return nullptr;
 }
 
-Peer* EngineCore::peer(int rank) {
-  PeerData* p = peer_by_rank(rank);
-  return p ? p->handle.get() : nullptr;
+Peer* EngineCore::peer(int rank) const {
+  if (rank >= 0 && static_cast<std::size_t>(rank) < rank_handles_.size()) [[likely]]
+    return rank_handles_[static_cast<std::size_t>(rank)];
+  SLUICE_LOG_RATE_LIMITED(kWarn, "api", "Engine::peer(%d): no such rank (the job has %d): nullptr", rank, ranks_);
+  return nullptr;
 }
 
 Peer* EngineCore::peer_handle(std::uint32_t id) { return peers_[id]->handle.get(); }

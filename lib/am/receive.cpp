@@ -393,11 +393,6 @@ void EngineCore::handler_threw(const Message& m, const char* what) {
   SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", m.s_.handler, handler_error_);
 }
 
-void EngineCore::no_handler(const Message& m) {
-  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, which is not registered; dropped",
-                          peers_[m.s_.source]->name, m.s_.handler);
-}
-
 void EngineCore::own_bytes(Message& m) {
   Slot* lender = m.s_.lender;
   m.s_.lender = nullptr;

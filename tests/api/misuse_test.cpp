@@ -114,10 +114,13 @@ TEST(Threads, ProgressFromASecondThreadIsRefusedUntilTheEngineIsHandedOver) {
   next.join();
   EXPECT_EQ(sent, Result::kOk);
   EXPECT_EQ(received.load(), 3);
-  EXPECT_EQ(e.peer(1), nullptr) << "the new thread drives it now";
+  // The new thread drives it now: a lookup still finds the peer, whose send is refused.
+  ASSERT_NE(e.peer(1), nullptr);
+  EXPECT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(4)), Result::kInvalidArgument);
   std::thread back([&] { e.release_thread(); });
   back.join();
-  EXPECT_NE(e.peer(1), nullptr);
+  EXPECT_EQ(e.peer(1)->send_copy(kData, {}, bytes_of(4)), Result::kOk);
+  drive(e, [&] { return received == 4; });
   stop = true;
   receiver.join();
 }

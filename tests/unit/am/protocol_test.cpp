@@ -182,8 +182,36 @@ TEST_F(ProtocolTest, UnknownHandlerIsCountedAndTheConnectionLives) {
   rogue_.hello(8);
   rogue_.data(1, 999, 1);
   rogue_.data(2, 5, 2);
-  ASSERT_TRUE(pump([&] { return delivered_.size() == 1; }));
-  EXPECT_EQ(stat("am.unknown_handler"), 1u);
+  rogue_.data(3, 4000, 3);  // beyond kMaxHandlers: no handler can ever take it
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 1 && stat("am.unknown_handler") == 2; }));
+  EXPECT_EQ(stat("am.unclaimed"), 1u);  // 999 could still be registered; 4000 cannot
+  EXPECT_TRUE(engine_->peer(1)->alive());
+}
+
+TEST_F(ProtocolTest, MessagesForAHandlerNotYetRegisteredWaitForItAndArriveInOrder) {
+  expect_hello();
+  rogue_.hello(8);
+  std::vector<std::uint32_t> got;
+  rogue_.data(1, 7, 1);
+  rogue_.data(2, 5, 2);
+  rogue_.data(3, 7, 3);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 1 && stat("am.unclaimed") == 2; }));
+  settle();
+  EXPECT_EQ(stat("am.unclaimed"), 2u);  // still waiting; nothing dropped
+  ASSERT_TRUE(engine_
+                  ->register_handler(7,
+                                     [&](Message& m) {
+                                       std::uint32_t v;
+                                       std::memcpy(&v, m.payload().data(), sizeof(v));
+                                       got.push_back(v);
+                                     })
+                  .ok());
+  EXPECT_TRUE(got.empty());  // handlers run from progress(), not from register_handler()
+  rogue_.data(4, 7, 4);      // arrives after the registration: after the kept ones
+  ASSERT_TRUE(pump([&] { return got.size() == 3; }));
+  EXPECT_EQ(got, (std::vector<std::uint32_t>{1, 3, 4}));
+  EXPECT_EQ(stat("am.unclaimed"), 0u);
+  // Their credits came back: the sender may go on.
   EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
