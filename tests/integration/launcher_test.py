@@ -206,9 +206,13 @@ class Launcher(unittest.TestCase):
 
 class Blockstore(unittest.TestCase):
     def test_demo_in_one_process(self):
-        r = run([BLOCKSTORE, "demo"])
+        r = run([BLOCKSTORE, "demo"], env={"SLUICE_LOG_LEVEL": "debug"})
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("0 mismatches, 0 errors", r.stdout)
+        # As the docs ask: one Context per process (one bootstrap), the server and the client
+        # two engines of it.
+        self.assertEqual(len(re.findall(r"SLUICE_BOOT=auto chose", r.stderr)), 1, r.stderr)
+        self.assertEqual(re.findall(r"debug am: engine (\d+): rank", r.stderr), ["0", "1"])
 
     def test_server_and_client_processes_over_tcp_and_shared_memory(self):
         for tls in ("", "tcp"):
