@@ -224,6 +224,20 @@ class Installed(unittest.TestCase):
         r = run(["cmake", "--build", out])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.check_ping(os.path.join(out, "ping"))
+        # Sluice::sluice asks for at least C++20 as a compile feature: a C++23 project's command
+        # lines carry its own standard alone, not sluice.pc's -std=c++20 beside it.
+        with open(os.path.join(src, "CMakeLists.txt")) as f:
+            text = f.read().replace("project(ping CXX)", "project(ping CXX)\nset(CMAKE_CXX_STANDARD 23)")
+        with open(os.path.join(src, "CMakeLists.txt"), "w") as f:
+            f.write(text)
+        out23 = os.path.join(self.tmp, "cmake-build-23")
+        r = run(["cmake", "-S", src, "-B", out23, "-DCMAKE_PREFIX_PATH=" + self.prefix,
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out23, "compile_commands.json")) as f:
+            command = json.load(f)[0]["command"]
+        self.assertRegex(command, r"-std=(gnu|c)\+\+(23|2b)")
+        self.assertNotIn("-std=c++20", command)
 
     def test_another_abseil_is_refused_by_name(self):
         # A stand-in abseil of another release ahead on the search path.
