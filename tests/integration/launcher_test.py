@@ -202,6 +202,11 @@ class Launcher(unittest.TestCase):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("round trips", r.stdout)
+        # Alone or with three ranks: a clear refusal, not a crash.
+        for cmd in ([PING, "10"], [RUN, "-n", "3", PING, "10"]):
+            r = run(cmd)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("ping: run with two ranks", r.stderr)
 
 
 class Blockstore(unittest.TestCase):
