@@ -2,7 +2,8 @@
 //
 //   blockstore serve HOST:PORT                  run a server
 //   blockstore check HOST:PORT [BLOCKS]         write blocks of 4 KiB .. 4 MiB, read them back
-//   blockstore demo                             both in one process (server on its own thread)
+//   blockstore demo                             both in one process: one Context, two engines,
+//                                               the server's driven by a thread of its own
 //
 // Writes land directly in the server's block (a PayloadSink chooses the destination: no
 // copy through any intermediate buffer); reads are answered zero-copy from the block
@@ -11,11 +12,13 @@
 // changes bytes a reply is sending: it lands in a new block that replaces the old one.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sluice/sluice.h>
@@ -164,63 +167,58 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
   return errors ? -1 : bad;
 }
 
-std::unique_ptr<sluice::Engine> make_engine(std::unique_ptr<sluice::Context>& ctx) {
-  auto c = sluice::Context::create();
-  if (!c.ok()) {
-    std::fprintf(stderr, "blockstore: %s\n", c.status().ToString().c_str());
+template <typename T>
+T or_exit(absl::StatusOr<T> v) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "blockstore: %s\n", v.status().ToString().c_str());
     std::exit(1);
   }
-  ctx = std::move(*c);
-  auto e = ctx->create_engine();
-  if (!e.ok()) {
-    std::fprintf(stderr, "blockstore: %s\n", e.status().ToString().c_str());
-    std::exit(1);
+  return std::move(*v);
+}
+
+// Both sides in one process: one Context, two engines. The server's engine is set up here,
+// then driven by a thread of its own (run_until: it sleeps while nothing arrives); the client's
+// by this thread. post() wakes the server's thread to see `stop`.
+int demo(sluice::Context& ctx) {
+  auto server_engine = or_exit(ctx.create_engine());
+  Server server;
+  int port = 0;
+  if (auto s = server.start(*server_engine, "127.0.0.1:0", &port); !s.ok()) {
+    std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
+    return 1;
   }
-  return std::move(*e);
+  std::atomic<bool> stop{false};
+  std::thread serving([&] { server_engine->run_until([&] { return stop.load(); }); });
+  int result = 1;
+  {
+    auto client_engine = or_exit(ctx.create_engine());
+    result = check(*client_engine, "127.0.0.1:" + std::to_string(port), 44);
+  }  // the client closes while the server still runs, so both sides close in order
+  stop = true;
+  server_engine->post([] {});
+  serving.join();
+  return result == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "serve" && argc > 2) {
-    std::unique_ptr<sluice::Context> ctx;
-    auto engine = make_engine(ctx);
-    Server server;
-    int port = 0;
-    if (auto s = server.start(*engine, argv[2], &port); !s.ok()) {
-      std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    std::printf("blockstore: serving on port %d\n", port);
-    std::fflush(stdout);
-    while (true) engine->wait(sluice::Clock::now() + std::chrono::seconds(1));
+  if (mode != "demo" && !((mode == "serve" || mode == "check") && argc > 2)) {
+    std::fprintf(stderr, "usage: blockstore serve HOST:PORT | check HOST:PORT [BLOCKS] | demo\n");
+    return 2;
   }
-  if (mode == "check" && argc > 2) {
-    std::unique_ptr<sluice::Context> ctx;
-    auto engine = make_engine(ctx);
-    return check(*engine, argv[2], argc > 3 ? std::atoi(argv[3]) : 44) == 0 ? 0 : 1;
+  auto ctx = or_exit(sluice::Context::create());  // one per process
+  if (mode == "demo") return demo(*ctx);
+  auto engine = or_exit(ctx->create_engine());
+  if (mode == "check") return check(*engine, argv[2], argc > 3 ? std::atoi(argv[3]) : 44) == 0 ? 0 : 1;
+  Server server;
+  int port = 0;
+  if (auto s = server.start(*engine, argv[2], &port); !s.ok()) {
+    std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
+    return 1;
   }
-  if (mode == "demo") {
-    std::unique_ptr<sluice::Context> server_ctx, client_ctx;
-    auto server_engine = make_engine(server_ctx);
-    Server server;
-    int port = 0;
-    if (auto s = server.start(*server_engine, "127.0.0.1:0", &port); !s.ok()) {
-      std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    std::atomic<bool> stop{false};
-    std::thread serving([&] {
-      while (!stop) server_engine->progress();
-    });
-    auto client_engine = make_engine(client_ctx);
-    int result = check(*client_engine, "127.0.0.1:" + std::to_string(port), 44);
-    client_engine.reset();
-    stop = true;
-    serving.join();
-    return result == 0 ? 0 : 1;
-  }
-  std::fprintf(stderr, "usage: blockstore serve HOST:PORT | check HOST:PORT [BLOCKS] | demo\n");
-  return 2;
+  std::printf("blockstore: serving on port %d\n", port);
+  std::fflush(stdout);
+  engine->run_until([] { return false; });  // sleeps while no client calls
 }

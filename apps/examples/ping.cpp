@@ -34,10 +34,13 @@ int main(int argc, char** argv) {
 
   int received = 0;
   absl::Status failure;
+  // A send refused for lack of credit (kWouldBlock) is not retried in a loop of its own: it
+  // stays due, and the run_until below retries it between progress calls.
+  bool due = false;
   auto send = [&] {
-    sluice::Result r;
-    while ((r = other->send(kPing, {}, buffer)) == sluice::Result::kWouldBlock) eng.progress();
-    if (r != sluice::Result::kOk) failure = sluice::to_status(r, "send");
+    sluice::Result r = other->send(kPing, {}, buffer);
+    due = r == sluice::Result::kWouldBlock;
+    if (r != sluice::Result::kOk && !due) failure = sluice::to_status(r, "send");
   };
   auto status = eng.register_handler(kPing, [&](sluice::Message& m) {
     ++received;
@@ -52,7 +55,10 @@ int main(int argc, char** argv) {
   if (me == 0) send();
   // No deadline of its own: a busy machine only makes it slower. A peer that dies is declared
   // dead within SLUICE_PEER_TIMEOUT, which ends the wait.
-  eng.run_until([&] { return received == iterations || !failure.ok() || !other->alive(); });
+  eng.run_until([&] {
+    if (due) send();
+    return (received == iterations && !due) || !failure.ok() || !other->alive();
+  });
   double us = std::chrono::duration<double, std::micro>(sluice::Clock::now() - start).count();
   if (failure.ok() && received != iterations) failure = absl::UnavailableError("the other rank failed");
   if (!failure.ok()) {

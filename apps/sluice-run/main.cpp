@@ -68,7 +68,8 @@ void usage(FILE* out) {
                "  -n N            number of ranks [the hosts' slots; required without hosts]\n"
                "  -H LIST         hosts, comma-separated, each HOST or HOST:SLOTS (1 slot by default);\n"
                "                  localhost, this host's name or one of its addresses is this machine\n"
-               "  --hostfile FILE one host per line: HOST, HOST:SLOTS or HOST slots=SLOTS; # comments\n"
+               "  --hostfile FILE\n"
+               "                  one host per line: HOST, HOST:SLOTS or HOST slots=SLOTS; # comments\n"
                "  --launch-agent CMD\n"
                "                  what starts a rank on another host, given HOST and a shell command\n"
                "                  line [ssh]\n"
@@ -94,7 +95,7 @@ void usage(FILE* out) {
                "\n"
                "examples:\n"
                "  sluice-run -n 2 --bind core sluice-perf -t am_lat --baseline ucx\n"
-               "  sluice-run -n 4 --tag-output -x SLUICE_TLS=tcp ./alltoall\n");
+               "  sluice-run -n 3 --tag-output -x SLUICE_TLS=tcp ./first  # getting-started.md's program\n");
 }
 
 std::optional<Options> parse(int argc, char** argv) {

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Installed like a library: `meson install` into a scratch prefix, then what a user does with
 it. The installed tools run without LD_LIBRARY_PATH; an out-of-tree program (the installed
-ping example) builds with pkg-config and with CMake's find_package(Sluice) and runs under the
-installed sluice-run, where SLUICE_FAULT_AT is ignored (no fault points); a different abseil is
-refused at configure time, by name."""
+ping example) builds with pkg-config and with CMake's find_package(Sluice), neither told to use
+C++20, and runs under the installed sluice-run, where SLUICE_FAULT_AT is ignored (no fault
+points); pkg-config needs no UCX, hwloc, libsodium or OpenSSL .pc file; the first program of
+getting-started.md, as a reader copies it, runs alone and with two and three ranks; every link
+of the installed documents leads to an installed file; a different abseil is refused at
+configure time, by name."""
 import json
 import os
 import re
@@ -31,11 +34,24 @@ class Installed(unittest.TestCase):
         cls.prefix = os.path.join(cls.tmp, options["prefix"].lstrip("/"))
         cls.libdir = os.path.join(cls.prefix, options["libdir"])
         cls.bin = os.path.join(cls.prefix, options["bindir"])
-        cls.example = os.path.join(cls.prefix, options["datadir"], "doc/sluice/examples/ping.cpp")
+        cls.docs = os.path.join(cls.prefix, options["datadir"], "doc/sluice")
+        cls.example = os.path.join(cls.docs, "apps/examples/ping.cpp")
+        cls.pkgconfig = os.path.join(cls.libdir, "pkgconfig")
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def pkg_config(self, *args, env=None):
+        r = run(["pkg-config"] + list(args) + ["sluice"], env=env or dict(ENV, PKG_CONFIG_PATH=self.pkgconfig))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.split()
+
+    def build(self, source, out, flags):
+        """`c++` as a user runs it: no -std of its own (sluice.pc brings C++20)."""
+        r = run(["c++", "-O1", "-Wall", "-Werror", source, "-o", out, "-Wl,-rpath," + self.libdir] + flags)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
 
     def check_ping(self, program, env=None):
         r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", program, "200"], env=env)
@@ -45,7 +61,8 @@ class Installed(unittest.TestCase):
 
     def test_what_is_installed_and_the_tools_find_their_library(self):
         for path in ("include/sluice/sluice.h", "include/sluice/version.h", "share/doc/sluice/README.md",
-                     "share/doc/sluice/configuration.md", "share/doc/sluice/examples/blockstore.cpp"):
+                     "share/doc/sluice/docs/configuration.md", "share/doc/sluice/apps/examples/blockstore.cpp",
+                     "share/man/man7/sluice.7"):
             self.assertTrue(os.path.exists(os.path.join(self.prefix, path)), path)
         for path in ("pkgconfig/sluice.pc", "cmake/Sluice/SluiceConfig.cmake", "cmake/Sluice/SluiceConfigVersion.cmake"):
             self.assertTrue(os.path.exists(os.path.join(self.libdir, path)), path)
@@ -69,37 +86,113 @@ class Installed(unittest.TestCase):
             self.assertGreater(len(flags), 3, tool)
             for flag in flags:
                 self.assertIn(".B " + flag, roff, tool)
+            # Every option's term stands alone on its .B line, its text on the next.
+            terms = re.findall(r"^\.B (-.*)$", roff, re.M)
+            self.assertEqual([t for t in terms if len(t.split()) > 3], [], tool)
+            self.assertIn(".SH ENVIRONMENT", roff, tool)
+            self.assertIn("\\fBsluice\\fR(7)", roff, tool)
+        with open(os.path.join(self.prefix, "share/man/man1/sluice-run.1")) as f:
+            self.assertIn("on other hosts", f.read().split(".SH SYNOPSIS")[0])
+
+    def test_sluice_7_lists_every_variable(self):
+        with open(os.path.join(self.prefix, "share/man/man7/sluice.7")) as f:
+            roff = f.read().replace("\\-", "-")
+        table = run([os.path.join(self.bin, "sluice-info"), "-c", "--markdown"]).stdout
+        names = re.findall(r"^\| `(SLUICE_\w+)`", table, re.M)
+        self.assertGreater(len(names), 30)
+        for name in names:
+            self.assertIn(".B " + name + "\n", roff)
 
     def test_a_program_built_with_pkg_config(self):
-        pc = run(["pkg-config", "--cflags", "--libs", "sluice"],
-                 env=dict(ENV, PKG_CONFIG_PATH=os.path.join(self.libdir, "pkgconfig")))
-        self.assertEqual(pc.returncode, 0, pc.stderr)
-        out = os.path.join(self.tmp, "ping-pc")
-        r = run(["c++", "-std=c++20", "-O1", self.example, "-o", out, "-Wl,-rpath," + self.libdir] + pc.stdout.split())
-        self.assertEqual(r.returncode, 0, r.stderr)
+        out = self.build(self.example, os.path.join(self.tmp, "ping-pc"), self.pkg_config("--cflags", "--libs"))
         self.check_ping(out)
         # The installed library has no fault points: the variable cannot end the process.
         r = self.check_ping(out, env=dict(ENV, SLUICE_FAULT_AT="hello"))
         self.assertIn("SLUICE_FAULT_AT=hello ignored", r.stderr)
         self.assertNotIn("libsluice-testing", " ".join(os.listdir(self.libdir)))
 
+    def test_pkg_config_needs_no_dev_package_of_the_librarys_own_dependencies(self):
+        # A search path with sluice.pc and abseil's .pc files only, as on a machine without the
+        # UCX, hwloc, libsodium and OpenSSL -dev packages: --cflags and --libs answer, and a
+        # program builds and runs (dynamic linking needs only their runtime libraries).
+        system = run(["pkg-config", "--variable", "pc_path", "pkg-config"]).stdout.strip().split(":")
+        absl = os.path.join(self.tmp, "absl-only")
+        os.makedirs(absl, exist_ok=True)
+        for d in system:
+            for name in os.listdir(d) if os.path.isdir(d) else ():
+                if name.startswith("absl_") and not os.path.exists(os.path.join(absl, name)):
+                    os.symlink(os.path.join(d, name), os.path.join(absl, name))
+        env = {k: v for k, v in ENV.items() if not k.startswith("PKG_CONFIG")}
+        env["PKG_CONFIG_LIBDIR"] = self.pkgconfig + ":" + absl
+        self.assertNotEqual(run(["pkg-config", "--exists", "ucx"], env=env).returncode, 0)
+        flags = self.pkg_config("--cflags", "--libs", env=env)
+        self.check_ping(self.build(self.example, os.path.join(self.tmp, "ping-nodev"), flags))
+        # What a static link needs is where --static asks for it.
+        static = self.pkg_config("--static", "--libs")
+        for lib in ("-lucp", "-lhwloc", "-lsodium", "-lcrypto"):
+            self.assertIn(lib, static)
+            self.assertNotIn(lib, flags)
+
+    def test_an_older_standard_stops_at_one_error_saying_cpp20(self):
+        src = os.path.join(self.tmp, "cpp17.cpp")
+        with open(src, "w") as f:
+            f.write("#include <sluice/sluice.h>\nint main() {}\n")
+        r = run(["c++", "-fsyntax-only", src] + self.pkg_config("--cflags") + ["-std=c++17"])
+        self.assertNotEqual(r.returncode, 0)
+        first = [l for l in r.stderr.splitlines() if "error" in l][0]
+        self.assertIn("need C++20", first)
+
+    def installed_docs(self):
+        """(path relative to the doc directory, text) of every installed Markdown document."""
+        docs = []
+        for root, _, files in os.walk(self.docs):
+            for name in sorted(files):
+                if name.endswith(".md"):
+                    with open(os.path.join(root, name)) as f:
+                        docs.append((os.path.relpath(os.path.join(root, name), self.docs), f.read()))
+        return docs
+
+    def test_every_link_of_the_installed_docs_leads_to_an_installed_file(self):
+        checked = 0
+        for name, text in self.installed_docs():
+            text = re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)  # code is not links
+            for target in re.findall(r"\]\(([^)\s]+)\)", text):
+                if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                    continue
+                path = os.path.normpath(os.path.join(self.docs, os.path.dirname(name), target.split("#")[0]))
+                self.assertTrue(os.path.exists(path), "%s links to %s, not installed" % (name, target))
+                checked += 1
+        self.assertGreater(checked, 20)
+
     def test_every_cpp_block_of_the_docs_compiles_against_the_installed_headers(self):
-        cflags = run(["pkg-config", "--cflags", "sluice"],
-                     env=dict(ENV, PKG_CONFIG_PATH=os.path.join(self.libdir, "pkgconfig")))
-        self.assertEqual(cflags.returncode, 0, cflags.stderr)
-        docs = os.path.join(self.prefix, "share/doc/sluice")
+        cflags = self.pkg_config("--cflags")
         blocks = []
-        for name in sorted(os.listdir(docs)):
-            if name.endswith(".md"):
-                with open(os.path.join(docs, name)) as f:
-                    blocks += [(name, b) for b in re.findall(r"^```cpp\n(.*?)^```$", f.read(), re.M | re.S)]
+        for name, text in self.installed_docs():
+            blocks += [(name, b) for b in re.findall(r"^```cpp\n(.*?)^```$", text, re.M | re.S)]
         self.assertGreaterEqual(len(blocks), 2, "the C++ blocks of getting-started.md and rpc.md")
         for i, (name, code) in enumerate(blocks):
             src = os.path.join(self.tmp, "snippet%d.cpp" % i)
             with open(src, "w") as f:
                 f.write(code)
-            r = run(["c++", "-std=c++20", "-fsyntax-only", "-Wall", "-Werror", src] + cflags.stdout.split())
+            r = run(["c++", "-fsyntax-only", "-Wall", "-Werror", src] + cflags)
             self.assertEqual(r.returncode, 0, "%s, block %d:\n%s\n%s" % (name, i, code, r.stderr))
+
+    def test_the_first_program_runs_alone_and_with_two_and_three_ranks(self):
+        # The block of getting-started.md marked "first.cpp", exactly as a reader copies it.
+        with open(os.path.join(self.docs, "docs/getting-started.md")) as f:
+            m = re.search(r"^<!-- first\.cpp: .*?-->\n```cpp\n(.*?)^```$", f.read(), re.M | re.S)
+        self.assertIsNotNone(m, "getting-started.md has no block marked first.cpp")
+        src = os.path.join(self.tmp, "first.cpp")
+        with open(src, "w") as f:
+            f.write(m.group(1))
+        first = self.build(src, os.path.join(self.tmp, "first"), self.pkg_config("--cflags", "--libs"))
+        for n in (1, 2, 3):
+            cmd = [first] if n == 1 else [os.path.join(self.bin, "sluice-run"), "-n", str(n), first]
+            r = run(cmd, timeout=120)
+            self.assertEqual(r.returncode, 0, "%d ranks: %s%s" % (n, r.stdout, r.stderr))
+            self.assertEqual(sorted(r.stdout.splitlines()),
+                             ["first: rank %d of %d got 64 bytes from rank %d" % (i, n, (i + n - 1) % n)
+                              for i in range(n)])
 
     def test_only_the_public_api_is_exported(self):
         lib = os.path.join(self.libdir, "libsluice.so")
@@ -120,7 +213,6 @@ class Installed(unittest.TestCase):
             f.write(textwrap.dedent("""\
                 cmake_minimum_required(VERSION 3.16)
                 project(ping CXX)
-                set(CMAKE_CXX_STANDARD 20)
                 find_package(Sluice 0.1 REQUIRED)
                 add_executable(ping ping.cpp)
                 target_link_libraries(ping PRIVATE Sluice::sluice)
@@ -132,6 +224,20 @@ class Installed(unittest.TestCase):
         r = run(["cmake", "--build", out])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.check_ping(os.path.join(out, "ping"))
+        # Sluice::sluice asks for at least C++20 as a compile feature: a C++23 project's command
+        # lines carry its own standard alone, not sluice.pc's -std=c++20 beside it.
+        with open(os.path.join(src, "CMakeLists.txt")) as f:
+            text = f.read().replace("project(ping CXX)", "project(ping CXX)\nset(CMAKE_CXX_STANDARD 23)")
+        with open(os.path.join(src, "CMakeLists.txt"), "w") as f:
+            f.write(text)
+        out23 = os.path.join(self.tmp, "cmake-build-23")
+        r = run(["cmake", "-S", src, "-B", out23, "-DCMAKE_PREFIX_PATH=" + self.prefix,
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out23, "compile_commands.json")) as f:
+            command = json.load(f)[0]["command"]
+        self.assertRegex(command, r"-std=(gnu|c)\+\+(23|2b)")
+        self.assertNotIn("-std=c++20", command)
 
     def test_another_abseil_is_refused_by_name(self):
         # A stand-in abseil of another release ahead on the search path.

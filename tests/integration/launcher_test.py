@@ -202,13 +202,22 @@ class Launcher(unittest.TestCase):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("round trips", r.stdout)
+        # Alone or with three ranks: a clear refusal, not a crash.
+        for cmd in ([PING, "10"], [RUN, "-n", "3", PING, "10"]):
+            r = run(cmd)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("ping: run with two ranks", r.stderr)
 
 
 class Blockstore(unittest.TestCase):
     def test_demo_in_one_process(self):
-        r = run([BLOCKSTORE, "demo"])
+        r = run([BLOCKSTORE, "demo"], env={"SLUICE_LOG_LEVEL": "debug"})
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("0 mismatches, 0 errors", r.stdout)
+        # As the docs ask: one Context per process (one bootstrap), the server and the client
+        # two engines of it.
+        self.assertEqual(len(re.findall(r"SLUICE_BOOT=auto chose", r.stderr)), 1, r.stderr)
+        self.assertEqual(re.findall(r"debug am: engine (\d+): rank", r.stderr), ["0", "1"])
 
     def test_server_and_client_processes_over_tcp_and_shared_memory(self):
         for tls in ("", "tcp"):
