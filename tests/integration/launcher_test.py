@@ -198,6 +198,38 @@ class Launcher(unittest.TestCase):
             self.assertEqual(sorted(l.split("] ")[1] for l in r.stdout.splitlines()),
                              ["local 0 of 3", "local 0 of 3", "local 1 of 3"])
 
+    def test_a_job_starts_while_another_process_holds_100_connections_to_its_service(self):
+        # The ranks run "elsewhere" (a launch agent that runs the command here), so the service
+        # listens on TCP as it does facing a network. Before any rank starts, another process
+        # opens 100 idle connections to that port and holds them; the ranks must still get
+        # their fences served, and none may die of SIGPIPE (status 141).
+        with tempfile.TemporaryDirectory() as d:
+            agent = os.path.join(d, "agent.sh")
+            with open(agent, "w") as f:
+                f.write('#!/bin/sh\nshift\nexec sh -c "$1"\n')  # AGENT HOST COMMAND: COMMAND, here
+            ready = os.path.join(d, "held")
+            holder = ("import os, socket, sys, time\n"
+                      "host, port = sys.argv[1].rsplit(':', 1)\n"
+                      "held = [socket.create_connection((host, int(port))) for _ in range(100)]\n"
+                      "open(sys.argv[2], 'w').close()\n"
+                      "time.sleep(20)\n")
+            wrapper = os.path.join(d, "rank.sh")
+            with open(wrapper, "w") as f:
+                f.write('#!/bin/sh\n'
+                        'if [ "$SLUICE_RANK" = 0 ]; then\n'
+                        '  %s -c "%s" "${SLUICE_BOOT_ADDR#tcp:}" %s </dev/null >/dev/null 2>&1 &\n'
+                        'fi\n'
+                        'while [ ! -e %s ]; do sleep 0.05; done\n'
+                        'exec "$@"\n' % (sys.executable, holder, ready, ready))
+            os.chmod(agent, 0o755)
+            os.chmod(wrapper, 0o755)
+            r = run([RUN, "-H", "192.0.2.1:2", "--launch-agent", agent, "--boot-host", "127.0.0.1",
+                     "--timeout", "60", wrapper, ALLTOALL, "100"], env=self.env)
+            self.assertTrue(os.path.exists(ready), "the holder never held its connections: " + r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+        self.assertIn("too many connections without a token", r.stderr)
+
     def test_ping_example(self):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
