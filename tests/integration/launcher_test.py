@@ -230,6 +230,43 @@ class Launcher(unittest.TestCase):
         self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
         self.assertIn("too many connections without a token", r.stderr)
 
+    def test_stats_prints_the_jobs_sums_and_extremes_of_every_counter(self):
+        # Each rank prints its own counters at exit (SLUICE_STATS=1, tagged with its rank); the
+        # launcher's table must add up to them exactly and name the ranks at the extremes.
+        r = run([RUN, "-n", "3", "--stats", "--tag-output", ALLTOALL, "200"], env=dict(self.env, SLUICE_STATS="1"))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        own = {}  # rank -> counter -> value, summed over the rank's engines
+        in_block = set()
+        for line in r.stderr.splitlines():
+            m = re.match(r"^\[(\d+)\] (.*)$", line)
+            if not m:
+                continue
+            rank, text = int(m.group(1)), m.group(2)
+            if text.startswith("sluice stats (rank "):
+                in_block.add(rank)
+                own.setdefault(rank, {})
+                continue
+            c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
+            if c and rank in in_block:
+                own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
+        self.assertEqual(sorted(own), [0, 1, 2], r.stderr[-3000:])
+        self.assertIn("sluice-run: counters of 3 of 3 ranks", r.stderr)
+        table = {}
+        for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d)\) +(\d+) \(rank (\d)\)$", r.stderr, re.M):
+            table[m.group(1)] = [int(g) for g in m.groups()[1:]]
+        names = set().union(*own.values())
+        shown = {n for n in names if any(own[k].get(n, 0) for k in own)}
+        self.assertEqual(set(table), shown, r.stderr[-3000:])
+        for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
+            values = [own[k].get(name, 0) for k in range(3)]
+            self.assertEqual(total, sum(values), name)
+            self.assertEqual((lo, hi), (min(values), max(values)), name)
+            self.assertEqual(values[lo_rank], lo, name)
+            self.assertEqual(values[hi_rank], hi, name)
+        # What the ranks did: 200 messages to each of the 2 others, and all of them arrived.
+        self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
+        self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
+
     def test_ping_example(self):
         r = run([RUN, "-n", "2", PING, "2000"])
         self.assertEqual(r.returncode, 0, r.stderr)
