@@ -178,6 +178,8 @@ class Launcher(unittest.TestCase):
                 f.write("localhost slots=2 extra\n")
             for args, said in ((["-H", "localhost:0", "true"], "1 to 4096 slots"),
                                (["-H", "a,,b", "true"], "an empty host name"),
+                               (["-H", "fd00::2:2", "true"], "an IPv6 address goes in brackets"),
+                               (["-H", "[fd00::2]x", "true"], "an IPv6 address goes in brackets"),
                                (["-n", "3", "-H", "localhost:2", "true"], "more than the hosts' 2 slots"),
                                (["--hostfile", os.path.join(d, "missing"), "true"], "cannot read it"),
                                (["--hostfile", bad_file, "true"], "need NAME, NAME:SLOTS or NAME slots=SLOTS")):
@@ -191,12 +193,12 @@ class Launcher(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             hostfile = os.path.join(d, "hosts")
             with open(hostfile, "w") as f:
-                f.write("# two entries for this machine\nlocalhost slots=2\n%s:1\n" % socket.gethostname())
+                f.write("# three entries for this machine\nlocalhost slots=2\n%s:1\n[::1]:1\n" % socket.gethostname())
             r = run([RUN, "--hostfile", hostfile, "--launch-agent", "false", "--tag-output", "sh", "-c",
                      "echo local $SLUICE_LOCAL_RANK of $SLUICE_SIZE; case $SLUICE_BOOT_ADDR in tcp:*) echo tcp;; esac"])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(sorted(l.split("] ")[1] for l in r.stdout.splitlines()),
-                             ["local 0 of 3", "local 0 of 3", "local 1 of 3"])
+                             ["local 0 of 4", "local 0 of 4", "local 0 of 4", "local 1 of 4"])
 
     def test_a_job_starts_while_another_process_holds_100_connections_to_its_service(self):
         # The ranks run "elsewhere" (a launch agent that runs the command here), so the service
