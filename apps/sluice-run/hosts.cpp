@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,7 +17,16 @@ namespace {
 
 std::optional<Host> parse_host(std::string item, const char* where) {
   Host h;
-  std::size_t colon = item.rfind(':');
+  // An IPv6 address goes in brackets ("[fd00::2]:4"): its colons are not the slots' one.
+  std::size_t close = item[0] == '[' ? item.find(']') : 0;
+  bool bad_v6 = close == std::string::npos || (close == 0 && std::count(item.begin(), item.end(), ':') > 1) ||
+                (close != 0 && close + 1 < item.size() && item[close + 1] != ':');
+  if (bad_v6) {
+    std::fprintf(stderr, "sluice-run: %s: %s: an IPv6 address goes in brackets, [ADDRESS] or [ADDRESS]:SLOTS\n", where,
+                 item.c_str());
+    return std::nullopt;
+  }
+  std::size_t colon = item.find(':', close);
   if (colon != std::string::npos) {
     char* end = nullptr;
     long n = std::strtol(item.c_str() + colon + 1, &end, 10);
@@ -27,6 +37,7 @@ std::optional<Host> parse_host(std::string item, const char* where) {
     h.slots = static_cast<int>(n);
     item.resize(colon);
   }
+  if (close != 0) item = item.substr(1, close - 1);
   if (item.empty()) {
     std::fprintf(stderr, "sluice-run: %s: an empty host name\n", where);
     return std::nullopt;
@@ -97,7 +108,7 @@ std::optional<std::vector<Host>> read_hostfile(const std::string& path) {
 }
 
 bool is_local(const std::string& name) {
-  if (name == "localhost") return true;
+  if (name == "localhost" || name == "::1") return true;
   char self[256] = {};
   if (::gethostname(self, sizeof self - 1) == 0) {
     std::string me(self);

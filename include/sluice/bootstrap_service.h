@@ -5,8 +5,10 @@
 // (listen_tcp), and answers FENCE requests: each rank sends its key-value blob with the job's
 // random token; when every rank has sent its blob for a fence, each gets all of them back.
 // What a network service must hold, it holds: a connection's token is checked before more
-// than its request line (at most 260 bytes) is read, connections are bounded (2 x size + 16),
-// a connection that sends nothing for 10 s while not waiting for a fence is closed, and a
+// than its request line (at most 260 bytes) is read; connections that have not shown the token
+// are bounded (2 x size + 16: beyond, those idle longest are closed, so a rank's fresh
+// connection, which shows it at once, is always served however many others are held open); a
+// connection that sends nothing for 10 s while not waiting for a fence is closed, and a
 // reply that cannot be written within 10 s closes its connection. A request with a wrong
 // token or a malformed frame is rejected, logged to stderr and its connection closed; the job
 // is not disturbed.
@@ -39,7 +41,7 @@ class SLUICE_API BootstrapService {
   // Accepts connections and serves whatever requests are complete; never blocks.
   virtual void handle() = 0;
   // Requests rejected so far (bad token, malformed), and connections closed unserved (beyond
-  // the bound, or idle).
+  // the bound on connections without a token, or idle).
   virtual int rejected() const = 0;
   virtual int closed_unserved() const = 0;
 };

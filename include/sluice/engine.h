@@ -214,8 +214,9 @@ class SLUICE_API Engine {
   Peer* peer(int rank);
 
   // Client/server mode, through Sluice's own TCP front door (docs/security.md). listen()
-  // accepts connections on host:port ("0.0.0.0:0" or "127.0.0.1:13337"; port 0 picks one;
-  // SO_REUSEADDR, so a restarted server listens again at once) and returns the port. Each
+  // accepts connections on host:port ("0.0.0.0:0", "127.0.0.1:13337", an IPv6 address in
+  // brackets: "[::1]:0"; port 0 picks one; SO_REUSEADDR, so a restarted server listens again
+  // at once) and returns the port. Each
   // connection runs a bounded pre-handshake, proves SLUICE_AUTH_KEY_FILE's key both ways when
   // SLUICE_AUTH asks for it, and only then gets a peer and a UCX endpoint; connected clients
   // appear as peers whose messages carry their id() as source(). The engine serves the socket
@@ -227,7 +228,8 @@ class SLUICE_API Engine {
   // when nothing listens there (naming the address), or when the server closes or cannot
   // admit us; PermissionDenied when the keys do not match or one side requires a key the
   // other lacks (naming SLUICE_AUTH_KEY_FILE); DeadlineExceeded when the server does not
-  // answer in time; InvalidArgument for a bad address. One connect() at a time per engine.
+  // answer in time; InvalidArgument for a bad address (an IPv6 one without its brackets,
+  // "::1:13337", is one). One connect() at a time per engine.
   // Once connected, the peer fails (operations complete with Unavailable) within about
   // 250 ms of the server's process ending.
   absl::StatusOr<Peer*> connect(std::string_view host_port);

@@ -10,6 +10,7 @@
 
 #include "am/engine_core.h"
 #include "core/log.h"
+#include "core/net.h"
 #include "transport/stream_crypto.h"
 #include "transport/ucx_address.h"
 
@@ -235,23 +236,6 @@ PeerData& EngineCore::init_cs_peer(PeerData& p) {
   return p;
 }
 
-namespace {
-absl::StatusOr<std::pair<std::string, int>> split_host_port(std::string_view hp) {
-  auto colon = hp.rfind(':');
-  int port = -1;
-  if (colon != std::string_view::npos) {
-    std::string p(hp.substr(colon + 1));
-    char* end = nullptr;
-    long v = std::strtol(p.c_str(), &end, 10);
-    if (!p.empty() && *end == '\0' && v >= 0 && v <= 65535) port = static_cast<int>(v);
-  }
-  if (port < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("'%s' is not host:port (port 0-65535)", hp));
-  }
-  return std::make_pair(std::string(hp.substr(0, colon)), port);
-}
-}  // namespace
-
 Door& EngineCore::door() {
   if (!door_) {
     DoorOptions o;
@@ -273,10 +257,10 @@ Door& EngineCore::door() {
 
 absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
   if (door_ && door_->listening()) return absl::FailedPreconditionError("this engine already listens");
-  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
-  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.first, hp.second));
+  SLUICE_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(host_port));
+  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.host, hp.port));
   listen_port_ = port;
-  SLUICE_LOG(kInfo, "am", "engine %d listening on %s:%d (authentication %s)", engine_id_, hp.first, port,
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s (authentication %s)", engine_id_, format_host_port(hp.host, port),
              key_ ? "on" : "off");
   return port;
 }
@@ -404,12 +388,12 @@ absl::Status EngineCore::attach_dialed(PeerData& p, const Door::Dialed& d) {
 
 absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
   if (door_ && door_->dialing()) return absl::FailedPreconditionError("connect() is already in progress");
-  SLUICE_ASSIGN_OR_RETURN(auto hp, split_host_port(host_port));
+  SLUICE_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(host_port));
   auto deadline =
       config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
   PeerData& p = new_cs_peer();
   p.name = absl::StrFormat("server %s", host_port);
-  if (absl::Status s = door().dial(hp.first, hp.second, p.id, deadline); !s.ok()) {
+  if (absl::Status s = door().dial(hp.host, hp.port, p.id, deadline); !s.ok()) {
     abandon_cs_peer(p, std::string(s.message()));
     return s;
   }

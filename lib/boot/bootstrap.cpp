@@ -188,11 +188,12 @@ class LauncherBootstrap final : public ExchangeBase {
           absl::StrFormat("cannot reach sluice-run's bootstrap service at SLUICE_BOOT_ADDR=%s: %s", addr_, why));
     };
     if (addr_.rfind("tcp:", 0) == 0) {
-      std::string hp = addr_.substr(4);
-      std::size_t colon = hp.rfind(':');
-      if (colon == std::string::npos)
-        return absl::InvalidArgumentError("SLUICE_BOOT_ADDR=" + addr_ + ": need tcp:HOST:PORT");
-      auto started = tcp_start_connect(hp.substr(0, colon), std::atoi(hp.substr(colon + 1).c_str()));
+      auto hp = parse_host_port(std::string_view(addr_).substr(4));
+      if (!hp.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SLUICE_BOOT_ADDR=%s: need tcp:HOST:PORT: %s", addr_, hp.status().message()));
+      }
+      auto started = tcp_start_connect(hp->host, hp->port);
       if (!started.ok()) return unreachable(std::string(started.status().message()));
       int fd = *started;
       // Connected within SLUICE_CONNECT_TIMEOUT, asleep meanwhile.

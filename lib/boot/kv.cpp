@@ -1,6 +1,7 @@
 #include "boot/kv.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -54,7 +55,8 @@ absl::Status write_frame(int fd, std::string_view body) {
   buf += body;
   std::size_t off = 0;
   while (off < buf.size()) {
-    ssize_t n = ::write(fd, buf.data() + off, buf.size() - off);
+    // MSG_NOSIGNAL: a peer that has gone is an error here, never a SIGPIPE.
+    ssize_t n = ::send(fd, buf.data() + off, buf.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return absl::UnavailableError(absl::StrFormat("bootstrap write: %s", std::strerror(errno)));
     off += static_cast<std::size_t>(n);

@@ -67,7 +67,7 @@ class Service final : public BootstrapService {
 
   absl::Status init(int size) {
     size_ = size;
-    max_conns_ = 2 * static_cast<std::size_t>(size) + 16;
+    max_unauthenticated_ = 2 * static_cast<std::size_t>(size) + 16;
     token_ = random_hex(16);
     char templ[] = "/tmp/sluice-run.XXXXXX";
     if (::mkdtemp(templ) == nullptr)
@@ -110,12 +110,6 @@ class Service final : public BootstrapService {
       while (lfd >= 0) {
         int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
-        if (conns_.size() >= max_conns_) {
-          // Beyond what a job of this size opens: closed before a byte is read.
-          ::close(fd);
-          unserved("too many connections (at most " + std::to_string(max_conns_) + ")");
-          continue;
-        }
         timeval tv{kReplyTimeoutMs / 1000, 0};
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         conns_.push_back(Conn{fd, {}, false, false, -1, -1, now});
@@ -129,12 +123,12 @@ class Service final : public BootstrapService {
         keep = false;
       }
       if (!keep) {
-        ::close(c.fd);
-        conns_.erase(conns_.begin() + static_cast<long>(i));
+        close_conn(i);
         continue;
       }
       ++i;
     }
+    evict_unauthenticated();
   }
 
  private:
@@ -217,6 +211,29 @@ class Service final : public BootstrapService {
     return true;
   }
 
+  // Every connection was read, so a rank's fresh one has shown its token: only connections
+  // that have not are bounded, and those idle longest are closed first.
+  void evict_unauthenticated() {
+    std::vector<std::size_t> idle;
+    for (std::size_t i = 0; i < conns_.size(); ++i)
+      if (!conns_[i].authenticated && !conns_[i].waiting) idle.push_back(i);
+    if (idle.size() <= max_unauthenticated_) return;
+    std::size_t excess = idle.size() - max_unauthenticated_;
+    std::stable_sort(idle.begin(), idle.end(),
+                     [&](std::size_t a, std::size_t b) { return conns_[a].last_input < conns_[b].last_input; });
+    idle.resize(excess);
+    std::sort(idle.rbegin(), idle.rend());  // erase from the back: the other indices stay valid
+    for (std::size_t i : idle) close_conn(i);
+    unserved(absl::StrFormat("too many connections without a token (at most %d; the longest idle go first)",
+                             max_unauthenticated_),
+             static_cast<int>(excess));
+  }
+
+  void close_conn(std::size_t i) {
+    ::close(conns_[i].fd);
+    conns_.erase(conns_.begin() + static_cast<long>(i));
+  }
+
   void complete_if_ready(int epoch) {
     auto& slots = pending_[epoch];
     for (const auto& s : slots)
@@ -251,9 +268,9 @@ class Service final : public BootstrapService {
     return false;
   }
 
-  // A connection closed without being served; said at most once a second.
-  void unserved(const std::string& why) {
-    ++closed_unserved_;
+  // `n` connections closed without being served; said at most once a second.
+  void unserved(const std::string& why, int n = 1) {
+    closed_unserved_ += n;
     auto now = std::chrono::steady_clock::now();
     if (now - last_said_ < std::chrono::seconds(1)) return;
     last_said_ = now;
@@ -261,7 +278,7 @@ class Service final : public BootstrapService {
   }
 
   int size_ = 0;
-  std::size_t max_conns_ = 0;
+  std::size_t max_unauthenticated_ = 0;
   std::string token_, dir_, address_;
   int listen_fd_ = -1, tcp_fd_ = -1;
   std::vector<Conn> conns_;

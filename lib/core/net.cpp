@@ -2,9 +2,12 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,17 +16,39 @@
 
 #include <absl/strings/str_format.h>
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include <absl/strings/str_format.h>
-
 namespace sluice::detail {
+
+absl::StatusOr<HostPort> parse_host_port(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' is not host:port (%s)", text, why));
+  };
+  std::string_view host = text, rest;
+  if (!text.empty() && text[0] == '[') {
+    std::size_t close = text.find(']');
+    if (close == std::string_view::npos) return bad("no ']' after the IPv6 address");
+    host = text.substr(1, close - 1);
+    rest = text.substr(close + 1);
+    if (rest.empty() || rest[0] != ':') return bad("need [ADDRESS]:PORT");
+  } else {
+    std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return bad("no port");
+    host = text.substr(0, colon);
+    rest = text.substr(colon);
+    if (host.find(':') != std::string_view::npos) {
+      return bad(absl::StrFormat("an IPv6 address goes in brackets: [%s]%s", host, rest));
+    }
+  }
+  std::string_view digits = rest.substr(1);
+  long port = 0;
+  for (char c : digits) port = c >= '0' && c <= '9' && port <= 65535 ? port * 10 + (c - '0') : 1 << 20;
+  if (digits.empty() || port > 65535) return bad("port 0-65535");
+  return HostPort{std::string(host), static_cast<int>(port)};
+}
+
+std::string format_host_port(std::string_view host, int port) {
+  if (host.find(':') != std::string_view::npos) return absl::StrFormat("[%s]:%d", host, port);
+  return absl::StrFormat("%s:%d", host, port);
+}
 
 absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
   addrinfo hints{}, *res = nullptr;
@@ -33,7 +58,8 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
   std::string service = std::to_string(port);
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
   if (rc != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("cannot listen on %s:%d: %s", host, port, gai_strerror(rc)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot listen on %s: %s", format_host_port(host, port), gai_strerror(rc)));
   }
   std::string why = "no address";
   int fd = -1;
@@ -52,7 +78,8 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
     }
   }
   ::freeaddrinfo(res);
-  if (fd < 0) return absl::UnavailableError(absl::StrFormat("cannot listen on %s:%d: %s", host, port, why));
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrFormat("cannot listen on %s: %s", format_host_port(host, port), why));
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
@@ -62,7 +89,7 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
 }
 
 absl::StatusOr<int> tcp_start_connect(const std::string& host, int port) {
-  std::string name = absl::StrFormat("%s:%d", host, port);
+  std::string name = format_host_port(host, port);
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -92,7 +119,7 @@ std::string proc_address(const std::string& hex) {
     in_addr a{};
     a.s_addr = static_cast<std::uint32_t>(std::strtoul(addr.c_str(), nullptr, 16));
     inet_ntop(AF_INET, &a, text, sizeof(text));
-    return absl::StrFormat("%s:%d", text, port);
+    return format_host_port(text, port);
   }
   if (addr.size() == 32) {
     in6_addr a{};
@@ -102,7 +129,7 @@ std::string proc_address(const std::string& hex) {
     }
     inet_ntop(AF_INET6, &a, text, sizeof(text));
   }
-  return absl::StrFormat("[%s]:%d", text, port);
+  return format_host_port(text, port);
 }
 }  // namespace
 

@@ -3,11 +3,25 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <sluice/status.h>
 
 namespace sluice::detail {
+
+struct HostPort {
+  std::string host;  // without brackets ("::1", "10.0.0.1", "node7"); empty: every interface
+  int port;
+};
+
+// Parses "host:port", "[IPv6]:port" or ":port" (port 0-65535). An IPv6 address needs its
+// brackets ("::1:0" is refused, saying so); InvalidArgument naming the text otherwise.
+absl::StatusOr<HostPort> parse_host_port(std::string_view text);
+
+// "host:port", or "[host]:port" when the host has a colon (an IPv6 address): how every
+// address is printed, and what parse_host_port reads back.
+std::string format_host_port(std::string_view host, int port);
 
 struct Listening {
   int fd;

@@ -126,7 +126,7 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port) {
 absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
   if (dial_ != 0) return absl::FailedPreconditionError("connect() is already in progress");
-  std::string name = absl::StrFormat("%s:%d", host, port);
+  std::string name = format_host_port(host, port);
   if (options_.worker_address.size() > door::kMaxAddress) {
     return absl::InternalError(
         absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",

@@ -1,6 +1,8 @@
 // Client/server mode: a server engine listens, clients connect through Sluice's front door
 // (its own pre-handshake, with or without the key), messages and calls flow both ways,
 // clients come and go.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -180,6 +182,45 @@ void expect_call_succeeds(Engine& engine, Peer* peer) {
                        }),
             Result::kOk);
   EXPECT_TRUE(engine.run_until([&] { return done; }, Clock::now() + kLong));
+}
+
+// Whether this machine has an IPv6 loopback (::1 can be bound).
+bool has_ipv6_loopback() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 sa{};
+  sa.sin6_family = AF_INET6;
+  sa.sin6_addr = in6addr_loopback;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST_P(ClientServer, AnIpv6AddressInBracketsListensAndConnects) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "this machine has no IPv6 loopback (::1 cannot be bound)";
+  Node server(GetParam());
+  auto port = server.engine->listen("[::1]:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply({}, {}); }).ok());
+  std::atomic<bool> stop{false};
+  std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  {
+    Node client(GetParam());
+    auto peer = client.engine->connect("[::1]:" + std::to_string(*port));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    expect_call_succeeds(*client.engine, *peer);
+    // Nothing listens on port 1: the error names the address as it was given, brackets and all.
+    auto refused = client.engine->connect("[::1]:1");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("[::1]:1"));
+    // Without brackets an IPv6 address is ambiguous: refused, saying how to write it.
+    auto bare = client.engine->connect("::1:1");
+    EXPECT_EQ(bare.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(bare.status().message()), ::testing::HasSubstr("[::1]:1"));
+  }
+  stop = true;
+  server.engine->post([] {});
+  serving.join();
 }
 
 TEST_P(ClientServer, OnlyClientsWithTheServersKeyGetIn) {

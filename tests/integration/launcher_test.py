@@ -178,6 +178,8 @@ class Launcher(unittest.TestCase):
                 f.write("localhost slots=2 extra\n")
             for args, said in ((["-H", "localhost:0", "true"], "1 to 4096 slots"),
                                (["-H", "a,,b", "true"], "an empty host name"),
+                               (["-H", "fd00::2:2", "true"], "an IPv6 address goes in brackets"),
+                               (["-H", "[fd00::2]x", "true"], "an IPv6 address goes in brackets"),
                                (["-n", "3", "-H", "localhost:2", "true"], "more than the hosts' 2 slots"),
                                (["--hostfile", os.path.join(d, "missing"), "true"], "cannot read it"),
                                (["--hostfile", bad_file, "true"], "need NAME, NAME:SLOTS or NAME slots=SLOTS")):
@@ -191,12 +193,81 @@ class Launcher(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             hostfile = os.path.join(d, "hosts")
             with open(hostfile, "w") as f:
-                f.write("# two entries for this machine\nlocalhost slots=2\n%s:1\n" % socket.gethostname())
+                f.write("# three entries for this machine\nlocalhost slots=2\n%s:1\n[::1]:1\n" % socket.gethostname())
             r = run([RUN, "--hostfile", hostfile, "--launch-agent", "false", "--tag-output", "sh", "-c",
                      "echo local $SLUICE_LOCAL_RANK of $SLUICE_SIZE; case $SLUICE_BOOT_ADDR in tcp:*) echo tcp;; esac"])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(sorted(l.split("] ")[1] for l in r.stdout.splitlines()),
-                             ["local 0 of 3", "local 0 of 3", "local 1 of 3"])
+                             ["local 0 of 4", "local 0 of 4", "local 0 of 4", "local 1 of 4"])
+
+    def test_a_job_starts_while_another_process_holds_100_connections_to_its_service(self):
+        # The ranks run "elsewhere" (a launch agent that runs the command here), so the service
+        # listens on TCP as it does facing a network. Before any rank starts, another process
+        # opens 100 idle connections to that port and holds them; the ranks must still get
+        # their fences served, and none may die of SIGPIPE (status 141).
+        with tempfile.TemporaryDirectory() as d:
+            agent = os.path.join(d, "agent.sh")
+            with open(agent, "w") as f:
+                f.write('#!/bin/sh\nshift\nexec sh -c "$1"\n')  # AGENT HOST COMMAND: COMMAND, here
+            ready = os.path.join(d, "held")
+            holder = ("import os, socket, sys, time\n"
+                      "host, port = sys.argv[1].rsplit(':', 1)\n"
+                      "held = [socket.create_connection((host, int(port))) for _ in range(100)]\n"
+                      "open(sys.argv[2], 'w').close()\n"
+                      "time.sleep(20)\n")
+            wrapper = os.path.join(d, "rank.sh")
+            with open(wrapper, "w") as f:
+                f.write('#!/bin/sh\n'
+                        'if [ "$SLUICE_RANK" = 0 ]; then\n'
+                        '  %s -c "%s" "${SLUICE_BOOT_ADDR#tcp:}" %s </dev/null >/dev/null 2>&1 &\n'
+                        'fi\n'
+                        'while [ ! -e %s ]; do sleep 0.05; done\n'
+                        'exec "$@"\n' % (sys.executable, holder, ready, ready))
+            os.chmod(agent, 0o755)
+            os.chmod(wrapper, 0o755)
+            r = run([RUN, "-H", "192.0.2.1:2", "--launch-agent", agent, "--boot-host", "127.0.0.1",
+                     "--timeout", "60", wrapper, ALLTOALL, "100"], env=self.env)
+            self.assertTrue(os.path.exists(ready), "the holder never held its connections: " + r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+        self.assertIn("too many connections without a token", r.stderr)
+
+    def test_stats_prints_the_jobs_sums_and_extremes_of_every_counter(self):
+        # Each rank prints its own counters at exit (SLUICE_STATS=1, tagged with its rank); the
+        # launcher's table must add up to them exactly and name the ranks at the extremes.
+        r = run([RUN, "-n", "3", "--stats", "--tag-output", ALLTOALL, "200"], env=dict(self.env, SLUICE_STATS="1"))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        own = {}  # rank -> counter -> value, summed over the rank's engines
+        in_block = set()
+        for line in r.stderr.splitlines():
+            m = re.match(r"^\[(\d+)\] (.*)$", line)
+            if not m:
+                continue
+            rank, text = int(m.group(1)), m.group(2)
+            if text.startswith("sluice stats (rank "):
+                in_block.add(rank)
+                own.setdefault(rank, {})
+                continue
+            c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
+            if c and rank in in_block:
+                own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
+        self.assertEqual(sorted(own), [0, 1, 2], r.stderr[-3000:])
+        self.assertIn("sluice-run: counters of 3 of 3 ranks", r.stderr)
+        table = {}
+        for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d)\) +(\d+) \(rank (\d)\)$", r.stderr, re.M):
+            table[m.group(1)] = [int(g) for g in m.groups()[1:]]
+        names = set().union(*own.values())
+        shown = {n for n in names if any(own[k].get(n, 0) for k in own)}
+        self.assertEqual(set(table), shown, r.stderr[-3000:])
+        for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
+            values = [own[k].get(name, 0) for k in range(3)]
+            self.assertEqual(total, sum(values), name)
+            self.assertEqual((lo, hi), (min(values), max(values)), name)
+            self.assertEqual(values[lo_rank], lo, name)
+            self.assertEqual(values[hi_rank], hi, name)
+        # What the ranks did: 200 messages to each of the 2 others, and all of them arrived.
+        self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
+        self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
 
     def test_ping_example(self):
         r = run([RUN, "-n", "2", PING, "2000"])

@@ -1,0 +1,73 @@
+// Host:port text: IPv4, names, IPv6 in brackets, and what is refused; and how addresses print.
+#include <unistd.h>
+
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "core/net.h"
+
+namespace sluice::detail {
+namespace {
+
+TEST(ParseHostPort, NamesAndIpv4) {
+  auto a = parse_host_port("127.0.0.1:13337");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 13337);
+  auto b = parse_host_port("node7:0");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "node7");
+  EXPECT_EQ(b->port, 0);
+  auto any = parse_host_port(":65535");  // no host: every interface
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->host, "");
+  EXPECT_EQ(any->port, 65535);
+}
+
+TEST(ParseHostPort, Ipv6InBrackets) {
+  for (auto [text, host, port] :
+       {std::tuple{"[::1]:0", "::1", 0}, std::tuple{"[::]:80", "::", 80},
+        std::tuple{"[fe80::1%eth0]:9", "fe80::1%eth0", 9}, std::tuple{"[2001:db8::7]:65535", "2001:db8::7", 65535}}) {
+    auto hp = parse_host_port(text);
+    ASSERT_TRUE(hp.ok()) << text << ": " << hp.status();
+    EXPECT_EQ(hp->host, host) << text;
+    EXPECT_EQ(hp->port, port) << text;
+  }
+}
+
+TEST(ParseHostPort, RefusesWhatIsNotHostPortNamingIt) {
+  for (const char* text : {"no-port", "host:", "host:65536", "host:-1", "host:+1", "host: 1", "host:1x", "[::1]",
+                           "[::1]0", "[::1:0", "", "[::1]:99999999999999999999"}) {
+    auto hp = parse_host_port(text);
+    EXPECT_EQ(hp.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(hp.status().message().find(std::string("'") + text + "'"), std::string::npos) << hp.status();
+  }
+  // An IPv6 address without brackets is ambiguous ("::1:0"): refused, showing the brackets.
+  auto bare = parse_host_port("::1:0");
+  EXPECT_EQ(bare.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bare.status().message().find("[::1]:0"), std::string::npos) << bare.status();
+}
+
+TEST(FormatHostPort, BracketsIpv6AndReadsBack) {
+  EXPECT_EQ(format_host_port("127.0.0.1", 5), "127.0.0.1:5");
+  EXPECT_EQ(format_host_port("node7", 0), "node7:0");
+  EXPECT_EQ(format_host_port("::1", 13337), "[::1]:13337");
+  auto back = parse_host_port(format_host_port("2001:db8::7", 42));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->host, "2001:db8::7");
+  EXPECT_EQ(back->port, 42);
+}
+
+TEST(TcpSockets, ErrorsNameIpv6AddressesInBrackets) {
+  auto first = tcp_listen("::1", 0);
+  if (!first.ok()) GTEST_SKIP() << "this machine has no IPv6 loopback: " << first.status();
+  auto second = tcp_listen("::1", first->port);  // the port is taken
+  ::close(first->fd);
+  ASSERT_FALSE(second.ok());
+  std::string want = "cannot listen on [::1]:" + std::to_string(first->port);
+  EXPECT_NE(second.status().message().find(want), std::string::npos) << second.status();
+}
+
+}  // namespace
+}  // namespace sluice::detail
