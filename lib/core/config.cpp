@@ -10,6 +10,7 @@
 
 #include "core/config_table.h"
 #include "core/log.h"
+#include "core/tls.h"
 
 extern char** environ;
 
@@ -146,6 +147,9 @@ absl::Status Config::validate() const {
   if (heartbeat >= peer_timeout && peer_timeout != kInfinite) {
     return absl::InvalidArgumentError(absl::StrFormat("SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
                                                       format_duration(heartbeat), format_duration(peer_timeout)));
+  }
+  if (absl::Status st = detail::TlsList(tls).check(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_TLS=%s: %s", tls, st.message()));
   }
   if ((auth == AuthMode::kRequired || auth == AuthMode::kOptional) && auth_key_file.empty()) {
     return absl::InvalidArgumentError(

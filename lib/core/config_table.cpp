@@ -12,6 +12,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include "core/strings.h"
+#include "core/tls.h"
 
 namespace sluice::detail {
 namespace {
@@ -420,10 +421,17 @@ std::vector<Field> door_vars() {
 
 std::vector<Field> transport_vars() {
   return {
-      string_var("SLUICE_TLS", "transport", "string", "",
-                 "UCX transports to use, passed to UCX as UCX_TLS (e.g. tcp, sm, "
-                 "sysv,cma,tcp). Empty: UCX's own choice.",
-                 &Config::tls),
+      {"SLUICE_TLS", "transport", "list of UCX transports and aliases | ^list", "",
+       "UCX transports to use, passed to UCX as UCX_TLS and read as UCX reads it: transport "
+       "names (self, tcp, sysv, posix, cma, ...) and UCX's aliases (sm and shm: every "
+       "shared-memory transport; mm: sysv, posix, xpmem), or ^ and the ones not to use; e.g. shm, "
+       "sm,tcp, ^tcp. A list that leaves processes on one host neither shared memory nor a "
+       "network transport is refused (cma moves only large payloads). Empty: UCX's own choice.",
+       [](std::string_view s, Settings& c) -> absl::Status {
+         c.tls = TlsList(s).str();
+         return absl::OkStatus();
+       },
+       [](const Settings& c) { return c.tls; }},
       enum_var("SLUICE_UCX_TCP", "transport", "auto",
                "Whether UCX may use its TCP transport, which listens on a port per network "
                "interface and trusts any peer that sends its public magic (remote memory "

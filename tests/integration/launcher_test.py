@@ -77,6 +77,13 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.count("ok (1000000 messages from each peer)"), 2, r.stdout)
 
+    def test_ucx_shm_alias_alone_carries_the_ranks_messages(self):
+        # UCX's alias shm (sysv, posix, cma, knem, xpmem), the name every UCX user types: alone,
+        # shared memory is the ranks' only way to each other, and it takes its error handling on.
+        r = run([RUN, "-n", "2", ALLTOALL, "1000"], env=dict(self.env, SLUICE_TLS="shm"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+
     def test_exhausted_pools_under_mixed_all_to_all_load_never_stall(self):
         # docs/reliability.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
         # fan-in to rank 0, 64-byte and 2 MiB messages, send and receive pools shrunk to a few
@@ -403,6 +410,11 @@ class SluiceInfo(unittest.TestCase):
         # knows (UCX_UNIFIED_MODE=n), which every context asks for.
         r = run([INFO, "-d"], env={"SLUICE_TLS": "tcp"})
         self.assertIn("# set by Sluice: UCX_UNIFIED_MODE=n\n", r.stdout)
+        # UCX's aliases get the settings of the transports they stand for (shm: sysv, posix, cma).
+        for tls in ("shm", "sm,tcp"):
+            r = run([INFO, "-d"], env={"SLUICE_TLS": tls})
+            self.assertIn("UCX_{SYSV,POSIX}_ERROR_HANDLING=y", r.stdout, tls)
+            self.assertIn("UCX_CMA_MEMORY_INVALIDATE=y", r.stdout, tls)
 
     def test_every_counter_is_documented(self):
         # Every counter an engine prints (SLUICE_STATS=1) in rank mode (ping) and client/server
