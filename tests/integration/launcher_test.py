@@ -364,6 +364,34 @@ class SluiceInfo(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("SLUICE_SEND_POOL_MAX=12Q", r.stderr)
 
+    def test_check_refuses_what_context_create_refuses_with_the_same_words(self):
+        # -c runs Context::create's own checks: SLUICE_TLS's names, the NUMA node, the key file.
+        topo = run([INFO, "-t"]).stdout
+        self.assertNotIn("node 7:", topo, "this test needs a machine without a NUMA node 7")
+        with tempfile.TemporaryDirectory() as d:
+            good, open_key, missing = (os.path.join(d, n) for n in ("good", "open", "missing"))
+            self.assertEqual(run([INFO, "--new-key", good]).returncode, 0)
+            with open(open_key, "w") as f:
+                f.write("a secret that others may read\n")
+            os.chmod(open_key, 0o644)
+            self.assertEqual(run([INFO, "-c"], env={"SLUICE_AUTH_KEY_FILE": good}).returncode, 0)
+            for env, words in (({"SLUICE_NUMA": "7"}, "SLUICE_NUMA=7: numa node 7 does not exist"),
+                               ({"SLUICE_AUTH_KEY_FILE": missing}, "SLUICE_AUTH_KEY_FILE=%s: cannot open" % missing),
+                               ({"SLUICE_AUTH_KEY_FILE": open_key},
+                                "SLUICE_AUTH_KEY_FILE=%s: mode 0644 lets group or others read" % open_key),
+                               ({"SLUICE_TLS": "foo"}, "SLUICE_TLS=foo: 'foo' is not a UCX transport or alias; valid: "
+                                "transports self, tcp, sysv, posix"),
+                               ({"SLUICE_TLS": "cma"}, "SLUICE_TLS=cma: leaves processes on the same host without "
+                                "shared memory")):
+                r = run([INFO, "-c"], env=env)
+                self.assertEqual(r.returncode, 1, env)
+                self.assertIn("sluice-info: configuration error: " + words, r.stderr)
+                self.assertEqual(r.stdout, "")
+                r = run([RUN, "-n", "1", ALLTOALL, "10"], env=env)
+                self.assertNotEqual(r.returncode, 0, env)
+                self.assertIn(words, r.stderr)
+                self.assertNotIn("No such device", r.stderr)
+
     def test_bad_arguments_exit_2(self):
         r = run([INFO, "--nope"])
         self.assertEqual(r.returncode, 2)
