@@ -2,11 +2,8 @@
 #include "core/config_table.h"
 #include "core/fault.h"
 
-#include <csignal>
-
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <vector>
 
 #include <absl/strings/str_format.h>
@@ -18,43 +15,6 @@ namespace sluice::detail {
 namespace {
 
 using Field = ConfigVarSpec;
-
-absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text) {
-  StatsTrigger t;
-  std::string all = sluice::detail::lower(sluice::detail::trim(text));
-  if (all.empty() || all == "none") return t;
-  for (std::size_t at = 0; at <= all.size();) {
-    std::size_t comma = std::min(all.find(',', at), all.size());
-    std::string_view item = sluice::detail::trim(std::string_view(all).substr(at, comma - at));
-    at = comma + 1;
-    if (item == "exit") {
-      t.at_exit = true;
-    } else if (item == "signal:usr1" || item == "signal:sigusr1") {
-      t.signal = SIGUSR1;
-    } else if (item == "signal:usr2" || item == "signal:sigusr2") {
-      t.signal = SIGUSR2;
-    } else if (item.rfind("timer:", 0) == 0) {
-      auto d = parse_duration(item.substr(6));
-      if (!d.ok()) return absl::InvalidArgumentError(absl::StrFormat("%s: %s", item, d.status().message()));
-      if (*d < std::chrono::milliseconds(10))
-        return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
-      t.every = *d;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
-    }
-  }
-  return t;
-}
-
-std::string format_stats_trigger(const StatsTrigger& t) {
-  std::vector<std::string> items;
-  if (t.signal == SIGUSR1) items.emplace_back("signal:USR1");
-  if (t.signal == SIGUSR2) items.emplace_back("signal:USR2");
-  if (t.every.count() != 0) items.push_back("timer:" + format_duration(t.every));
-  if (t.at_exit) items.emplace_back("exit");
-  return items.empty() ? "none" : absl::StrJoin(items, ",");
-}
 
 template <typename T>
 absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
@@ -505,20 +465,6 @@ std::vector<Field> build_table() {
   return all;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 }  // namespace
 
 bool ConfigVarSpec::process() const {
@@ -529,19 +475,6 @@ bool ConfigVarSpec::process() const {
 std::span<const ConfigVarSpec> config_table() {
   static const std::vector<Field> kTable = build_table();
   return kTable;
-}
-
-std::string closest_config_name(std::string_view name) {
-  std::string best;
-  std::size_t best_d = std::numeric_limits<std::size_t>::max();
-  for (const auto& v : config_table()) {
-    std::size_t d = edit_distance(name, v.name);
-    if (d < best_d) {
-      best_d = d;
-      best = v.name;
-    }
-  }
-  return best;
 }
 
 }  // namespace sluice::detail

@@ -10,10 +10,10 @@ namespace sluice::detail {
 namespace {
 
 // Every transport UCX 1.13 has, shared memory first.
-constexpr std::string_view kTransports[] = {
-    "self",      "tcp",       "sysv",     "posix",     "xpmem",     "cma",       "knem",     "rc_verbs",
-    "rc_mlx5",   "ud_verbs",  "ud_mlx5",  "dc_mlx5",   "ugni_smsg", "ugni_udt",  "ugni_rdma", "cuda_copy",
-    "cuda_ipc",  "gdr_copy",  "rocm_copy", "rocm_ipc", "rocm_gdr"};
+constexpr std::string_view kTransports[] = {"self",      "tcp",      "sysv",      "posix",     "xpmem",    "cma",
+                                            "knem",      "rc_verbs", "rc_mlx5",   "ud_verbs",  "ud_mlx5",  "dc_mlx5",
+                                            "ugni_smsg", "ugni_udt", "ugni_rdma", "cuda_copy", "cuda_ipc", "gdr_copy",
+                                            "rocm_copy", "rocm_ipc", "rocm_gdr"};
 
 struct Alias {
   std::string_view name;
@@ -39,7 +39,7 @@ const Alias kAliases[] = {
 
 // Transports that carry messages between two processes of one host: shared memory and the
 // networks (through the loopback or the adapter). cma and knem move only rendezvous payloads.
-constexpr std::string_view kLocalCarriers[] = {"sysv",    "posix",   "xpmem",   "tcp",       "rc_verbs", "rc_mlx5",
+constexpr std::string_view kLocalCarriers[] = {"sysv",     "posix",   "xpmem",   "tcp",       "rc_verbs", "rc_mlx5",
                                                "ud_verbs", "ud_mlx5", "dc_mlx5", "ugni_smsg", "ugni_rdma"};
 // Those every host has: what a "^" list must leave (the others it leaves only where they exist).
 constexpr std::string_view kEveryHostCarriers[] = {"sysv", "posix", "tcp"};
@@ -103,9 +103,9 @@ bool TlsList::may_use(std::string_view transport) const {
   for (const std::string& item : items_) {
     std::string_view name = base(item);
     const Alias* alias = alias_of(name);
-    named = named || name == transport ||
-            (alias && std::find(alias->transports.begin(), alias->transports.end(), transport) !=
-                          alias->transports.end());
+    named =
+        named || name == transport ||
+        (alias && std::find(alias->transports.begin(), alias->transports.end(), transport) != alias->transports.end());
   }
   return named != exclude_;
 }
@@ -140,8 +140,7 @@ absl::Status TlsList::check() const {
     if (name.empty()) return absl::InvalidArgumentError("an empty transport name (two commas, or one at an end)");
     if (name == "all") return absl::InvalidArgumentError("'all' stands alone, it does not go in a list");
     if (!is_transport(name) && alias_of(name) == nullptr) {
-      return absl::InvalidArgumentError(
-          "'" + item + "' is not a UCX transport or alias; valid: " + valid_names());
+      return absl::InvalidArgumentError("'" + item + "' is not a UCX transport or alias; valid: " + valid_names());
     }
   }
   auto usable = [&](std::string_view t) { return may_use(t); };
