@@ -5,7 +5,7 @@
 //   sluice-info -d                     UCX transports and devices
 //   sluice-info -v                     versions
 //   sluice-info --new-key FILE         write a new random key for SLUICE_AUTH_KEY_FILE
-// Exit status: 0 success, 1 configuration error, 2 bad arguments.
+// Exit status: 0 success, 1 configuration error (-c: also NUMA node, key file), 2 bad arguments.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,7 +21,8 @@ void usage(FILE* out) {
                "usage: sluice-info [-c [-f] [--markdown]] [-t] [-d] [-v] [--new-key FILE] [-h]\n"
                "Prints what Sluice is configured to do and what this machine offers it, like\n"
                "ucx_info. Every SLUICE_* variable is read and checked as an engine would: a bad\n"
-               "value is reported, naming the variable and what it allows.\n"
+               "value is reported, naming the variable and what it allows. With -c, also what\n"
+               "Context::create checks against this machine: the NUMA node, the key file.\n"
                "\n"
                "options:\n"
                "  -c              print every SLUICE_* variable with its current value\n"
@@ -37,7 +38,8 @@ void usage(FILE* out) {
                "\n"
                "exit status:\n"
                "  0               success\n"
-               "  1               a configuration error (a bad SLUICE_* value), or -v found a mismatch\n"
+               "  1               a configuration error (a bad SLUICE_* value, or with -c one this\n"
+               "                  machine refuses), or -v found a mismatch\n"
                "  2               bad arguments\n"
                "\n"
                "examples:\n"
@@ -117,8 +119,10 @@ int main(int argc, char** argv) {
     versions = topo = true;
   }
   auto cfg = sluice::Config::from_env();
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "sluice-info: configuration error: %s\n", std::string(cfg.status().message()).c_str());
+  // With -c, also what Context::create checks against this machine (NUMA node, key file).
+  absl::Status checked = !cfg.ok() ? cfg.status() : config ? sluice::check_config(*cfg) : absl::OkStatus();
+  if (!checked.ok()) {
+    std::fprintf(stderr, "sluice-info: configuration error: %s\n", std::string(checked.message()).c_str());
     return 1;
   }
   if (versions) {

@@ -121,6 +121,12 @@ struct SLUICE_API Config {
   std::size_t eager_limit() const;
 };
 
+// Checks `config` as Context::create() does before anything starts: validate(), then against
+// this machine: SLUICE_NUMA names a NUMA node it has, and with authentication on,
+// SLUICE_AUTH_KEY_FILE is a key file Sluice accepts (readable, private, 16 bytes to 4 KiB).
+// Errors (InvalidArgument) name the variable and its value. sluice-info -c runs it.
+SLUICE_API absl::Status check_config(const Config& config);
+
 // One configuration variable, for printing (sluice-info -c).
 struct ConfigVar {
   std::string name;

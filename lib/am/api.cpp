@@ -4,6 +4,7 @@
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
+#include "am/machine_check.h"
 #include "boot/make_bootstrap.h"
 #include "core/log.h"
 
@@ -253,6 +254,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
   }
   SLUICE_ASSIGN_OR_RETURN(s.env, detail::ProcessEnv::from_env());
   SLUICE_ASSIGN_OR_RETURN(s.topo, detail::Topology::load());
+  SLUICE_RETURN_IF_ERROR(detail::check_machine(s.config, *s.topo));  // as sluice-info -c does
   if (options.bootstrap) {
     s.boot = std::move(options.bootstrap);
   } else {

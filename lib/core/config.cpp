@@ -1,15 +1,19 @@
 // Config::from_env, cross-field validation, scoped overrides, unknown-variable warnings.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include <absl/strings/str_format.h>
 
 #include "core/config_table.h"
 #include "core/log.h"
+#include "core/tls.h"
 
 extern char** environ;
 
@@ -40,6 +44,20 @@ std::set<std::string> present_names() {
   return names;
 }
 
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
 void warn_unknown_once() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -64,6 +82,19 @@ std::optional<std::string> config_lookup(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
+}
+
+std::string closest_config_name(std::string_view name) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& v : config_table()) {
+    std::size_t d = edit_distance(name, v.name);
+    if (d < best_d) {
+      best_d = d;
+      best = v.name;
+    }
+  }
+  return best;
 }
 
 }  // namespace detail
@@ -146,6 +177,9 @@ absl::Status Config::validate() const {
   if (heartbeat >= peer_timeout && peer_timeout != kInfinite) {
     return absl::InvalidArgumentError(absl::StrFormat("SLUICE_HEARTBEAT=%s must be shorter than SLUICE_PEER_TIMEOUT=%s",
                                                       format_duration(heartbeat), format_duration(peer_timeout)));
+  }
+  if (absl::Status st = detail::TlsList(tls).check(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("SLUICE_TLS=%s: %s", tls, st.message()));
   }
   if ((auth == AuthMode::kRequired || auth == AuthMode::kOptional) && auth_key_file.empty()) {
     return absl::InvalidArgumentError(

@@ -2,58 +2,19 @@
 #include "core/config_table.h"
 #include "core/fault.h"
 
-#include <csignal>
-
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <vector>
 
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include "core/strings.h"
+#include "core/tls.h"
 
 namespace sluice::detail {
 namespace {
 
 using Field = ConfigVarSpec;
-
-absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text) {
-  StatsTrigger t;
-  std::string all = sluice::detail::lower(sluice::detail::trim(text));
-  if (all.empty() || all == "none") return t;
-  for (std::size_t at = 0; at <= all.size();) {
-    std::size_t comma = std::min(all.find(',', at), all.size());
-    std::string_view item = sluice::detail::trim(std::string_view(all).substr(at, comma - at));
-    at = comma + 1;
-    if (item == "exit") {
-      t.at_exit = true;
-    } else if (item == "signal:usr1" || item == "signal:sigusr1") {
-      t.signal = SIGUSR1;
-    } else if (item == "signal:usr2" || item == "signal:sigusr2") {
-      t.signal = SIGUSR2;
-    } else if (item.rfind("timer:", 0) == 0) {
-      auto d = parse_duration(item.substr(6));
-      if (!d.ok()) return absl::InvalidArgumentError(absl::StrFormat("%s: %s", item, d.status().message()));
-      if (*d < std::chrono::milliseconds(10))
-        return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
-      t.every = *d;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
-    }
-  }
-  return t;
-}
-
-std::string format_stats_trigger(const StatsTrigger& t) {
-  std::vector<std::string> items;
-  if (t.signal == SIGUSR1) items.emplace_back("signal:USR1");
-  if (t.signal == SIGUSR2) items.emplace_back("signal:USR2");
-  if (t.every.count() != 0) items.push_back("timer:" + format_duration(t.every));
-  if (t.at_exit) items.emplace_back("exit");
-  return items.empty() ? "none" : absl::StrJoin(items, ",");
-}
 
 template <typename T>
 absl::StatusOr<T> parse_int(std::string_view text, T lo, T hi) {
@@ -258,11 +219,12 @@ std::vector<Field> am_vars() {
 
 std::vector<Field> flow_vars() {
   return {
-      int_var<std::uint32_t>("SLUICE_CREDITS", "flow", "32",
-                             "Eager credits granted to each peer: messages it may have in "
-                             "flight to this engine, each backed by a reserved receive slot. "
-                             "Also sizes UCX's shared-memory FIFO (UCX_MM_FIFO_SIZE, unless set).",
-                             &Config::credits, 2, 65535),
+      int_var<std::uint32_t>(
+          "SLUICE_CREDITS", "flow", "32",
+          "Eager credits granted to each peer: messages it may have in "
+          "flight to this engine, each backed by a reserved receive slot. "
+          "Also sizes UCX's shared-memory FIFOs (UCX_SYSV_FIFO_SIZE and UCX_POSIX_FIFO_SIZE, unless one of those or UCX_MM_FIFO_SIZE is set).",
+          &Config::credits, 2, 65535),
       int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
                              "Receives kept posted for each connected peer (exact tag; at most "
                              "its credits), each with a receive slot reserved beside the credits'. "
@@ -420,10 +382,17 @@ std::vector<Field> door_vars() {
 
 std::vector<Field> transport_vars() {
   return {
-      string_var("SLUICE_TLS", "transport", "string", "",
-                 "UCX transports to use, passed to UCX as UCX_TLS (e.g. tcp, sm, "
-                 "sysv,cma,tcp). Empty: UCX's own choice.",
-                 &Config::tls),
+      {"SLUICE_TLS", "transport", "list of UCX transports and aliases | ^list", "",
+       "UCX transports to use, passed to UCX as UCX_TLS and read as UCX reads it: transport "
+       "names (self, tcp, sysv, posix, cma, ...) and UCX's aliases (sm and shm: every "
+       "shared-memory transport; mm: sysv, posix, xpmem), or ^ and the ones not to use; e.g. shm, "
+       "sm,tcp, ^tcp. A list that leaves processes on one host neither shared memory nor a "
+       "network transport is refused (cma moves only large payloads). Empty: UCX's own choice.",
+       [](std::string_view s, Settings& c) -> absl::Status {
+         c.tls = TlsList(s).str();
+         return absl::OkStatus();
+       },
+       [](const Settings& c) { return c.tls; }},
       enum_var("SLUICE_UCX_TCP", "transport", "auto",
                "Whether UCX may use its TCP transport, which listens on a port per network "
                "interface and trusts any peer that sends its public magic (remote memory "
@@ -497,20 +466,6 @@ std::vector<Field> build_table() {
   return all;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 }  // namespace
 
 bool ConfigVarSpec::process() const {
@@ -521,19 +476,6 @@ bool ConfigVarSpec::process() const {
 std::span<const ConfigVarSpec> config_table() {
   static const std::vector<Field> kTable = build_table();
   return kTable;
-}
-
-std::string closest_config_name(std::string_view name) {
-  std::string best;
-  std::size_t best_d = std::numeric_limits<std::size_t>::max();
-  for (const auto& v : config_table()) {
-    std::size_t d = edit_distance(name, v.name);
-    if (d < best_d) {
-      best_d = d;
-      best = v.name;
-    }
-  }
-  return best;
 }
 
 }  // namespace sluice::detail

@@ -34,6 +34,10 @@ struct ConfigVarSpec {
 // All variables, grouped by component in declaration order.
 std::span<const ConfigVarSpec> config_table();
 
+// SLUICE_STATS_TRIGGER's list ("exit,signal:USR1,timer:5s", "none") and back.
+absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text);
+std::string format_stats_trigger(const StatsTrigger& t);
+
 // The closest known variable name to `name` (edit distance), for "did you mean".
 std::string closest_config_name(std::string_view name);
 

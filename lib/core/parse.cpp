@@ -1,11 +1,14 @@
-// Unit-aware parsers for configuration values.
+// Unit-aware parsers for configuration values, and SLUICE_STATS_TRIGGER's list.
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 #include <sluice/config.h>
+#include "core/config_table.h"
 #include "core/strings.h"
 
 namespace sluice {
@@ -123,4 +126,44 @@ std::string format_duration(Duration d) {
   return absl::StrFormat("%dns", ns);
 }
 
+namespace detail {
+
+absl::StatusOr<StatsTrigger> parse_stats_trigger(std::string_view text) {
+  StatsTrigger t;
+  std::string all = lower(trim(text));
+  if (all.empty() || all == "none") return t;
+  for (std::size_t at = 0; at <= all.size();) {
+    std::size_t comma = std::min(all.find(',', at), all.size());
+    std::string_view item = trim(std::string_view(all).substr(at, comma - at));
+    at = comma + 1;
+    if (item == "exit") {
+      t.at_exit = true;
+    } else if (item == "signal:usr1" || item == "signal:sigusr1") {
+      t.signal = SIGUSR1;
+    } else if (item == "signal:usr2" || item == "signal:sigusr2") {
+      t.signal = SIGUSR2;
+    } else if (item.rfind("timer:", 0) == 0) {
+      auto d = parse_duration(item.substr(6));
+      if (!d.ok()) return absl::InvalidArgumentError(absl::StrFormat("%s: %s", item, d.status().message()));
+      if (*d < std::chrono::milliseconds(10))
+        return absl::InvalidArgumentError(absl::StrFormat("%s: below 10ms", item));
+      t.every = *d;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'%s' is not exit, signal:USR1, signal:USR2 or timer:DURATION", item));
+    }
+  }
+  return t;
+}
+
+std::string format_stats_trigger(const StatsTrigger& t) {
+  std::vector<std::string> items;
+  if (t.signal == SIGUSR1) items.emplace_back("signal:USR1");
+  if (t.signal == SIGUSR2) items.emplace_back("signal:USR2");
+  if (t.every.count() != 0) items.push_back("timer:" + format_duration(t.every));
+  if (t.at_exit) items.emplace_back("exit");
+  return items.empty() ? "none" : absl::StrJoin(items, ",");
+}
+
+}  // namespace detail
 }  // namespace sluice

@@ -70,7 +70,8 @@ struct StreamOptions {
 class TransportContext {
  public:
   // Creates a UCP context for tag matching with peer error handling, with the shared-memory
-  // transports' error handling switched on (so local peers keep sysv/posix/cma), their FIFO
+  // transports' error handling switched on where the transport list allows them (aliases such
+  // as shm read as UCX reads them: core/tls.h), so local peers keep sysv/posix/cma, their FIFO
   // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
   // config.tls (or UCX_TLS as given, env.ucx_tls). Checks once per process that CMA works
   // between processes and, when it does not, says so and leaves cma out (unless UCX_TLS is set).

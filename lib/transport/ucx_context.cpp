@@ -13,6 +13,7 @@
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
+#include "core/tls.h"
 #include "transport/transport.h"
 #include "transport/ucx.h"
 
@@ -48,25 +49,6 @@ bool cma_works() {
 
 // ---- context ---------------------------------------------------------------------------
 
-// The transport list without UCX's TCP transport: "tcp" taken out of a list of names, added to
-// an exclusion ("^..."), and UCX's own choice ("" or "all") becomes "^tcp".
-static std::string without_tcp(const std::string& tls) {
-  if (tls.empty() || tls == "all") return "^tcp";
-  std::vector<std::string> names;
-  std::string rest = tls[0] == '^' ? tls.substr(1) : tls;
-  for (std::size_t at = 0; at <= rest.size();) {
-    std::size_t comma = rest.find(',', at);
-    if (comma == std::string::npos) comma = rest.size();
-    std::string name = rest.substr(at, comma - at);
-    if (!name.empty() && name != "tcp") names.push_back(name);
-    at = comma + 1;
-  }
-  if (tls[0] == '^') names.push_back("tcp");
-  std::string out = tls[0] == '^' ? "^" : "";
-  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
-  return out == "" ? "^tcp" : out;
-}
-
 // The transport list Sluice asks of UCX (empty: UCX_TLS as the user gave it, or UCX's own
 // choice): SLUICE_TLS when set, else UCX_TLS; without UCX's TCP when `ucx_tcp` is false.
 static std::string chosen_tls(const Config& config, const ProcessEnv& env, bool ucx_tcp) {
@@ -78,13 +60,14 @@ static std::string chosen_tls(const Config& config, const ProcessEnv& env, bool 
   // UCX's TCP transport listens on every interface and trusts whoever sends its magic: not in
   // client/server mode, whose remote peers use the stream transport instead.
   const std::string& given = !config.tls.empty() ? config.tls : env.ucx_tls;
-  if (!given.empty() && given.find("tcp") != std::string::npos && given[0] != '^') {
+  TlsList list(given);
+  if (!list.excludes() && list.names("tcp")) {
     SLUICE_LOG(kWarn, "transport",
                "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
                "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
                !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
   }
-  return without_tcp(given);
+  return list.without("tcp").str();
 }
 
 absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config, const ProcessEnv& env,
@@ -104,13 +87,8 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // set only when the transports that read them may be in use, or UCX warns about them.
   std::string tls = chosen_tls(config, env, ucx_tcp);
   const std::string& chosen = !tls.empty() ? tls : env.ucx_tls;
-  auto may_use = [&](std::initializer_list<const char*> names) {
-    const std::string& t = chosen;
-    if (t.empty() || t[0] == '^' || t.find("all") != std::string::npos) return true;
-    for (const char* n : names)
-      if (t.find(n) != std::string::npos) return true;
-    return false;
-  };
+  // Read as UCX reads it: "shm" and "sm" stand for sysv, posix and cma too, "^sm" for none of them.
+  const TlsList list(chosen);
   // `shown` is how `ucx_info -c` names the setting.
   std::vector<std::string> settings;
   auto set = [&](const char* name, const std::string& value, const char* shown) {
@@ -121,7 +99,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
       SLUICE_LOG(kWarn, "transport", "cannot set %s=%s: %s", shown, value.c_str(), ucs_status_string(s));
     }
   };
-  if (may_use({"sm", "sysv", "posix", "mm"})) {
+  if (list.may_use("sysv") || list.may_use("posix") || list.may_use("xpmem")) {
     set("MM_ERROR_HANDLING", "y", "UCX_{SYSV,POSIX}_ERROR_HANDLING");
     // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
     // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than what
@@ -129,7 +107,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     if (!env.ucx_fifo_size_set)
       set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
   }
-  if (may_use({"sm", "cma"})) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
+  if (list.may_use("cma")) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
   // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
   // packs them differently).
   set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");

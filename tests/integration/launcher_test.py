@@ -77,6 +77,13 @@ class Launcher(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.count("ok (1000000 messages from each peer)"), 2, r.stdout)
 
+    def test_ucx_shm_alias_alone_carries_the_ranks_messages(self):
+        # UCX's alias shm (sysv, posix, cma, knem, xpmem), the name every UCX user types: alone,
+        # shared memory is the ranks' only way to each other, and it takes its error handling on.
+        r = run([RUN, "-n", "2", ALLTOALL, "1000"], env=dict(self.env, SLUICE_TLS="shm"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+
     def test_exhausted_pools_under_mixed_all_to_all_load_never_stall(self):
         # docs/reliability.md's pool-exhaustion scenario (the brpc stall): 4 ranks, all-to-all plus
         # fan-in to rank 0, 64-byte and 2 MiB messages, send and receive pools shrunk to a few
@@ -437,6 +444,34 @@ class SluiceInfo(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("SLUICE_SEND_POOL_MAX=12Q", r.stderr)
 
+    def test_check_refuses_what_context_create_refuses_with_the_same_words(self):
+        # -c runs Context::create's own checks: SLUICE_TLS's names, the NUMA node, the key file.
+        topo = run([INFO, "-t"]).stdout
+        self.assertNotIn("node 7:", topo, "this test needs a machine without a NUMA node 7")
+        with tempfile.TemporaryDirectory() as d:
+            good, open_key, missing = (os.path.join(d, n) for n in ("good", "open", "missing"))
+            self.assertEqual(run([INFO, "--new-key", good]).returncode, 0)
+            with open(open_key, "w") as f:
+                f.write("a secret that others may read\n")
+            os.chmod(open_key, 0o644)
+            self.assertEqual(run([INFO, "-c"], env={"SLUICE_AUTH_KEY_FILE": good}).returncode, 0)
+            for env, words in (({"SLUICE_NUMA": "7"}, "SLUICE_NUMA=7: numa node 7 does not exist"),
+                               ({"SLUICE_AUTH_KEY_FILE": missing}, "SLUICE_AUTH_KEY_FILE=%s: cannot open" % missing),
+                               ({"SLUICE_AUTH_KEY_FILE": open_key},
+                                "SLUICE_AUTH_KEY_FILE=%s: mode 0644 lets group or others read" % open_key),
+                               ({"SLUICE_TLS": "foo"}, "SLUICE_TLS=foo: 'foo' is not a UCX transport or alias; valid: "
+                                "transports self, tcp, sysv, posix"),
+                               ({"SLUICE_TLS": "cma"}, "SLUICE_TLS=cma: leaves processes on the same host without "
+                                "shared memory")):
+                r = run([INFO, "-c"], env=env)
+                self.assertEqual(r.returncode, 1, env)
+                self.assertIn("sluice-info: configuration error: " + words, r.stderr)
+                self.assertEqual(r.stdout, "")
+                r = run([RUN, "-n", "1", ALLTOALL, "10"], env=env)
+                self.assertNotEqual(r.returncode, 0, env)
+                self.assertIn(words, r.stderr)
+                self.assertNotIn("No such device", r.stderr)
+
     def test_bad_arguments_exit_2(self):
         r = run([INFO, "--nope"])
         self.assertEqual(r.returncode, 2)
@@ -483,6 +518,11 @@ class SluiceInfo(unittest.TestCase):
         # knows (UCX_UNIFIED_MODE=n), which every context asks for.
         r = run([INFO, "-d"], env={"SLUICE_TLS": "tcp"})
         self.assertIn("# set by Sluice: UCX_UNIFIED_MODE=n\n", r.stdout)
+        # UCX's aliases get the settings of the transports they stand for (shm: sysv, posix, cma).
+        for tls in ("shm", "sm,tcp"):
+            r = run([INFO, "-d"], env={"SLUICE_TLS": tls})
+            self.assertIn("UCX_{SYSV,POSIX}_ERROR_HANDLING=y", r.stdout, tls)
+            self.assertIn("UCX_CMA_MEMORY_INVALIDATE=y", r.stdout, tls)
 
     def test_every_counter_is_documented(self):
         # Every counter an engine prints (SLUICE_STATS=1) in rank mode (ping) and client/server

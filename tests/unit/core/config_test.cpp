@@ -1,5 +1,5 @@
 // Configuration: parsers for every type, errors that name the variable, unknown-variable
-// warnings with a suggestion, scoped overrides, cross-field checks.
+// warnings with a suggestion, scoped overrides, cross-field checks, UCX transport lists.
 #include <csignal>
 #include <map>
 
@@ -9,6 +9,7 @@
 
 #include "core/config_table.h"
 #include "core/fault.h"
+#include "core/tls.h"
 
 namespace sluice {
 namespace {
@@ -238,6 +239,73 @@ TEST(ConfigTable, PrintedDefaultsParseBackToTheDefaults) {
     ASSERT_TRUE(v.parse(v.default_value, c).ok()) << v.name << "=" << v.default_value;
     EXPECT_EQ(v.show(c), v.show(defaults)) << v.name;
   }
+}
+
+// SLUICE_TLS is read as UCX 1.13 reads UCX_TLS: an alias stands for its transports, "^" for
+// every transport but those named, empty or "all" for UCX's choice.
+TEST(TlsList, AliasesStandForTheirTransports) {
+  for (const char* shm : {"shm", "sm", "SHM", " sm , tcp "}) {
+    detail::TlsList list(shm);
+    for (const char* t : {"sysv", "posix", "cma", "knem", "xpmem"}) EXPECT_TRUE(list.may_use(t)) << shm << " " << t;
+    EXPECT_FALSE(list.may_use("rc_verbs")) << shm;
+    EXPECT_EQ(list.may_use("tcp"), std::string_view(shm).find("tcp") != std::string_view::npos) << shm;
+  }
+  detail::TlsList mm("mm");
+  EXPECT_TRUE(mm.may_use("sysv") && mm.may_use("posix"));
+  EXPECT_FALSE(mm.may_use("cma") || mm.may_use("tcp"));
+  detail::TlsList not_sm("^sm");
+  EXPECT_FALSE(not_sm.may_use("sysv") || not_sm.may_use("posix") || not_sm.may_use("cma"));
+  EXPECT_TRUE(not_sm.may_use("tcp") && not_sm.may_use("self"));
+  detail::TlsList not_tcp("^tcp");
+  EXPECT_TRUE(not_tcp.may_use("sysv") && not_tcp.may_use("cma"));
+  EXPECT_FALSE(not_tcp.may_use("tcp"));
+  for (const char* any : {"", "all", " ALL "}) {
+    EXPECT_TRUE(detail::TlsList(any).any()) << any;
+    EXPECT_TRUE(detail::TlsList(any).may_use("sysv") && detail::TlsList(any).may_use("tcp")) << any;
+  }
+  EXPECT_TRUE(detail::TlsList("\\sysv,rc:aux").may_use("sysv"));  // UCX's strict name and auxiliary forms
+  EXPECT_EQ(detail::TlsList(" SHM , TCP ").str(), "shm,tcp");
+}
+
+TEST(TlsList, WithoutTcpTakesItOutOrExcludesIt) {
+  const std::map<std::string, std::string> want = {
+      {"shm,tcp", "shm"}, {"tcp,sysv,cma", "sysv,cma"}, {"tcp", "^tcp"},  {"", "^tcp"},
+      {"all", "^tcp"},    {"^sm", "^sm,tcp"},           {"^tcp", "^tcp"}, {"^tcp,cma", "^tcp,cma"}};
+  for (const auto& [tls, without] : want) EXPECT_EQ(detail::TlsList(tls).without("tcp").str(), without) << tls;
+}
+
+TEST(TlsList, UnknownNamesAndListsWithoutSharedMemoryAreRefusedByConfig) {
+  for (const char* good : {"shm", "sm", "mm", "shm,tcp", "sysv", "posix,cma", "tcp", "self,tcp", "^tcp", "^sm", "^mm",
+                           "all", "rc", "ib,sm", "\\sysv"}) {
+    ScopedConfigOverride tls("SLUICE_TLS", good);
+    auto c = Config::from_env();
+    EXPECT_TRUE(c.ok()) << good << ": " << c.status();
+  }
+  {
+    ScopedConfigOverride tls("SLUICE_TLS", "foo");
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    for (const char* part : {"SLUICE_TLS=foo: 'foo' is not a UCX transport or alias", "sysv", "posix", "tcp",
+                             "shm (posix,sysv,xpmem,knem,cma)", "mm (posix,sysv,xpmem)", "^LIST"}) {
+      EXPECT_THAT(std::string(c.status().message()), HasSubstr(part));
+    }
+  }
+  for (const char* no_shm : {"cma", "self", "knem", "self,cma", "^sm,tcp", "^mm,tcp"}) {
+    ScopedConfigOverride tls("SLUICE_TLS", no_shm);
+    auto c = Config::from_env();
+    ASSERT_FALSE(c.ok()) << no_shm;
+    EXPECT_THAT(
+        std::string(c.status().message()),
+        HasSubstr(std::string("SLUICE_TLS=") + no_shm + ": leaves processes on the same host without shared memory"));
+  }
+  for (const char* bad : {"sm,,tcp", "shm,", "^", "all,tcp", "tcp;sm"}) {
+    ScopedConfigOverride tls("SLUICE_TLS", bad);
+    EXPECT_FALSE(Config::from_env().ok()) << bad;
+  }
+  Config given;  // a Config the application fills in is checked the same way (Context::create)
+  given.tls = "foo";
+  EXPECT_THAT(std::string(given.validate().message()), HasSubstr("SLUICE_TLS=foo: 'foo' is not a UCX transport"));
 }
 
 }  // namespace

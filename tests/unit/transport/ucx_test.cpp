@@ -160,5 +160,36 @@ TEST(TransportChoice, SluiceTlsOverridingUcxTlsIsLogged) {
   unsetenv("UCX_TLS");
 }
 
+// UCX's aliases get the shared-memory settings of the transports they stand for (shm and sm:
+// sysv, posix, cma; mm: sysv, posix), or local peers lose shared memory under peer error mode;
+// in client/server mode UCX's tcp is taken out of the list the alias stands in.
+TEST(TransportChoice, AliasesGetTheSettingsOfTheTransportsTheyStandFor) {
+  struct Case {
+    const char* tls;
+    bool mm, cma;
+  };
+  for (const Case& c :
+       {Case{"shm", true, true}, Case{"sm", true, true}, Case{"shm,tcp", true, true}, Case{"mm", true, false},
+        Case{"sysv,cma", true, true}, Case{"^sm", false, false}, Case{"tcp", false, false}}) {
+    Config config;
+    config.tls = c.tls;
+    for (bool ucx_tcp : {true, false}) {
+      auto ctx = TransportContext::create(config, {}, ucx_tcp);
+      ASSERT_TRUE(ctx.ok()) << c.tls << ": " << ctx.status();
+      std::string d = (*ctx)->describe();
+      std::string set = d.substr(d.find("# set by Sluice:"));
+      // Without UCX's tcp, a list of tcp alone leaves UCX every other transport (^tcp).
+      bool all_but_tcp = !ucx_tcp && std::string_view(c.tls) == "tcp";
+      EXPECT_EQ(set.find("UCX_{SYSV,POSIX}_ERROR_HANDLING=y") != std::string::npos, c.mm || all_but_tcp)
+          << c.tls << ": " << set;
+      EXPECT_EQ(set.find("UCX_CMA_MEMORY_INVALIDATE=y") != std::string::npos, c.cma || all_but_tcp)
+          << c.tls << ": " << set;
+      if (!ucx_tcp && std::string_view(c.tls) == "shm,tcp") {
+        EXPECT_NE(set.find(" UCX_TLS=shm\n"), std::string::npos) << set;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice::detail
