@@ -131,7 +131,8 @@ class Bench {
   void send_spin(Engine& e, int to, sluice::HandlerId h, std::span<const std::byte> payload,
                  std::span<const std::byte> header = {}, sluice::SendCallback cb = {}) {
     Result r;
-    while ((r = link_.peer(e, to)->send(h, header, payload, cb)) == Result::kWouldBlock) progress_all();
+    // kWouldBlock leaves cb with us for the retry.
+    while ((r = link_.peer(e, to)->send(h, header, payload, std::move(cb))) == Result::kWouldBlock) progress_all();
     if (r != Result::kOk) fail("send: " + std::string(sluice::to_string(r)));
   }
 

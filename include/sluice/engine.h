@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <absl/functional/any_invocable.h>
 #include <sluice/api.h>
 #include <sluice/config.h>
 #include <sluice/message.h>
@@ -58,7 +59,10 @@ inline constexpr HandlerId kMaxHandlers = 1024;
 inline constexpr std::size_t kMaxUserHeader = 1024;
 
 using Clock = std::chrono::steady_clock;
-using Handler = std::function<void(Message&)>;
+// Handlers, completions and posted work are move-only callables (absl::AnyInvocable): a lambda
+// may own a Message, a Slot or a unique_ptr. HandlerOptions' sink and sink_release stay
+// copyable (std::function), like the options they are part of.
+using Handler = absl::AnyInvocable<void(Message&)>;
 // Chooses where a rendezvous payload lands: given the announcement (header() valid, payload()
 // empty, payload_size known), return a buffer of at least `size` bytes that stays valid until
 // the handler runs, or an empty span for a receive-pool slot.
@@ -66,7 +70,7 @@ using PayloadSink = std::function<std::span<std::byte>(const Message& announceme
 // RPC completion: OK with the reply, or the error (DeadlineExceeded, Cancelled, Unavailable,
 // ResourceExhausted from the server's slot table, Unimplemented, Internal...) and an empty
 // Message.
-using ReplyCallback = std::function<void(absl::Status, Message& reply)>;
+using ReplyCallback = absl::AnyInvocable<void(absl::Status, Message& reply)>;
 using CallId = std::uint64_t;
 
 // Gives back a buffer the handler's sink handed out whose payload will not reach the handler:
@@ -115,9 +119,10 @@ class SLUICE_API Peer {
   //   kInvalidArgument  a header above kMaxUserHeader, a payload above SLUICE_MAX_MESSAGE, or
   //                     a thread that does not drive the engine (the reason is logged)
   //   kUnavailable      the peer is dead or closed
-  // on_done runs only when kOk was returned.
+  // on_done runs only when kOk was returned. It is taken (moved from) only then: after
+  // kWouldBlock the caller still has it, to pass again on the retry.
   Result send(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
-              SendCallback on_done = {});
+              SendCallback&& on_done = {});
   // send() without a user header. (The completion is a template parameter so that
   // send(handler, header, {}) still means an empty payload.)
   Result send(HandlerId handler, std::span<const std::byte> payload) { return send(handler, {}, payload); }
@@ -131,11 +136,11 @@ class SLUICE_API Peer {
   // registration. The slot must stay alive (and unchanged) until on_done runs. Returns as
   // send(); kInvalidArgument also for an empty slot or a length beyond it.
   Result send(HandlerId handler, std::span<const std::byte> header, const Slot& payload, std::size_t length,
-              SendCallback on_done = {});
+              SendCallback&& on_done = {});
   // send(), but the payload is copied first: the caller's buffer is free when this returns.
   // Returns as send().
   Result send_copy(HandlerId handler, std::span<const std::byte> header, std::span<const std::byte> payload,
-                   SendCallback on_done = {});
+                   SendCallback&& on_done = {});
   // send_copy() without a user header.
   Result send_copy(HandlerId handler, std::span<const std::byte> payload) { return send_copy(handler, {}, payload); }
   template <typename F>
@@ -151,11 +156,14 @@ class SLUICE_API Peer {
   //   kWouldBlock       also when 2^20 calls of this engine are outstanding
   //   kInvalidArgument  also without an on_reply, or (bounce mode, SLUICE_RNDV=n) a request
   //                     above the eager limit with a reply_buffer
-  // on_reply runs only when kOk was returned.
+  // on_reply runs only when kOk was returned, and is taken only then (as send()'s on_done).
+  // The request's header is copied at once; its payload, like send()'s, is copied when it fits
+  // the eager limit and otherwise must stay valid and unchanged until on_reply runs
+  // (call_copy() copies it first).
   Result call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
-              CallOptions options, ReplyCallback on_reply, CallId* id = nullptr);
+              CallOptions options, ReplyCallback&& on_reply, CallId* id = nullptr);
   // call() without a user header.
-  Result call(HandlerId method, std::span<const std::byte> payload, CallOptions options, ReplyCallback on_reply,
+  Result call(HandlerId method, std::span<const std::byte> payload, CallOptions options, ReplyCallback&& on_reply,
               CallId* id = nullptr) {
     return call(method, {}, payload, options, std::move(on_reply), id);
   }
@@ -247,7 +255,19 @@ class SLUICE_API Engine {
   // uses no CPU), then progresses.
   void wait(Clock::time_point deadline);
   // Runs `fn` on the engine thread from inside progress(). Any thread; wakes a waiting engine.
-  void post(std::function<void()> fn);
+  void post(absl::AnyInvocable<void()> fn);
+  // Any thread: the way to send or call from threads that do not drive the engine. `attempt`
+  // (a send, a call, anything answering a Result) runs on the engine thread from progress();
+  // while it answers kWouldBlock it is run again after the engine has done something (a
+  // completion, a returned credit), never in a loop, and later attempts wait behind it, in
+  // order. Its other answers are its own to act on (the engine drops them). At most 4096
+  // attempts wait; beyond that the caller blocks until one is answered or `deadline`.
+  // Returns kOk (queued), kWouldBlock (still full at `deadline`; on the engine thread at
+  // once, as it cannot wait for itself) or kUnavailable (the engine is closing). The close
+  // runs what waits, within its deadline; what is left is destroyed unrun (logged).
+  //   std::vector<std::byte> data = ...;  // owned by the attempt: any thread may go on
+  //   engine.submit([peer, data = std::move(data)] { return peer->send_copy(kPut, data); });
+  Result submit(absl::AnyInvocable<Result()> attempt, Clock::time_point deadline = Clock::time_point::max());
   // Hands the engine over: the driving thread lets go of it, and the next thread that calls
   // progress(), run_until() or wait() drives it from then on. Until then any one thread may
   // call its methods (as before the first drive). Call it on the driving thread, once that

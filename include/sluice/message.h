@@ -27,6 +27,7 @@
 #include <span>
 #include <utility>
 
+#include <absl/functional/any_invocable.h>
 #include <sluice/api.h>
 #include <sluice/pool.h>
 #include <sluice/status.h>
@@ -81,7 +82,7 @@ struct MessageState {
 using HandlerId = std::uint16_t;
 // Completion of a send or a zero-copy reply: OK, or why it failed (Unavailable: the peer is
 // gone; Cancelled: the engine closed first). Runs once, on the engine thread, from progress().
-using SendCallback = std::function<void(absl::Status)>;
+using SendCallback = absl::AnyInvocable<void(absl::Status)>;
 
 class SLUICE_API Message {
  public:

@@ -117,13 +117,13 @@ bool Peer::alive() const {
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                  SendCallback on_done) {
+                  SendCallback&& on_done) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
-                  SendCallback on_done) {
+                  SendCallback&& on_done) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
   if (!payload || length > detail::slot_size(payload)) return engine_->bad_slot("Peer::send", payload, length);
   return engine_->send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
@@ -131,13 +131,13 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& pa
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                       SendCallback on_done) {
+                       SendCallback&& on_done) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send_copy", Result::kInvalidArgument);
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
-                  CallOptions options, ReplyCallback on_reply, CallId* id) {
+                  CallOptions options, ReplyCallback&& on_reply, CallId* id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call", Result::kInvalidArgument);
   return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
@@ -198,7 +198,10 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
   return true;
 }
 void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
-void Engine::post(std::function<void()> fn) { core_->post(std::move(fn)); }
+void Engine::post(absl::AnyInvocable<void()> fn) { core_->post(std::move(fn)); }
+Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point deadline) {
+  return core_->submit(std::move(attempt), deadline);
+}
 void Engine::release_thread() { core_->release_thread(); }
 void Engine::cancel(CallId id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::cancel", );

@@ -27,6 +27,7 @@
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
+#include "am/submissions.h"
 #include "am/unclaimed.h"
 #include "core/fault.h"
 #include "core/log.h"
@@ -90,7 +91,8 @@ class EngineCore final : private Door::Owner {
   Peer* peer(int rank) const;
   bool progress();
   void wait(Clock::time_point deadline);
-  void post(std::function<void()> fn);
+  void post(absl::AnyInvocable<void()> fn);
+  Result submit(Submissions::Attempt&& attempt, Clock::time_point deadline);
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   Result call(PeerData& p, HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
@@ -279,7 +281,8 @@ class EngineCore final : private Door::Owner {
   void on_send_done(Op* op, absl::StatusCode code);
   void maybe_return_credits(PeerData& p);
   // Bounce mode: `m`'s payload in pieces through send-pool slots.
-  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback cb, bool releases_rpc_slot = false);
+  // `cb` is taken only when the first piece is (kWouldBlock leaves it with the caller).
+  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot = false);
   Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
   // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
   // nullptr for eager). Not for bounce mode's pieces.
@@ -499,8 +502,9 @@ class EngineCore final : private Door::Owner {
   static constexpr Duration kStragglerWindow = std::chrono::seconds(5);
   unsigned since_timer_check_ = 0;
   std::mutex post_mu_;
-  std::vector<std::function<void()>> posted_;
-  std::atomic<bool> has_posted_{false};
+  std::vector<absl::AnyInvocable<void()>> posted_;
+  std::atomic<bool> has_posted_{false};  // post() or submit() handed work
+  Submissions submissions_;
   Stats stats_;
   EngineCounters c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.

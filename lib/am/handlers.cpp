@@ -22,7 +22,7 @@ absl::Status EngineCore::register_handler(HandlerId id, Handler fn, HandlerOptio
   }
   // Messages wait for it: it is installed from the next progress(), which delivers them first.
   // Until then, more of them join the kept ones, so they all arrive in order.
-  claiming_.push_back({id, {std::move(fn), std::move(options)}});
+  claiming_.emplace_back(id, HandlerEntry{std::move(fn), std::move(options)});
   post([this, id] { claim(id); });
   return absl::OkStatus();
 }

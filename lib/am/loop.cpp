@@ -63,13 +63,14 @@ void EngineCore::drain_completions() {
 }
 
 void EngineCore::run_posted() {
-  std::vector<std::function<void()>> fns;
+  std::vector<absl::AnyInvocable<void()>> fns;
   {
     std::lock_guard lock(post_mu_);
     fns.swap(posted_);
     has_posted_.store(false, std::memory_order_relaxed);
   }
   for (auto& fn : fns) fn();
+  (void)submissions_.run();  // after the flag is cleared: a submit() meanwhile sets it again
 }
 
 bool EngineCore::bind_driver(const char* what) {
@@ -125,6 +126,8 @@ bool EngineCore::progress() {
     // What handlers send meanwhile leaves in one write per stream peer, at the end.
     worker_->hold_sends();
     drain_completions();
+    if (submissions_.retrying()) [[unlikely]]
+      (void)submissions_.run();  // a completion may have made room for the one that would block
     worker_->release_sends();
   }
   if (has_posted_.load(std::memory_order_acquire)) [[unlikely]] {
@@ -146,6 +149,7 @@ bool EngineCore::progress() {
     if (!failed_eps_.empty()) drain_completions();
     if (!stale_tags_.empty()) purge_stragglers(now_);
     if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
+    if (submissions_.retrying()) (void)submissions_.run();
   }
   probe::progress_end();
   return any;
@@ -174,7 +178,16 @@ void EngineCore::sleep_until(Clock::time_point until) {
   }
 }
 
-void EngineCore::post(std::function<void()> fn) {
+Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {
+  // The engine thread waiting for room only it can make would wait forever.
+  if (driver_tp_.load(std::memory_order_acquire) == thread_pointer()) deadline = Clock::time_point::min();
+  return submissions_.push(std::move(attempt), deadline, [this] {
+    has_posted_.store(true, std::memory_order_release);
+    worker_->signal();
+  });
+}
+
+void EngineCore::post(absl::AnyInvocable<void()> fn) {
   {
     std::lock_guard lock(post_mu_);
     posted_.push_back(std::move(fn));

@@ -437,7 +437,7 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
 
 void EngineCore::give_back_sink(Message& m) {
   m.s_.sink_landing = false;
-  const SinkRelease* give = m.s_.handler < kMaxHandlers ? &handlers_[m.s_.handler].options.sink_release : nullptr;
+  SinkRelease* give = m.s_.handler < kMaxHandlers ? &handlers_[m.s_.handler].options.sink_release : nullptr;
   if (give == nullptr || !*give) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                             "handler %d's sink buffer of %u bytes was not delivered and there is no "

@@ -11,7 +11,7 @@ namespace sluice::detail {
 
 std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
   if (m.s_.handler >= kMaxHandlers || m.s_.reply_flag) return {};
-  const HandlerEntry& he = handlers_[m.s_.handler];
+  HandlerEntry& he = handlers_[m.s_.handler];
   if (!he.options.sink) return {};
   std::span<std::byte> dest = he.options.sink(m, size);
   if (dest.size() >= size) {

@@ -103,7 +103,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   if (sent) return Result::kOk;
   if (fragmented) {
     ++p.rpc.calls_outstanding;
-    return send_fragmented(p, out, {});
+    return send_fragmented(p, out, SendCallback());
   }
   if (p.state == PeerState::kReady && p.rpc.call_queue.empty() && p.rpc.calls_outstanding < p.rpc.slots) {
     ++p.rpc.calls_outstanding;

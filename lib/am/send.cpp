@@ -148,7 +148,7 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   return enqueue(p, hop, pop);
 }
 
-Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback cb, bool releases_rpc_slot) {
+Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.

@@ -117,10 +117,10 @@ void send_and_check(RankPair& pair, const std::vector<std::vector<std::byte>>& p
 // Sends `payload` from e to rank 1 on handler kData, retrying while the send answers
 // kWouldBlock; returns the first other answer. The retries run inside run_until: between
 // attempts the engine progresses, and sleeps once idle beyond SLUICE_SPIN, so a sender
-// waiting for credits leaves the core to its receiver.
-Result send_when_taken(Engine& e, std::span<const std::byte> payload, const SendCallback& on_done) {
+// waiting for credits leaves the core to its receiver. kWouldBlock leaves on_done with us.
+Result send_when_taken(Engine& e, std::span<const std::byte> payload, SendCallback on_done) {
   Result r = Result::kWouldBlock;
-  e.run_until([&] { return (r = e.peer(1)->send(kData, {}, payload, on_done)) != Result::kWouldBlock; },
+  e.run_until([&] { return (r = e.peer(1)->send(kData, {}, payload, std::move(on_done))) != Result::kWouldBlock; },
               Clock::now() + kLong);
   return r;
 }
