@@ -205,6 +205,28 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   flush(p);
 }
 
+void EngineCore::watch_starved_sends(PeerData& p, Clock::time_point now) {
+  if (p.tx.queue.empty()) [[likely]] {
+    p.tx.starved_since = {};
+    p.tx.starved_logged = false;
+    return;
+  }
+  if (p.tx.starved_since == Clock::time_point{}) {
+    p.tx.starved_since = now;
+    p.tx.starved_stalls = p.traffic.credit_stalls;
+  }
+  if (p.tx.starved_logged || now - p.tx.starved_since < config_.heartbeat) return;
+  p.tx.starved_logged = true;
+  SLUICE_LOG_RATE_LIMITED(
+      kWarn, "flow",
+      "%s holds the credits it granted us (%u of %u spent, for %s): %u of our messages wait in its send queue "
+      "(SLUICE_SEND_QUEUE_MAX=%u; sends beyond it return kWouldBlock), %u credit stalls meanwhile "
+      "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
+      p.name, p.tx.credits.granted() - p.tx.credits.available(), p.tx.credits.granted(),
+      format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since)), p.tx.queued,
+      config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls);
+}
+
 void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   std::int64_t d = p.tx.credits.reconcile(peer_returned);
   if (d == 0) [[likely]]

@@ -181,6 +181,9 @@ class EngineCore final : private Door::Owner {
   // Logs a peer all of whose credits the application's unreleased messages hold, once per
   // stretch that lasts SLUICE_HEARTBEAT.
   void watch_held_credits(PeerData& p, Clock::time_point now);
+  // Logs, once per stretch of a heartbeat interval or longer, that our messages wait for
+  // credits the peer holds (the sender's side of watch_held_credits).
+  void watch_starved_sends(PeerData& p, Clock::time_point now);
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping (at most a

@@ -258,6 +258,7 @@ void EngineCore::timers(Clock::time_point now) {
       continue;
     }
     watch_held_credits(p, now);
+    watch_starved_sends(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
     if (p.rx.owed.owed() != 0) {

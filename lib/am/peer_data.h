@@ -79,6 +79,11 @@ struct PeerData {
     std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
     std::array<bool, 7> ctrl_busy{};
     bool credit_again = false;
+    // Since when messages wait in `queue` for credits the peer holds (timers(): logged once
+    // per such stretch when it lasts a heartbeat interval), and the credit stalls then.
+    Clock::time_point starved_since{};
+    std::uint64_t starved_stalls = 0;
+    bool starved_logged = false;
   } tx;
 
   // What we receive from it: posted receives, credits owed back, ordering, landings.
