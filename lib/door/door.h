@@ -25,12 +25,15 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 
 #include <sluice/config.h>
 #include <sluice/stats.h>
 #include <sluice/status.h>
+
+#include "core/log.h"
 
 #include "door/auth.h"
 #include "wire/door.h"
@@ -132,6 +135,8 @@ class Door {
   void dial_frame(Conn& c);
   void dial_connected(Conn& c);
   void refuse(Conn& c, absl::StatusCode code, const std::string& reason);
+  // Server: a client's REFUSE instead of its proof (it gave up on our SERVER_HELLO).
+  void client_refused(Conn& c, std::span<const std::byte> body, bool auth_on);
   void drop(std::uint64_t id);
   void end_dial(absl::StatusOr<Dialed> result);
   void to_link(Conn& c, std::uint32_t slot);
@@ -160,6 +165,8 @@ class Door {
     Counter* closed_early;
     Counter* links_lost;
   } c_{};
+  // Clients that refused us: one line a second per door (a flood of them is one line).
+  RateLimit refused_log_;
 };
 
 }  // namespace sluice::detail
