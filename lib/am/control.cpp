@@ -129,6 +129,7 @@ void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
     if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "control message failed");
     return;
   }
+  if (kind == wire::kDecline) send_declines(p);
   if (kind == wire::kCredit && p.tx.credit_again && p.state == PeerState::kReady) {
     p.tx.credit_again = false;
     if (p.rx.owed.owed() != 0) {
@@ -173,6 +174,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   switch (h.handler) {
     case wire::kCredit: break;
+    case wire::kDecline: on_decline(p, h, body); break;
     case wire::kPing:
       reconcile_credits(p, h.aux);
       send_ctrl(p, wire::kPong, {});

@@ -363,9 +363,19 @@ class EngineCore final : private Door::Owner {
   // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
   // memory. Empty when the receive budget has no room now, or never will (the peer failed).
   std::span<std::byte> sink_landing(Message& m, std::size_t size);
-  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
+  // `frag`: a bounce-mode message, whose peer fails when it can never land (others are declined).
+  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size, bool frag);
   // The sink's buffer, else pool memory unless landings already wait (they go first).
-  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size);
+  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size, bool frag);
+  // Refuses one announced payload the receive budget can never hold (`why`), not its peer.
+  void decline_landing(PeerData& p, Message& m, const std::string& why);
+  // Posts a receive of no bytes for the peer's payload `seq`: taken and dropped.
+  void discard_payload(PeerData& p, std::uint64_t seq);
+  // Sends the peer's waiting DECLINEs (ours, and answers to its), one at a time.
+  void send_declines(PeerData& p);
+  // A DECLINE from the peer: with a reason, the send of that payload completes with
+  // ResourceExhausted (and is answered); without, its answer to ours (the payload is dropped).
+  void on_decline(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
   void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
   void retry_landings();
   void drop_parked(PeerData& p);
