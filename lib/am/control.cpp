@@ -126,7 +126,8 @@ void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
   free_op(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
-    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "control message failed");
+    if (p.state != PeerState::kDead)
+      transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   if (kind == wire::kDecline) send_declines(p);

@@ -212,6 +212,9 @@ class EngineCore final : private Door::Owner {
   // Door::Owner: a client passed the pre-handshake; its link closed; its stream's socket.
   absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
   void link_lost(std::uint32_t slot, const std::string& why) override;
+  // A send or landing to the peer failed (`why`): fails it, or, for a client whose link is
+  // open, gives the link kLinkGrace to say whether its process ended (then that is the cause).
+  void transfer_failed(PeerData& p, const std::string& why);
   void link_ready(std::uint32_t slot, int fd) override;
   // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
   // whether and how it is encrypted; `keys` are the door's session keys for it.

@@ -372,6 +372,19 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   }
 }
 
+void EngineCore::transfer_failed(PeerData& p, const std::string& why) {
+  // A client killed mid-transfer fails the transfer before its link closes (its memory goes
+  // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
+  // and nothing more of the client is delivered meanwhile.
+  bool lost = p.link.lost_at != Clock::time_point::max();  // closed already: its grace runs
+  if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
+    p.rx.blocked = true;
+    if (!lost) link_lost(p.id, why);
+    return;
+  }
+  fail_peer(p, absl::StatusCode::kUnavailable, why);
+}
+
 absl::Status EngineCore::attach_dialed(PeerData& p, const Door::Dialed& d) {
   if (d.link == door::Link::kUcx) {
     auto ep = worker_->connect(d.address, &EngineCore::on_ep_error, &p);

@@ -227,10 +227,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
       m.s_.credit = false;
       --p.rx.unreleased;
     }
-    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
-      fail_peer(p, absl::StatusCode::kUnavailable,
-                absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
-    }
+    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
+      transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   c_.rndv_received->add();

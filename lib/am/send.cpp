@@ -383,7 +383,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   bool stale = op->incarnation != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
-    fail_peer(p, absl::StatusCode::kUnavailable, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+    transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status = code == absl::StatusCode::kOk
                             ? absl::OkStatus()

@@ -111,6 +111,8 @@ class Door {
 
   // Closes the link of `slot` (its peer failed or closed); no link_lost() follows.
   void close_link(std::uint32_t slot);
+  // Whether `slot` has a link (its client's data travels over UCX).
+  bool has_link(std::uint32_t slot) const { return links_.contains(slot); }
 
   // The epoll fd to sleep on; readable when poll() has something to do.
   int fd() const { return epoll_fd_; }
