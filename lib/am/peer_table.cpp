@@ -84,6 +84,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
   p.tx.queued = 0;
+  p.tx.declines.clear();  // a revived peer's sequences are new: none of these is its
   drop_queue(p, p.tx.queue, status);
   drop_queue(p, p.rpc.call_queue, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
