@@ -126,9 +126,11 @@ void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
   free_op(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
-    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kUnavailable, "control message failed");
+    if (p.state != PeerState::kDead)
+      transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
+  if (kind == wire::kDecline) send_declines(p);
   if (kind == wire::kCredit && p.tx.credit_again && p.state == PeerState::kReady) {
     p.tx.credit_again = false;
     if (p.rx.owed.owed() != 0) {
@@ -173,6 +175,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   switch (h.handler) {
     case wire::kCredit: break;
+    case wire::kDecline: on_decline(p, h, body); break;
     case wire::kPing:
       reconcile_credits(p, h.aux);
       send_ctrl(p, wire::kPong, {});
@@ -203,6 +206,28 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
       return;
   }
   flush(p);
+}
+
+void EngineCore::watch_starved_sends(PeerData& p, Clock::time_point now) {
+  if (p.tx.queue.empty()) [[likely]] {
+    p.tx.starved_since = {};
+    p.tx.starved_logged = false;
+    return;
+  }
+  if (p.tx.starved_since == Clock::time_point{}) {
+    p.tx.starved_since = now;
+    p.tx.starved_stalls = p.traffic.credit_stalls;
+  }
+  if (p.tx.starved_logged || now - p.tx.starved_since < config_.heartbeat) return;
+  p.tx.starved_logged = true;
+  SLUICE_LOG_RATE_LIMITED(
+      kWarn, "flow",
+      "%s holds the credits it granted us (%u of %u spent, for %s): %u of our messages wait in its send queue "
+      "(SLUICE_SEND_QUEUE_MAX=%u; sends beyond it return kWouldBlock), %u credit stalls meanwhile "
+      "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
+      p.name, p.tx.credits.granted() - p.tx.credits.available(), p.tx.credits.granted(),
+      format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since)), p.tx.queued,
+      config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls);
 }
 
 void EngineCore::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {

@@ -186,6 +186,9 @@ class EngineCore final : private Door::Owner {
   // Logs a peer all of whose credits the application's unreleased messages hold, once per
   // stretch that lasts SLUICE_HEARTBEAT.
   void watch_held_credits(PeerData& p, Clock::time_point now);
+  // Logs, once per stretch of a heartbeat interval or longer, that our messages wait for
+  // credits the peer holds (the sender's side of watch_held_credits).
+  void watch_starved_sends(PeerData& p, Clock::time_point now);
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping (at most a
@@ -214,6 +217,9 @@ class EngineCore final : private Door::Owner {
   // Door::Owner: a client passed the pre-handshake; its link closed; its stream's socket.
   absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
   void link_lost(std::uint32_t slot, const std::string& why) override;
+  // A send or landing to the peer failed (`why`): fails it, or, for a client whose link is
+  // open, gives the link kLinkGrace to say whether its process ended (then that is the cause).
+  void transfer_failed(PeerData& p, const std::string& why);
   void link_ready(std::uint32_t slot, int fd) override;
   // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
   // whether and how it is encrypted; `keys` are the door's session keys for it.
@@ -374,9 +380,19 @@ class EngineCore final : private Door::Owner {
   // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
   // memory. Empty when the receive budget has no room now, or never will (the peer failed).
   std::span<std::byte> sink_landing(Message& m, std::size_t size);
-  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size);
+  // `frag`: a bounce-mode message, whose peer fails when it can never land (others are declined).
+  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size, bool frag);
   // The sink's buffer, else pool memory unless landings already wait (they go first).
-  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size);
+  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size, bool frag);
+  // Refuses one announced payload the receive budget can never hold (`why`), not its peer.
+  void decline_landing(PeerData& p, Message& m, const std::string& why);
+  // Posts a receive of no bytes for the peer's payload `seq`: taken and dropped.
+  void discard_payload(PeerData& p, std::uint64_t seq);
+  // Sends the peer's waiting DECLINEs (ours, and answers to its), one at a time.
+  void send_declines(PeerData& p);
+  // A DECLINE from the peer: with a reason, the send of that payload completes with
+  // ResourceExhausted (and is answered); without, its answer to ours (the payload is dropped).
+  void on_decline(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
   void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
   void retry_landings();
   void drop_parked(PeerData& p);

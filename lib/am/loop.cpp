@@ -23,7 +23,9 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
   std::string why = p->ep.failure();
-  p->link.fail_reason = why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why;
+  // A link that closed already said why (the client's process ended); the endpoint follows.
+  if (p->link.lost_at == Clock::time_point::max())
+    p->link.fail_reason = why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why;
   p->handle->engine_->failed_eps_.push_back(p->id);
 }
 
@@ -58,7 +60,7 @@ void EngineCore::drain_completions() {
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
     if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason);
-    else fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
+    else transfer_failed(p, p.link.fail_reason);
   }
 }
 
@@ -139,11 +141,12 @@ bool EngineCore::progress() {
   if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
     since_timer_check_ = 0;
     now_ = Clock::now();
-    if (now_ >= next_timer_) timers(now_);
+    // The door first: a link that closed names the cause before its grace ends (timers()).
     if (door_ && now_ >= door_due_) {
       door_due_ = now_ + kDoorEvery;
       any = door_->poll(now_) || any;
     }
+    if (now_ >= next_timer_) timers(now_);
     take_first_contacts();
     // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
     if (!failed_eps_.empty()) drain_completions();
@@ -282,6 +285,7 @@ void EngineCore::timers(Clock::time_point now) {
       continue;
     }
     watch_held_credits(p, now);
+    watch_starved_sends(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
     if (p.rx.owed.owed() != 0) {

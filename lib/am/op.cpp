@@ -29,6 +29,8 @@ void OpPool::give(Op* op) {
   op->send.payload_memh = nullptr;
   op->send.releases_rpc_slot = false;
   op->recv.call_id = 0;
+  op->recv.discard = false;
+  op->send.declined.clear();
   op->send.tag = 0;
   op->orphaned = false;
   op->send.batchable = false;

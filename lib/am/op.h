@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 
 #include <sluice/message.h>
 #include <sluice/pool.h>
@@ -89,6 +90,7 @@ struct Op : TransportOp {
     std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes
     std::size_t batch_last = 0;     // offset of the last message's header in `slot`
     Op* coalesced_tail = nullptr;   // the last op of the coalesced_next chain
+    std::string declined;           // kSendPayload: why the receiver refused it (DECLINE)
   } send;
 
   // kRx, kRndvRx, kReplyRx.
@@ -98,6 +100,7 @@ struct Op : TransportOp {
     bool queued = false;
     bool busy = false;
     bool ordered = false;       // kRndvRx: later messages wait for this one
+    bool discard = false;       // kRndvRx: takes a refused payload and drops it (no bytes)
     std::uint64_t call_id = 0;  // kReplyRx
   } recv;
 };

@@ -76,9 +76,15 @@ struct PeerData {
     std::deque<Pending> queue;
     std::size_t queued = 0;            // messages in `queue` (an entry may carry several)
     std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
-    std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 7> ctrl_buf{};
-    std::array<bool, 7> ctrl_busy{};
+    std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 8> ctrl_buf{};
+    std::array<bool, 8> ctrl_busy{};
+    std::deque<std::pair<std::uint64_t, std::string>> declines;  // DECLINEs to send: sequence, why
     bool credit_again = false;
+    // Since when messages wait in `queue` for credits the peer holds (timers(): logged once
+    // per such stretch when it lasts a heartbeat interval), and the credit stalls then.
+    Clock::time_point starved_since{};
+    std::uint64_t starved_stalls = 0;
+    bool starved_logged = false;
   } tx;
 
   // What we receive from it: posted receives, credits owed back, ordering, landings.

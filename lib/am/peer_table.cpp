@@ -87,6 +87,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
   p.tx.queued = 0;
+  p.tx.declines.clear();  // a revived peer's sequences are new: none of these is its
   drop_queue(p, p.tx.queue, status);
   drop_queue(p, p.rpc.call_queue, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
@@ -356,6 +357,19 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   } else {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
   }
+}
+
+void EngineCore::transfer_failed(PeerData& p, const std::string& why) {
+  // A client killed mid-transfer fails the transfer before its link closes (its memory goes
+  // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
+  // and nothing more of the client is delivered meanwhile.
+  bool lost = p.link.lost_at != Clock::time_point::max();  // closed already: its grace runs
+  if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
+    p.rx.blocked = true;
+    if (!lost) link_lost(p.id, why);
+    return;
+  }
+  fail_peer(p, absl::StatusCode::kUnavailable, why);
 }
 
 absl::Status EngineCore::attach_dialed(PeerData& p, const Door::Dialed& d) {

@@ -26,23 +26,88 @@ std::span<std::byte> EngineCore::sink_landing(Message& m, std::size_t size) {
   return {};
 }
 
-std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size) {
+std::span<std::byte> EngineCore::pool_landing(PeerData& p, Message& m, std::size_t size, bool frag) {
   if (recv_pool_->try_take_landing(size, &m.s_.landing) == Result::kOk) [[likely]]
     return std::span(slot_data(m.s_.landing), size);
   if (!recv_pool_->can_ever_land(size)) {
-    fail_peer(p, absl::StatusCode::kResourceExhausted,
-              absl::StrFormat("announced a %u-byte payload, more than SLUICE_RECV_POOL_MAX=%s can hold "
-                              "beside its reservations, and no sink took it",
-                              size, format_size(recv_pool_->budget().max)));
+    std::string why = absl::StrFormat(
+        "a %u-byte payload, which SLUICE_RECV_POOL_MAX=%s can never hold (%u bytes beside its reservations); "
+        "no sink took it",
+        size, format_size(recv_pool_->budget().max), recv_pool_->landing_room());
+    // Bounce-mode pieces cannot be taken back one by one: there the peer fails.
+    if (frag) fail_peer(p, absl::StatusCode::kResourceExhausted, "announced " + why);
+    else decline_landing(p, m, why);
   }
   return {};
 }
 
-std::span<std::byte> EngineCore::landing_for(PeerData& p, Message& m, std::size_t size) {
+std::span<std::byte> EngineCore::landing_for(PeerData& p, Message& m, std::size_t size, bool frag) {
   std::span<std::byte> dest = sink_landing(m, size);
   // Pool memory goes to waiting landings first, oldest first.
-  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size);
+  if (dest.empty() && parked_.empty()) dest = pool_landing(p, m, size, frag);
   return dest;
+}
+
+void EngineCore::decline_landing(PeerData& p, Message& m, const std::string& why) {
+  // The message fails, not its peer. The sender learns why (a request by its reply, a message
+  // by DECLINE, and its send completes with ResourceExhausted; a reply fails its call here),
+  // and the payload is taken and dropped: a receive of no bytes ends the sender's transfer.
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: refused a message for handler %d: %s", p.name, m.s_.handler, why);
+  auto text = std::as_bytes(std::span(why));
+  if (m.s_.request) {
+    (void)reply(m, {}, text, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
+    discard_payload(p, m.s_.seq);
+  } else if (m.s_.reply_flag) {
+    release_call_slot(p);
+    if (Call* c = calls_.find(m.s_.rpc_id); c != nullptr && !c->finishing)
+      finish_call(m.s_.rpc_id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name, why)));
+    discard_payload(p, m.s_.seq);
+  } else {
+    // Dropped only once the sender has answered: its send must learn of the refusal before
+    // the transfer can end (DECLINE, docs/wire-protocol.md).
+    p.tx.declines.push_back({m.s_.seq, why.substr(0, wire::kReasonMax)});
+    send_declines(p);
+  }
+  release(m);  // its credit goes back
+}
+
+void EngineCore::discard_payload(PeerData& p, std::uint64_t seq) {
+  if (p.state == PeerState::kDead || !p.ep.valid()) return;
+  Op* op = new_op(OpKind::kRndvRx, p.id);
+  op->incarnation = p.epoch;
+  op->recv.discard = true;
+  ++exact_posted_;
+  PostResult r = worker_->post_recv(p.ep, op, nullptr, 0, wire::make_tag(wire::kRndv, p.id, seq), kFullMask, nullptr);
+  if (r.kind != Post::kPending) done_.push_back({op, r.code, r.length, r.sender_tag});
+}
+
+void EngineCore::send_declines(PeerData& p) {
+  // One DECLINE in flight per peer (control messages have a buffer each); the next when it is sent.
+  if (p.tx.declines.empty() || p.tx.ctrl_busy[wire::kDecline] || p.state != PeerState::kReady) return;
+  const auto& [seq, why] = p.tx.declines.front();
+  send_ctrl(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
+  if (p.tx.ctrl_busy[wire::kDecline]) p.tx.declines.pop_front();
+}
+
+void EngineCore::on_decline(PeerData& p, const wire::Header& h, std::span<const std::byte> body) {
+  if (body.empty()) {  // the sender's answer to ours: its send knows, the payload can go
+    discard_payload(p, h.aux);
+    return;
+  }
+  std::string why(reinterpret_cast<const char*>(body.data()), body.size());
+  bool found = false;
+  for (auto& op : ops_) {
+    if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id && op.incarnation == p.epoch &&
+        wire::tag_class(op.send.tag) == wire::kRndv && wire::tag_id(op.send.tag) == (h.aux & wire::kIdMask)) {
+      op.send.declined = why;  // its completion reports it
+      found = true;
+      break;
+    }
+  }
+  if (!found)
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s refused message %u, whose send is not in flight: %s", p.name, h.aux, why);
+  p.tx.declines.push_back({h.aux, std::string()});
+  send_declines(p);
 }
 
 void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
@@ -53,9 +118,9 @@ void EngineCore::start_rndv(PeerData& p, Message&& m, const wire::Header& h, boo
                               format_size(config_.max_message)));
     return;
   }
-  std::span<std::byte> dest = landing_for(p, m, size);
+  std::span<std::byte> dest = landing_for(p, m, size, false);
   if (!dest.empty()) post_landing(p, std::move(m), dest, ordered);
-  else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, ordered);
+  else if (p.state != PeerState::kDead && m.valid()) park_landing(p, std::move(m), h, ordered);
 }
 
 void EngineCore::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
@@ -113,10 +178,18 @@ void EngineCore::retry_landings() {
   while (!parked_.empty()) {
     ParkedLanding& w = parked_.front();
     PeerData& p = *peers_[w.peer];
-    std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len);
-    if (dest.empty()) return;  // oldest first: the rest wait behind it
+    bool frag = (w.header.flags & wire::kFlagFrag) != 0;
+    std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len, frag);
+    if (dest.empty() && w.message.valid() && p.state != PeerState::kDead) return;  // oldest first: the rest wait
     ParkedLanding go = std::move(w);
     parked_.pop_front();
+    if (dest.empty()) {  // refused (its peer goes on) or its peer failed (parked_ is cleared of it)
+      if (p.state == PeerState::kDead) continue;
+      --p.rx.parked;
+      if (go.ordered) p.rx.blocked = false;
+      deliver(p);
+      continue;
+    }
     --p.rx.parked;
     if (go.header.flags & wire::kFlagFrag) {
       start_fragments(p, std::move(go.message), dest);
@@ -135,6 +208,10 @@ void EngineCore::drop_parked(PeerData& p) {
 
 void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
   --exact_posted_;
+  if (op->recv.discard) {  // a refused payload, taken and dropped (decline_landing)
+    free_op(op);
+    return;
+  }
   PeerData& p = *peers_[op->peer];
   Message m = std::move(op->pending);
   bool stale = op->incarnation != p.epoch;
@@ -150,10 +227,8 @@ void EngineCore::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length)
       m.s_.credit = false;
       --p.rx.unreleased;
     }
-    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled) {
-      fail_peer(p, absl::StatusCode::kUnavailable,
-                absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
-    }
+    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
+      transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   c_.rndv_received->add();
@@ -169,7 +244,7 @@ void EngineCore::assemble_fragment(PeerData& p, Message&& m, const wire::Header&
       c_.parse_errors->add();
       p.rx.frag = Message();
     }
-    std::span<std::byte> dest = landing_for(p, m, h.payload_len);
+    std::span<std::byte> dest = landing_for(p, m, h.payload_len, true);
     if (!dest.empty()) start_fragments(p, std::move(m), dest);
     else if (p.state != PeerState::kDead) park_landing(p, std::move(m), h, /*ordered=*/true);
     return;

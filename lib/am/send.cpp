@@ -381,13 +381,16 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   --tx_inflight_;
   PeerData& p = *peers_[op->peer];
   bool stale = op->incarnation != p.epoch;
-  if (code != absl::StatusCode::kOk && !stale && p.state != PeerState::kDead) {
-    fail_peer(p, absl::StatusCode::kUnavailable, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+  bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
+  if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
+    transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status = code == absl::StatusCode::kOk
                             ? absl::OkStatus()
                             : absl::UnavailableError(absl::StrFormat(
                                   "%s: %s", p.name, p.link.fail_reason.empty() ? "send failed" : p.link.fail_reason));
+  if (declined) [[unlikely]]
+    status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name, op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
   if (op->send.releases_rpc_slot && !stale) p.rpc.server_slots.reply_done();
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order

@@ -453,6 +453,7 @@ void Door::serve_frame(Conn& c) {
   }
   // kWantClientProof
   door::Credentials cred;
+  if (c.header.kind == Kind::kRefuse) return client_refused(c, body, auth_on);
   if (c.header.kind != Kind::kClientProof)
     return bad(absl::StrFormat("a %s frame instead of its proof", door::to_string(c.header.kind)));
   if (door::Parse p = door::decode(body, &cred); p != door::Parse::kOk)
@@ -530,6 +531,32 @@ void Door::dial_connected(Conn& c) {
   if (!flush(c)) end_dial(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
 }
 
+void Door::client_refused(Conn& c, std::span<const std::byte> body, bool auth_on) {
+  door::Refuse r;
+  if (door::Parse p = door::decode(body, &r); p != door::Parse::kOk) {
+    c_.bad_frames->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: malformed refuse: %s; closed", c.name, door::to_string(p));
+    return drop(c.id);
+  }
+  // The client's own text is not logged: only what its code means here.
+  std::uint64_t suppressed = 0;
+  if (r.code == static_cast<std::uint16_t>(absl::StatusCode::kPermissionDenied)) {
+    c_.refused_auth->add();
+    if (log_enabled(LogLevel::kWarn) && refused_log_.allow(&suppressed)) {
+      log_write(LogLevel::kWarn, "door",
+                absl::StrFormat("client %s refused us: %s (door.refused_auth)%s", c.name,
+                                auth_on ? "our proof does not match its key (SLUICE_AUTH_KEY_FILE differs)"
+                                        : "it requires authentication (SLUICE_AUTH=required) and we have no key",
+                                suppressed ? absl::StrFormat(" (%u similar lines suppressed)", suppressed) : ""));
+    }
+  } else {
+    c_.closed_early->add();
+    SLUICE_LOG_RATE_LIMITED(kInfo, "door", "client %s gave up during the handshake (%s)", c.name,
+                            absl::StatusCodeToString(code_from_refuse(r.code)));
+  }
+  drop(c.id);
+}
+
 void Door::dial_frame(Conn& c) {
   std::span<const std::byte> body(c.in.data() + door::kFrameHeaderSize, c.header.body_len);
   const bool auth_on = options_.auth != AuthMode::kOff && options_.key != nullptr;
@@ -547,6 +574,13 @@ void Door::dial_frame(Conn& c) {
   }
   auto denied = [&](const std::string& why) {
     c_.refused_auth->add();
+    if (c.step == Conn::Step::kWantServerHello) {
+      // Best effort, before the close: the server learns why, instead of seeing a client leave.
+      door::Refuse r{static_cast<std::uint16_t>(absl::StatusCode::kPermissionDenied), why.substr(0, 256)};
+      c.out.clear();
+      door::encode(r, &c.out);
+      (void)::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     end_dial(absl::PermissionDeniedError(absl::StrFormat("server %s: %s", c.name, why)));
   };
   if (c.step == Conn::Step::kWantServerHello) {

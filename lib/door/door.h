@@ -25,12 +25,15 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 
 #include <sluice/config.h>
 #include <sluice/stats.h>
 #include <sluice/status.h>
+
+#include "core/log.h"
 
 #include "door/auth.h"
 #include "wire/door.h"
@@ -108,6 +111,8 @@ class Door {
 
   // Closes the link of `slot` (its peer failed or closed); no link_lost() follows.
   void close_link(std::uint32_t slot);
+  // Whether `slot` has a link (its client's data travels over UCX).
+  bool has_link(std::uint32_t slot) const { return links_.contains(slot); }
 
   // The epoll fd to sleep on; readable when poll() has something to do.
   int fd() const { return epoll_fd_; }
@@ -132,6 +137,8 @@ class Door {
   void dial_frame(Conn& c);
   void dial_connected(Conn& c);
   void refuse(Conn& c, absl::StatusCode code, const std::string& reason);
+  // Server: a client's REFUSE instead of its proof (it gave up on our SERVER_HELLO).
+  void client_refused(Conn& c, std::span<const std::byte> body, bool auth_on);
   void drop(std::uint64_t id);
   void end_dial(absl::StatusOr<Dialed> result);
   void to_link(Conn& c, std::uint32_t slot);
@@ -160,6 +167,8 @@ class Door {
     Counter* closed_early;
     Counter* links_lost;
   } c_{};
+  // Clients that refused us: one line a second per door (a flood of them is one line).
+  RateLimit refused_log_;
 };
 
 }  // namespace sluice::detail

@@ -459,14 +459,23 @@ Result Pool::try_take_landing(std::size_t bytes, Slot* out) {
   return large_ ? large_->try_take(bytes, out) : Result::kExhausted;
 }
 
-bool Pool::can_ever_land(std::size_t bytes) const {
+std::size_t Pool::landing_room() const {
   // What is left once everything but the eager class (never unmapped) is: Budget::room.
   std::size_t fixed = budget_.reserved_bytes + classes_.front()->mapped_bytes();
-  std::size_t limit = budget_.max > fixed ? budget_.max - fixed : 0;
+  return budget_.max > fixed ? budget_.max - fixed : 0;
+}
+
+bool Pool::can_ever_land(std::size_t bytes) const {
+  std::size_t limit = landing_room();
+  // Every place try_take_landing looks: the smallest class that holds it (a larger class only
+  // lends slots that fit the budget too), then a landing arena of its own.
   for (auto c = classes_.begin() + 1; c != classes_.end(); ++c) {
-    if ((*c)->slot_size() >= bytes) return (*c)->slot_size() <= limit;
+    if ((*c)->slot_size() >= bytes) {
+      if ((*c)->slot_size() <= limit) return true;
+      break;
+    }
   }
-  return (bytes + LargeClass::kGranule - 1) / LargeClass::kGranule * LargeClass::kGranule <= limit;
+  return large_ && (bytes + LargeClass::kGranule - 1) / LargeClass::kGranule * LargeClass::kGranule <= limit;
 }
 
 std::size_t Pool::reclaim(std::size_t bytes) {

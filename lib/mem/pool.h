@@ -204,8 +204,11 @@ class Pool {
   // class that holds it, else a free slot of a larger class, else a landing arena. kExhausted
   // when the budget has no room now (what is held must be released first); nothing logged.
   Result try_take_landing(std::size_t bytes, Slot* out);
-  // Whether a landing of `bytes` fits the budget at all, whatever is released.
+  // Whether a landing of `bytes` fits the budget at all, whatever is released: in the smallest
+  // class that holds it, or in a landing arena of its own.
   bool can_ever_land(std::size_t bytes) const;
+  // The budget less the eager class's reservations and mapped memory: what landings may map.
+  std::size_t landing_room() const;
   // Unmaps memory nobody holds (kept landing arenas, then whole free chunks of the large
   // classes) until `bytes` are freed or nothing more can be; the bytes freed.
   std::size_t reclaim(std::size_t bytes);

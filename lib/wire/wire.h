@@ -80,7 +80,10 @@ enum CtrlKind : std::uint16_t {
   kPong = 4,
   kBye = 5,
   kReject = 6,
+  kDecline = 7,
 };
+// The longest reason a REJECT or DECLINE carries.
+inline constexpr std::size_t kReasonMax = 128;
 
 struct Header {
   std::uint8_t flags = 0;

@@ -240,7 +240,8 @@ TEST_P(ClientServer, OnlyClientsWithTheServersKeyGetIn) {
     ASSERT_TRUE(peer.ok()) << peer.status();
     expect_call_succeeds(*client.engine, *peer);
   }
-  {  // a wrong key: refused on the client's side by the server's failed proof
+  ::testing::internal::CaptureStderr();
+  {  // a wrong key: refused on the client's side by the server's failed proof, and the server told
     Node client(GetParam(), other.path);
     auto peer = client.engine->connect(address);
     ASSERT_FALSE(peer.ok());
@@ -255,15 +256,19 @@ TEST_P(ClientServer, OnlyClientsWithTheServersKeyGetIn) {
     EXPECT_EQ(peer.status().code(), absl::StatusCode::kPermissionDenied) << peer.status();
     EXPECT_THAT(std::string(peer.status().message()), ::testing::HasSubstr("SLUICE_AUTH_KEY_FILE"));
   }
-  std::uint64_t refused = 0, accepted = 0, table = 0;
+  std::uint64_t refused = 0, accepted = 0, table = 0, closed_early = 0;
   server.engine->post([&] {
     refused = server.engine->stats().value("door.refused_auth");
     accepted = server.engine->stats().value("door.accepted");
     table = server.engine->stats().value("peers.table");
+    closed_early = server.engine->stats().value("door.closed_early");
     stop = true;
   });
   serving.join();
-  EXPECT_EQ(refused, 1u) << "the keyless client is counted at the server (the wrong key never got that far)";
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(refused, 2u) << "the wrong key and the keyless client are both counted at the server";
+  EXPECT_EQ(closed_early, 0u) << "the client with the wrong key did not just leave: it refused us";
+  EXPECT_THAT(log, ::testing::HasSubstr("refused us: our proof does not match its key (SLUICE_AUTH_KEY_FILE differs)"));
   EXPECT_EQ(accepted, 1u);
   EXPECT_LE(table, 2u) << "refused clients cost the server no peer and no endpoint";
 }

@@ -274,7 +274,9 @@ TEST(Rpc, ACallOutstandingLongerThanCallWarnIsLoggedOnceAndGoesOn) {
   EXPECT_TRUE(got.ok()) << got;
 }
 
-TEST(Flow, APeerWhoseCreditsTheApplicationHoldsIsLoggedAndCounted) {
+// Both sides say so, once: the receiver that holds the messages, and the sender whose messages
+// wait for the credits they hold.
+TEST(Flow, APeerWhoseCreditsTheApplicationHoldsIsLoggedOnBothSidesAndCounted) {
   Config c;
   c.credits = 4;
   c.rx_posted = 4;
@@ -309,6 +311,8 @@ TEST(Flow, APeerWhoseCreditsTheApplicationHoldsIsLoggedAndCounted) {
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count_of(log, "cannot send: all 4 of its credits are held by 4 of its messages"), 1) << log;
   EXPECT_THAT(log, HasSubstr("rank 0 cannot send"));
+  EXPECT_EQ(count_of(log, "rank 1 holds the credits it granted us (4 of 4 spent, for "), 1) << log;
+  EXPECT_THAT(log, HasSubstr("6 of our messages wait in its send queue"));
   EXPECT_EQ(held_while, 1u);
   EXPECT_EQ(held_after, 0u);
 }

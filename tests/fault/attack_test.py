@@ -761,6 +761,9 @@ class DoorAttacks:
                 elif state != "first" and kind == CLIENT_PROOF:
                     self.refused(s, PERMISSION_DENIED, "SLUICE_AUTH_KEY_FILE")  # a random proof
                     type(self).refused_auth += 1
+                elif state != "first" and kind == REFUSE:
+                    self.assertIsNone(read_frame(s), "a client that gives up is closed, not answered")
+                    s.close()
                 else:
                     self.refused(s, INVALID_ARGUMENT)
         self.assert_serving("every frame kind in each state")
@@ -826,11 +829,12 @@ class DoorAttacks:
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("first_error=PERMISSION_DENIED", r.stdout, r.stderr)
             self.assertIn(why, r.stderr)
-        type(self).refused_auth += 1
+        type(self).refused_auth += 2
         refused = self.server.counters()["door.refused_auth"] - before
         print("door.refused_auth counted %d refusals" % refused)
-        self.assertEqual(refused, 4 * 4 + 1, "the server counted every refusal")
+        self.assertEqual(refused, 4 * 4 + 2, "the server counted every refusal, the client's of ours too")
         self.assertIn("refused: its proof does not match our key", self.server.log())
+        self.assertIn("refused us: our proof does not match its key", self.server.log())
         self.assert_serving("keyless clients")
 
     def test_06_a_key_holders_malformed_worker_address_is_refused(self):

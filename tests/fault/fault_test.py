@@ -185,6 +185,29 @@ class ClientChurn(unittest.TestCase):
         self.assertGreater(len(re.findall(r"peer client \S+ failed", err)), 0, "some kills landed on connected clients")
         self.assertEqual(left, [], "segments of dead clients still mapped")
 
+    def test_a_client_killed_mid_transfer_is_reported_as_its_connection_closing(self):
+        # Clients killed while they write and read blocks of up to 4 MiB: the transfer in flight
+        # fails before the client's front-door link closes, but the server names the link's
+        # closing as the cause, not the transfer's error (UNAVAILABLE, DEADLINE_EXCEEDED).
+        for tls in ("", "tcp"):
+            env = dict(os.environ, SLUICE_TLS=tls, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
+            server, port = serve_blockstore(self, "127.0.0.1", env)
+            rng = random.Random(20261203)
+            for _ in range(10):
+                p = subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "44"], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.05, 0.3))
+                p.kill()
+                p.wait()
+            time.sleep(1)  # beyond the link's grace
+            self.assertIsNone(server.poll(), "the server still serves")
+            server.kill()
+            _, err = server.communicate()
+            reasons = re.findall(r"peer client \S+ failed: (.*); its operations", err)
+            print("%s: %d killed clients failed: %s" % (tls or "default transports", len(reasons), sorted(set(reasons))))
+            self.assertGreater(len(reasons), 0, "some kills landed on connected clients")
+            self.assertEqual(set(reasons), {"its connection to us closed"}, err[-3000:])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

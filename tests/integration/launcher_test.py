@@ -109,6 +109,19 @@ class Launcher(unittest.TestCase):
             self.assertGreater(would_block, 0, "the send pool or queue never refused a send: " + r.stdout)
             self.assertGreater(credit_stalls, 0, "no sender ever waited for credits: " + r.stdout)
 
+    def test_payloads_the_receive_budget_can_never_hold_fail_their_sends_not_their_peers(self):
+        # Mixed 64 B and 2 MiB all-to-all among 4 ranks whose receive budget can never hold a 2 MiB
+        # payload beside the reservations for 3 peers: each large send fails alone, with a status
+        # naming the sizes and the variable; every rank finishes its checks.
+        for budget in ("1M", "4M"):
+            r = run([RUN, "-n", "4", ALLTOALL, "--mixed", "2"], env=dict(self.env, SLUICE_RECV_POOL_MAX=budget),
+                    timeout=2 + WATCHDOG)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-4000:])
+            self.assertEqual(r.stdout.count("ok (mixed load"), 4, r.stdout)
+            self.assertIn("refused the message: a 2097152-byte payload, which SLUICE_RECV_POOL_MAX=%s can never hold"
+                          % budget, r.stdout)
+            self.assertNotIn("failed:", r.stderr, "no peer failed")
+
     def test_rank_exit_status_is_the_jobs_and_nothing_is_left(self):
         t0 = time.time()
         r = run([RUN, "-n", "3", ALLTOALL, "--exit-rank", "1", "3"], env=self.env)

@@ -361,6 +361,27 @@ TEST(Pool, LandingArenasAreKeptForReuseAndCountAgainstTheBudget) {
   EXPECT_FALSE(recv->can_ever_land(16 << 20)) << "beyond the budget, whatever is released";
 }
 
+TEST(Pool, APayloadLandsInAnArenaWhenTheClassThatWouldHoldItExceedsTheBudget) {
+  // 4 MiB of receive budget, the default classes (64K, 1M, 4M): a 4M slot never fits beside the
+  // eager class's reservations, but a 2 MiB landing arena does, so a 2 MiB payload can land; a
+  // 4 MiB one never can.
+  Fixture f(small(1 << 20, 4 << 20));
+  auto recv = f.make(Direction::kRecv);
+  ASSERT_TRUE(recv->eager().reserve(16).ok());
+  EXPECT_TRUE(recv->can_ever_land(2 << 20)) << "a landing arena holds it";
+  Slot s;
+  ASSERT_EQ(recv->try_take_landing(2 << 20, &s), Result::kOk) << "and really does";
+  s.release();
+  EXPECT_FALSE(recv->can_ever_land(4 << 20));
+  EXPECT_FALSE(recv->try_take_landing(4 << 20, &s) == Result::kOk);
+  // 1 MiB of budget: a 2 MiB arena never fits either.
+  Fixture g(small(1 << 20, 1 << 20));
+  auto tiny = g.make(Direction::kRecv);
+  ASSERT_TRUE(tiny->eager().reserve(16).ok());
+  EXPECT_TRUE(tiny->can_ever_land(64 << 10));
+  EXPECT_FALSE(tiny->can_ever_land(2 << 20));
+}
+
 TEST(Pool, MemoryNobodyHoldsIsUnmappedWhenALandingNeedsTheRoom) {
   Config c = small(1 << 20, 16 << 20);
   c.pool_chunk = 2 << 20;
