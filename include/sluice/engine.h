@@ -167,6 +167,14 @@ class SLUICE_API Peer {
               CallId* id = nullptr) {
     return call(method, {}, payload, options, std::move(on_reply), id);
   }
+  // call(), but the request's payload is copied first: the caller's buffer is free when this
+  // returns. Returns as call().
+  Result call_copy(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
+                   CallOptions options, ReplyCallback&& on_reply, CallId* id = nullptr);
+  Result call_copy(HandlerId method, std::span<const std::byte> payload, CallOptions options, ReplyCallback&& on_reply,
+                   CallId* id = nullptr) {
+    return call_copy(method, {}, payload, options, std::move(on_reply), id);
+  }
 
  private:
   friend class detail::EngineCore;
@@ -241,6 +249,8 @@ class SLUICE_API Engine {
   // Once connected, the peer fails (operations complete with Unavailable) within about
   // 250 ms of the server's process ending.
   absl::StatusOr<Peer*> connect(std::string_view host_port);
+  // connect() within `timeout` (kInfinite: no limit) instead of SLUICE_CONNECT_TIMEOUT.
+  absl::StatusOr<Peer*> connect(std::string_view host_port, Duration timeout);
 
   // Progresses communication once and runs due completions and handlers. Returns whether
   // anything happened.

@@ -142,6 +142,12 @@ Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span
   return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
+Result Peer::call_copy(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
+                       CallOptions options, ReplyCallback&& on_reply, CallId* id) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call_copy", Result::kInvalidArgument);
+  return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id, detail::PayloadCopy::kPool);
+}
+
 // ---- Engine --------------------------------------------------------------------------------
 
 Engine::Engine(std::shared_ptr<const void> context, std::unique_ptr<detail::EngineCore> core)
@@ -165,7 +171,11 @@ absl::StatusOr<int> Engine::listen(std::string_view host_port) {
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::connect", wrong_thread("Engine::connect"));
-  return core_->connect(host_port);
+  return core_->connect(host_port, std::nullopt);
+}
+absl::StatusOr<Peer*> Engine::connect(std::string_view host_port, Duration timeout) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::connect", wrong_thread("Engine::connect"));
+  return core_->connect(host_port, timeout);
 }
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {

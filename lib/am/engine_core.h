@@ -96,7 +96,7 @@ class EngineCore final : private Door::Owner {
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   Result call(PeerData& p, HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
-              const CallOptions& options, ReplyCallback&& cb, CallId* id);
+              const CallOptions& options, ReplyCallback&& cb, CallId* id, PayloadCopy copy = PayloadCopy::kNo);
   void cancel(CallId id);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
                PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,
@@ -137,7 +137,8 @@ class EngineCore final : private Door::Owner {
   Duration spin() const { return config_.spin; }
   int rank() const { return boot_->rank(); }
   absl::StatusOr<int> listen(std::string_view host_port);
-  absl::StatusOr<Peer*> connect(std::string_view host_port);
+  // `timeout`: this connect's limit instead of SLUICE_CONNECT_TIMEOUT.
+  absl::StatusOr<Peer*> connect(std::string_view host_port, std::optional<Duration> timeout);
   int size() const { return boot_->size(); }
   int id() const { return engine_id_; }
 

@@ -162,8 +162,8 @@ EngineCore::~EngineCore() {
   };
   drain_while([&] { return unsent() || !submissions_.empty(); }, deadline);
   if (std::size_t left = submissions_.close(); left != 0)
-    SLUICE_LOG(kWarn, "am", "engine %d closed with %u submitted attempt(s) still waiting (kWouldBlock): not run", engine_id_,
-               left);
+    SLUICE_LOG(kWarn, "am", "engine %d closed with %u submitted attempt(s) still waiting (kWouldBlock): not run",
+               engine_id_, left);
   // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
   // it; then a short wait for the peers' own goodbyes, so no message arrives after the
   // receives go.

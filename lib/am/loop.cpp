@@ -152,7 +152,6 @@ bool EngineCore::progress() {
     if (!failed_eps_.empty()) drain_completions();
     if (!stale_tags_.empty()) purge_stragglers(now_);
     if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
-    if (submissions_.retrying()) (void)submissions_.run();
   }
   probe::progress_end();
   return any;

@@ -400,14 +400,17 @@ absl::Status EngineCore::attach_dialed(PeerData& p, const Door::Dialed& d) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
+absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port, std::optional<Duration> timeout) {
   if (door_ && door_->dialing()) return absl::FailedPreconditionError("connect() is already in progress");
   SLUICE_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(host_port));
-  auto deadline =
-      config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
+  Duration limit = timeout.value_or(config_.connect_timeout);
+  if (limit < Duration::zero()) return absl::InvalidArgumentError("connect(): a negative timeout");
+  std::string limit_name = timeout ? absl::StrFormat("connect()'s timeout of %s", format_duration(limit))
+                                   : absl::StrFormat("SLUICE_CONNECT_TIMEOUT=%s", format_duration(limit));
+  auto deadline = limit == kInfinite ? Clock::time_point::max() : Clock::now() + limit;
   PeerData& p = new_cs_peer();
   p.name = absl::StrFormat("server %s", host_port);
-  if (absl::Status s = door().dial(hp.host, hp.port, p.id, deadline); !s.ok()) {
+  if (absl::Status s = door().dial(hp.host, hp.port, p.id, deadline, limit_name); !s.ok()) {
     abandon_cs_peer(p, std::string(s.message()));
     return s;
   }
@@ -439,8 +442,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port) {
     wait(deadline);
     if (Clock::now() >= deadline && p.state == PeerState::kConnecting) {
       fail_peer(p, absl::StatusCode::kDeadlineExceeded,
-                absl::StrFormat("no handshake with %s within SLUICE_CONNECT_TIMEOUT=%s", host_port,
-                                format_duration(config_.connect_timeout)));
+                absl::StrFormat("no handshake with %s within %s", host_port, limit_name));
     }
   }
   if (p.state != PeerState::kReady) {

@@ -13,7 +13,7 @@ namespace sluice::detail {
 
 Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
                         std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
-                        CallId* id_out) {
+                        CallId* id_out, PayloadCopy copy) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
   if (!cb) SLUICE_INVALID("call(method %d) to %s: no reply callback", method, p.name);
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message)
@@ -49,7 +49,7 @@ Result EngineCore::call(PeerData& p, HandlerId method, std::span<const std::byte
   if (sent) {
     ++p.rpc.calls_outstanding;
   } else if (header.size() + payload.size() <= eager_limit_ || config_.rndv) {
-    r = pack_message(p, out, PayloadCopy::kNo, &hop, &pop);
+    r = pack_message(p, out, copy, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.

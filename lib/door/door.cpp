@@ -123,7 +123,8 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port) {
   return l.port;
 }
 
-absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline) {
+absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline,
+                        std::string limit) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
   if (dial_ != 0) return absl::FailedPreconditionError("connect() is already in progress");
   std::string name = format_host_port(host, port);
@@ -145,6 +146,7 @@ absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slo
   c->want_out = true;
   watch(fd, kConnTag | c->id, EPOLLOUT, true);
   dial_ = c->id;
+  dial_limit_ = std::move(limit);
   dial_result_.reset();
   conns_.emplace(c->id, std::move(c));
   update_deadline();
@@ -205,8 +207,7 @@ bool Door::poll(Clock::time_point now) {
     Conn& c = *it->second;
     if (c.client) {
       std::string step = c.step == Conn::Step::kConnecting ? "no TCP connection" : "no handshake";
-      end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within SLUICE_CONNECT_TIMEOUT=%s", step, c.name,
-                                                           format_duration(options_.connect_timeout))));
+      end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within %s", step, c.name, dial_limit_)));
       continue;
     }
     c_.timed_out->add();

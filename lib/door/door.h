@@ -103,7 +103,9 @@ class Door {
 
   // Starts the client side towards host:port: `our_slot` is the slot the server is to put in
   // its tags to us. One dial at a time; it ends in poll(), by `deadline` at the latest.
-  absl::Status dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline);
+  // `limit` names the deadline in a timeout's message ("SLUICE_CONNECT_TIMEOUT=10s").
+  absl::Status dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline,
+                    std::string limit);
   bool dialing() const { return dial_ != 0; }
   // The finished dial's result: the server's slot and address (its link then belongs to
   // `our_slot`), or why it failed (Unavailable, PermissionDenied, DeadlineExceeded, ...).
@@ -141,6 +143,7 @@ class Door {
   void client_refused(Conn& c, std::span<const std::byte> body, bool auth_on);
   void drop(std::uint64_t id);
   void end_dial(absl::StatusOr<Dialed> result);
+  std::string dial_limit_;  // what the current dial's deadline is called
   void to_link(Conn& c, std::uint32_t slot);
   void add_link(std::uint32_t slot, int fd);
   void update_deadline();

@@ -1,6 +1,12 @@
 // What a newcomer does on a first day (issue "a newcomer's first day without a trap"): each
 // case is a mistake or a need that used to crash, lose messages or have no clean way, and now
 // has one.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -184,6 +190,63 @@ TEST(Callbacks, HandlersCompletionsAndPostedWorkMayOwnMoveOnlyThings) {
         drive(e, [&] { return released; });
       });
   EXPECT_TRUE(sent);
+}
+
+TEST(Rpc, CallCopyFreesTheRequestBufferAtOnce) {
+  RankPair pair;
+  constexpr HandlerId kCrc = 8;
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kCrc,
+                                    [](Message& m) {
+                                      std::uint32_t crc = testing_support::crc32c(m.payload());
+                                      EXPECT_EQ(m.reply_copy({}, bytes_of(crc)), Result::kOk);
+                                    })
+                  .ok());
+  std::vector<std::byte> request = testing_support::pattern(std::size_t{1} << 20, 3);  // above the eager limit
+  const std::uint32_t sent_crc = testing_support::crc32c(request);
+  std::uint32_t replied_crc = 0;
+  bool done = false;
+  std::atomic<bool> stop{false};
+  std::thread server([&] { pair.engine(1).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  Engine& e = pair.engine(0);
+  ASSERT_EQ(e.peer(1)->call_copy(kCrc, request, {},
+                                 [&](absl::Status s, Message& reply) {
+                                   EXPECT_TRUE(s.ok()) << s;
+                                   if (s.ok()) std::memcpy(&replied_crc, reply.payload().data(), sizeof(replied_crc));
+                                   done = true;
+                                 }),
+            Result::kOk);
+  std::fill(request.begin(), request.end(), std::byte{0xEE});  // ours again at once
+  drive(e, [&] { return done; });
+  stop = true;
+  server.join();
+  EXPECT_EQ(replied_crc, sent_crc) << "the server saw the bytes as they were when call_copy returned";
+}
+
+TEST(ClientServer, AConnectWithATimeoutOfItsOwnEndsWhenTheServerNeverAnswers) {
+  // A TCP listener that never speaks: the kernel completes the connection, nothing more comes.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  auto ctx = Context::create();
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto eng = (*ctx)->create_engine();
+  ASSERT_TRUE(eng.ok()) << eng.status();
+  std::string where = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto start = Clock::now();
+  auto peer = (*eng)->connect(where, std::chrono::milliseconds(300));
+  auto took = Clock::now() - start;
+  ::close(fd);
+  ASSERT_FALSE(peer.ok());
+  EXPECT_EQ(peer.status().code(), absl::StatusCode::kDeadlineExceeded) << peer.status();
+  EXPECT_THAT(std::string(peer.status().message()), HasSubstr("connect()'s timeout of 300ms"));
+  EXPECT_LT(took, std::chrono::seconds(5)) << "its own limit, not SLUICE_CONNECT_TIMEOUT's";
 }
 
 }  // namespace
