@@ -109,9 +109,9 @@ class SLUICE_API Peer {
 
   // Sends an active message to `handler` on the peer. `header` (at most kMaxUserHeader bytes)
   // is copied at once. A message whose user header and payload together fit the eager limit
-  // (eager_limit(), SLUICE_EAGER_MAX) is copied into a send-pool slot and travels in one
-  // tagged message; a larger payload goes by rendezvous straight from `payload`, which must
-  // stay valid and unchanged until on_done runs (like MPI_Isend).
+  // (eager_limit(), SLUICE_EAGER_MAX) is copied before send() returns (its buffer is free at
+  // once) and travels in one tagged message; a larger payload goes by rendezvous straight
+  // from `payload`, which must stay valid and unchanged until on_done runs (like MPI_Isend).
   // Returns (status.h):
   //   kOk               on_done will run once, with OK or why the message was lost
   //   kWouldBlock       the peer's send queue (SLUICE_SEND_QUEUE_MAX) or the send pool is
@@ -284,6 +284,14 @@ class SLUICE_API Engine {
   // thread is done with the engine; kInvalidArgument-style refusal (logged) on another.
   void release_thread();
 
+  // Rank mode: waits, progressing this engine (as run_until does), until every rank's engine
+  // with this id has entered its barrier of the same number. When it returns OK, every message
+  // any rank sent this engine before entering has been delivered to its handler (those of
+  // handlers with HandlerOptions::unordered may still be landing): the "all ranks are done
+  // sending" idiom is sends, then barrier(). DeadlineExceeded (how many ranks arrived),
+  // Unavailable when a rank failed; OK at once in a one-rank job. Bootstrap::fence() does not
+  // progress the engine: peers waiting in it look silent to each other.
+  absl::Status barrier(Clock::time_point deadline = Clock::time_point::max());
   // Cancels a call: it completes once with Cancelled (unless it completed already).
   void cancel(CallId id);
 

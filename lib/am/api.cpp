@@ -209,6 +209,20 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
 }
 void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
 void Engine::post(absl::AnyInvocable<void()> fn) { core_->post(std::move(fn)); }
+absl::Status Engine::barrier(Clock::time_point deadline) {
+  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::barrier", wrong_thread("Engine::barrier"));
+  std::uint64_t epoch = core_->barrier_enter();
+  absl::Status status;
+  bool done = false;
+  if (!run_until(
+          [&] {
+            status = core_->barrier_status(epoch, &done);
+            return done || !status.ok();
+          },
+          deadline))
+    return core_->barrier_timed_out(epoch);
+  return status;
+}
 Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point deadline) {
   return core_->submit(std::move(attempt), deadline);
 }

@@ -22,6 +22,7 @@
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
+#include "am/barrier.h"
 #include "am/call.h"
 #include "am/counters.h"
 #include "am/live_stats.h"
@@ -93,6 +94,11 @@ class EngineCore final : private Door::Owner {
   void wait(Clock::time_point deadline);
   void post(absl::AnyInvocable<void()> fn);
   Result submit(Submissions::Attempt&& attempt, Clock::time_point deadline);
+  // Engine::barrier(): enter (its number); then, on each pass, send what waits and say whether
+  // every other rank's word is in (*done), or why it cannot be (a rank failed).
+  std::uint64_t barrier_enter();
+  absl::Status barrier_status(std::uint64_t epoch, bool* done);
+  absl::Status barrier_timed_out(std::uint64_t epoch);
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   Result call(PeerData& p, HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
@@ -347,6 +353,8 @@ class EngineCore final : private Door::Owner {
   void claim(HandlerId id);
   // The close: messages whose handler never came are dropped, counted and logged.
   void drop_unclaimed();
+  // A rank's barrier word (barrier.cpp).
+  void barrier_word(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
   // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
   // key), closed when it fails (cancelled; its key's stragglers purged for a while).
@@ -522,6 +530,7 @@ class EngineCore final : private Door::Owner {
   std::vector<absl::AnyInvocable<void()>> posted_;
   std::atomic<bool> has_posted_{false};  // post() or submit() handed work
   Submissions submissions_;
+  Barrier barrier_;
   Stats stats_;
   EngineCounters c_{};
   // The engine's traffic counters and the peer's share of them (live stats), counted together.

@@ -67,6 +67,10 @@ void EngineCore::claim(HandlerId id) {
 void EngineCore::no_handler(Message& m) {
   PeerData& p = *peers_[m.s_.peer];
   HandlerId h = m.s_.handler;
+  if (h == kBarrierHandler) {
+    barrier_word(m);
+    return;
+  }
   if (h >= kMaxHandlers) {  // no handler can ever take it
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, beyond the highest id %d: dropped", p.name, h,
                             kMaxHandlers - 1);

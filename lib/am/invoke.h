@@ -12,7 +12,7 @@ namespace sluice::detail {
 
 [[gnu::always_inline]] inline EngineCore::Invoke EngineCore::invoke_handler(Message& m) {
   if (m.s_.handler >= kMaxHandlers || !handlers_[m.s_.handler].fn) [[unlikely]] {
-    c_.unknown_handler->add();
+    if (m.s_.handler != kBarrierHandler) c_.unknown_handler->add();
     return Invoke::kNoHandler;
   }
   m.s_.sink_landing = false;  // the handler has it now

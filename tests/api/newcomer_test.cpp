@@ -249,5 +249,66 @@ TEST(ClientServer, AConnectWithATimeoutOfItsOwnEndsWhenTheServerNeverAnswers) {
   EXPECT_LT(took, std::chrono::seconds(5)) << "its own limit, not SLUICE_CONNECT_TIMEOUT's";
 }
 
+TEST(Barrier, ThreeRanksLeaveTogetherWithEverythingSentBeforeDelivered) {
+  constexpr int kRanks = 3, kRounds = 20, kEach = 50;
+  auto boots = make_in_process_group(kRanks);
+  std::unique_ptr<Context> ctx[kRanks];
+  std::unique_ptr<Engine> eng[kRanks];
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      ContextOptions o;
+      o.bootstrap = std::move(boots[r]);
+      auto c = Context::create(std::move(o));
+      if (!c.ok()) return (void)++failures;
+      ctx[r] = std::move(*c);
+      auto e = ctx[r]->create_engine();
+      if (!e.ok()) return (void)++failures;
+      eng[r] = std::move(*e);
+      Engine& me = *eng[r];
+      int received = 0;
+      std::vector<std::byte> big(std::size_t{256} << 10);  // a rendezvous among the small ones
+      (void)me.register_handler(kData, [&](Message&) { ++received; });
+      for (int round = 1; round <= kRounds; ++round) {
+        for (int to = 0; to < kRanks; ++to) {
+          if (to == r) continue;
+          for (int i = 0; i < kEach; ++i) {
+            std::span<const std::byte> payload = i == kEach / 2 ? std::span<const std::byte>(big) : bytes_of(i);
+            Result sent = Result::kWouldBlock;
+            me.run_until([&] { return (sent = me.peer(to)->send_copy(kData, payload)) != Result::kWouldBlock; },
+                         Clock::now() + kLong);
+            if (sent != Result::kOk) ++failures;
+          }
+        }
+        absl::Status s = me.barrier(Clock::now() + kLong);
+        if (!s.ok()) ADD_FAILURE() << "rank " << r << ": " << s;
+        // Everything the others sent before entering this barrier is in (and perhaps some of
+        // the next round's, from a rank that left first).
+        if (received < round * kEach * (kRanks - 1)) {
+          ADD_FAILURE() << "rank " << r << " round " << round << ": " << received << " received";
+          ++failures;
+        }
+      }
+      // The last barrier: no rank closes while another still waits for its word.
+      if (!me.barrier(Clock::now() + kLong).ok()) ++failures;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<std::thread> closers;
+  for (int r = 0; r < kRanks; ++r) closers.emplace_back([&, r] { eng[r].reset(); });
+  for (auto& t : closers) t.join();
+}
+
+TEST(Barrier, ARankThatLeavesTheJobFailsTheBarrierInsteadOfHangingIt) {
+  RankPair pair;
+  pair.close(1);  // rank 1 is gone before it ever enters
+  Engine& e = pair.engine(0);
+  absl::Status s = e.barrier(Clock::now() + std::chrono::seconds(30));
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("barrier 1"));
+}
+
 }  // namespace
 }  // namespace sluice
