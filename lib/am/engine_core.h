@@ -461,8 +461,9 @@ class EngineCore final : private Door::Owner {
   std::unique_ptr<door::Key> key_;                // SLUICE_AUTH_KEY_FILE's, when authenticating
   std::unique_ptr<Door> door_;
   int listen_port_ = -1;
-  std::unique_ptr<LiveStats> live_;  // SLUICE_STATS_TRIGGER set
-  Clock::time_point door_due_{};     // progress() polls the door from then on
+  std::unique_ptr<LiveStats> live_;                // SLUICE_STATS_TRIGGER set
+  Clock::time_point last_line_at_ = Clock::now();  // the last live-stats line (its rates' interval)
+  Clock::time_point door_due_{};                   // progress() polls the door from then on
   // How often a busy engine looks at its front door (a poll of one epoll fd), and how long a
   // peer whose link closed may still say BYE.
   static constexpr Duration kDoorEvery = std::chrono::microseconds(50);

@@ -249,26 +249,46 @@ std::string EngineCore::stats_line(const char* trigger) {
   if (listen_port_ >= 0) absl::StrAppendFormat(&line, "\"listen_port\": %d, ", listen_port_);
   absl::StrAppendFormat(&line, "\"engine\": %d, \"trigger\": \"%s\", \"counters\": %s, \"peers\": [", engine_id_,
                         trigger, counters);
-  // The busiest peers by bytes both ways; a server with thousands of clients writes eight.
-  std::vector<const PeerData*> busy;
-  for (const auto& p : peers_)
-    if (p && (p->traffic.msgs_sent != 0 || p->traffic.msgs_received != 0)) busy.push_back(p.get());
-  auto bytes = [](const PeerData* p) { return p->traffic.bytes_sent + p->traffic.bytes_received; };
-  std::size_t n = std::min<std::size_t>(busy.size(), kStatsPeers);
-  std::partial_sort(busy.begin(), busy.begin() + static_cast<std::ptrdiff_t>(n), busy.end(),
-                    [&](const PeerData* a, const PeerData* b) { return bytes(a) > bytes(b); });
+  // The live peers busiest since the last line (a server with thousands of clients writes
+  // eight), with their rates over that interval; gone ones are only counted. The exit line,
+  // written once every peer is closed, lists them all.
+  bool at_exit = std::string_view(trigger) == "exit";
+  Clock::time_point now = Clock::now();
+  double secs = std::chrono::duration<double>(now - last_line_at_).count();
+  last_line_at_ = now;
+  std::vector<PeerData*> live;
+  std::size_t gone = 0;
+  for (const auto& p : peers_) {
+    if (!p) continue;
+    if (p->state == PeerState::kDead && !at_exit) ++gone;
+    else if (p->traffic.msgs_sent != 0 || p->traffic.msgs_received != 0) live.push_back(p.get());
+  }
+  auto recent = [](const PeerData* p) {
+    return p->traffic.bytes_sent + p->traffic.bytes_received - p->traffic.bytes_at_line;
+  };
+  std::size_t n = std::min<std::size_t>(live.size(), kStatsPeers);
+  std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
+                    [&](const PeerData* a, const PeerData* b) { return recent(a) > recent(b); });
   for (std::size_t i = 0; i < n; ++i) {
-    const PeerData& p = *busy[i];
+    const PeerData& p = *live[i];
     const PeerTraffic& t = p.traffic;
+    std::uint64_t msgs = t.msgs_sent + t.msgs_received;
     absl::StrAppendFormat(&line,
                           "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
-                          "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, \"rtt_us\": ",
+                          "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, "
+                          "\"msgs_per_s\": %.1f, \"bytes_per_s\": %.1f, \"rtt_us\": ",
                           i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent, t.bytes_sent,
-                          t.msgs_received, t.bytes_received, t.credit_stalls);
+                          t.msgs_received, t.bytes_received, t.credit_stalls,
+                          secs > 0 ? static_cast<double>(msgs - t.msgs_at_line) / secs : 0.0,
+                          secs > 0 ? static_cast<double>(recent(&p)) / secs : 0.0);
     if (t.rtt.count() == 0) line += "null}";
     else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt).count());
   }
-  return line + "]}";
+  for (PeerData* p : live) {
+    p->traffic.msgs_at_line = p->traffic.msgs_sent + p->traffic.msgs_received;
+    p->traffic.bytes_at_line = p->traffic.bytes_sent + p->traffic.bytes_received;
+  }
+  return line + absl::StrFormat("], \"peers_live\": %u, \"peers_gone\": %u}", live.size(), gone);
 }
 
 void EngineCore::leave_kept_messages() {

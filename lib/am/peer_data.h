@@ -31,8 +31,9 @@ inline constexpr std::size_t kStatsPeers = 8;
 struct PeerTraffic {
   std::uint64_t msgs_sent = 0, bytes_sent = 0, msgs_received = 0, bytes_received = 0;
   std::uint64_t credit_stalls = 0;
-  Duration rtt{0};            // smoothed round trip (heartbeats, one call in 64); 0: none yet
-  std::uint32_t sampler = 0;  // counts calls, to time one in 64
+  Duration rtt{0};                                    // smoothed round trip (heartbeats, one call in 64); 0: none yet
+  std::uint32_t sampler = 0;                          // counts calls, to time one in 64
+  std::uint64_t msgs_at_line = 0, bytes_at_line = 0;  // both ways, at the last live-stats line
   void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
 };
 
