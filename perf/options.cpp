@@ -8,8 +8,8 @@
 namespace sluice::perf {
 namespace {
 
-const std::vector<std::string> kAllTests = {"am_lat", "am_bw",   "rpc_lat", "rpc_rate", "read",
-                                            "write",  "bulk_bw", "mixed",   "fanin"};
+const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "am_submit", "rpc_lat", "rpc_rate",
+                                            "read",   "write", "bulk_bw",   "mixed",   "fanin"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -29,7 +29,7 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
                "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
-               "                   [--offset BYTES] [--format table|csv|json] [--stats]\n"
+               "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
                "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
                "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
                "ucx_perftest; with --baseline, raw UCX (or Sluice's bounce mode) runs the same\n"
@@ -40,6 +40,8 @@ void usage(FILE* out) {
                "tests (rank 0 against rank 1 unless said; default: am_lat,am_bw,rpc_lat,bulk_bw):\n"
                "  am_lat    one-way latency of a message bounced back by a handler (half the round trip)\n"
                "  am_bw     streaming messages, WINDOW in flight: message rate and bandwidth\n"
+               "  am_submit message rate of copies handed over by P threads through Engine::submit() while\n"
+               "            rank 0's main thread drives the engine, against that thread sending them alone\n"
                "  rpc_lat   round trip of a call whose reply carries the request's payload back\n"
                "  rpc_rate  calls per second with WINDOW in flight (the server grants SLUICE_RPC_SLOTS)\n"
                "  read      an 8-byte request, SIZE bytes back from the server's block: round trip\n"
@@ -62,6 +64,7 @@ void usage(FILE* out) {
                "  --offset BYTES  the sending side's buffers start BYTES into their page, 0-4095 [0]\n"
                "  --format F      table, csv or json; table and csv rows appear as they are measured [table]\n"
                "  --stats         print the driving side's Sluice counters at the end (rank 0; cs: the client)\n"
+               "  --producers P   am_submit: threads submitting sends, 1-64 [4]\n"
                "  -m, --mode M    rank: rank 0 against rank 1 through the launcher's bootstrap; cs:\n"
                "                  client/server through Engine::listen() and connect() (below) [rank]\n"
                "  --server        cs: this process is the server, started without a launcher\n"
@@ -72,7 +75,8 @@ void usage(FILE* out) {
                "ratio = Sluice / baseline of the headline figure: latency for *_lat, read and write\n"
                "(below 1 is better), rate or bandwidth for the others (above 1 is better); mixed:\n"
                "p99 with streams / p99 without (below 5 is the goal); fanin: receive high-water mark /\n"
-               "receive budget (at most 1 is the promise).\n"
+               "receive budget (at most 1 is the promise); am_submit: the producers' rate / the engine\n"
+               "thread's alone (its baseline is always that, whatever --baseline says).\n"
                "\n"
                "cs mode (client/server, -m cs):\n"
                "Every row runs between a listening server engine and a connected client instead of two\n"
@@ -147,7 +151,8 @@ bool check(const Options& o) {
   else if (!o.listen.empty() && !o.connect.empty()) what = "--listen is the server's, --connect the client's: not both";
   if (what != nullptr) std::fprintf(stderr, "sluice-perf: %s\n", what);
   if (o.offset > 4095) std::fprintf(stderr, "sluice-perf: --offset %d: need 0 to 4095\n", o.offset);
-  return what == nullptr && o.offset <= 4095;
+  if (o.producers > 64) std::fprintf(stderr, "sluice-perf: --producers %d: need 1 to 64\n", o.producers);
+  return what == nullptr && o.offset <= 4095 && o.producers <= 64;
 }
 
 }  // namespace
@@ -201,6 +206,7 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--format") ok = choice("table", "csv", "json", &o.format);
     else if (a == "--offset") ok = number(0, &o.offset);
     else if (a == "--stats") o.stats = true;
+    else if (a == "--producers") ok = number(1, &o.producers);
     else if (a == "-m" || a == "--mode") ok = choice("rank", "cs", "cs", &o.mode);
     else if (a == "--server") o.server = true;
     else if (a == "--listen") ok = (v = value()) && parse_address(a, *v, &o.listen);

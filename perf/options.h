@@ -25,6 +25,7 @@ struct Options {
   // a copy's speed can depend on it); both Sluice and the raw baseline.
   int offset = 0;
   bool stats = false;
+  int producers = 4;  // am_submit: threads handing sends to the engine through submit()
   // rank: rank 0 against rank 1 of a launcher's job. cs: client/server, over
   // Engine::listen()/connect(); the client drives (connect.h).
   std::string mode = "rank";

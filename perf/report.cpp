@@ -78,6 +78,7 @@ std::vector<std::size_t> default_sizes(const std::string& test) {
 int default_iters(const std::string& test, std::size_t size) {
   int base = 20000;
   if (test == "am_bw") base = 200000;
+  if (test == "am_submit") base = 100000;
   if (test == "rpc_rate") base = 50000;
   std::size_t budget = test == "bulk_bw" || test == "am_bw" ? (std::size_t{2} << 30) : (std::size_t{256} << 20);
   std::size_t by_size = budget / std::max<std::size_t>(size, 1);
@@ -93,7 +94,7 @@ double headline_ratio(const Row& r) {
   bool latency =
       r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
   if (latency) return a.lat_p50_us / b.lat_p50_us;
-  if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate") return a.rate / b.rate;
+  if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate" || r.test == "am_submit") return a.rate / b.rate;
   return a.bw_mbps / b.bw_mbps;
 }
 
@@ -121,7 +122,8 @@ void print_header(const Options& o, const std::string& sides) {
   } else if (o.format == "table") {
     std::printf(
         "# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
-        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget\n"
+        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget;\n"
+        "# am_submit: rate from --producers threads through submit() / the engine thread's alone\n"
         "# mode: %s (%s)\n",
         o.mode.c_str(), sides.c_str());
     std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s %s\n", "test", "size", "iters",

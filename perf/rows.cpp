@@ -22,6 +22,12 @@ Row plan(const Options& o, const std::string& test, std::size_t size) {
   if (test == "am_lat" || test == "rpc_lat" || test == "read" || test == "write") row.window = 1;
   if (test == "bulk_bw" && !o.window) row.window = 16;
   if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
+  if (test == "am_submit") {
+    row.baseline = "engine";
+    row.window = 0;  // no window: the submit queue and the send queue bound what waits
+    row.note = std::to_string(o.producers) + (o.producers == 1 ? " producer thread" : " producer threads") +
+               " through submit(); baseline: the engine thread sending alone";
+  }
   return row;
 }
 
@@ -67,6 +73,9 @@ void run_row(const Options& o, Row& row, Progress& progress, const std::function
       Cmd idle = c;
       std::snprintf(idle.test, sizeof(idle.test), "rpc_lat");
       b.push_back(drive(idle));
+    } else if (test == "am_submit") {
+      c.mode = kEngineAlone;  // the same messages, sent by the engine thread itself
+      b.push_back(drive(c));
     } else if (o.baseline == "ucx" || (o.baseline == "bounce" && test != "fanin")) {
       c.mode = o.baseline == "ucx" ? 1 : 2;
       b.push_back(drive(c));

@@ -15,8 +15,11 @@ namespace sluice::perf {
 struct Cmd {
   char test[16];
   std::uint64_t size;
-  std::int32_t iters, warmup, window, mode;  // mode 0 sluice, 1 raw ucx, 2 bounce engine, 3 quit
+  // mode 0 sluice, 1 raw ucx, 2 bounce engine, 3 quit, 4 am_submit's engine thread alone
+  std::int32_t iters, warmup, window, mode;
 };
+// Cmd::mode of am_submit's baseline: the engine thread sends alone.
+constexpr std::int32_t kEngineAlone = 4;
 
 // Measures every row of `o` through `drive` (which runs one Cmd on every side and returns the
 // driving side's figures), with `sides` processes taking part, printing each row as it is

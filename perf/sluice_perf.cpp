@@ -23,6 +23,7 @@
 #include "raw_ucx.h"
 #include "report.h"
 #include "rows.h"
+#include "submit.h"
 namespace {
 
 using sluice::Clock;
@@ -347,6 +348,9 @@ class Bench {
     Engine& e = c.mode == 2 ? *bounce_ : main_;
     if (t == "am_lat") return am_lat(e, c);
     if (t == "am_bw") return stream(e, c, kBw);
+    if (t == "am_submit" && me_ == 0)
+      return submit_rate(e, *link_.peer(e, 1), kBw, c, o_, [this] { return acks_ == 1; });
+    if (t == "am_submit") return stream(e, c, kBw);  // rank 1 counts and acknowledges as for am_bw
     if (t == "bulk_bw") return stream(e, c, kBulk);
     if (t == "rpc_lat") return rpc(e, c, 1);
     if (t == "rpc_rate") return rpc(e, c, c.window);

@@ -51,6 +51,22 @@ class PerfSmoke(unittest.TestCase):
                 if row["test"].endswith("_lat") or row["test"] in ("read", "write"):
                     self.assertGreater(float(row["lat_p50_us"]), 0)
 
+    def test_submit_from_producer_threads_against_the_engine_thread_alone(self):
+        # am_submit: its baseline is the engine thread sending alone, whatever --baseline says;
+        # both rates and their ratio are printed. In the table, the note names the producers.
+        r = perf(2, "-t", "am_submit", "-s", "8,64K", "-n", "2000", "-w", "100", "-r", "1", "--producers", "3",
+                 "--baseline", "ucx", "--format", "csv")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for row in self.check_csv(r.stdout, ["am_submit"]):
+            self.assertEqual(row["baseline"], "engine", row)
+            self.assertGreater(float(row["rate_per_s"]), 0, row)
+            self.assertGreater(float(row["baseline_rate_per_s"]), 0, row)
+            self.assertAlmostEqual(float(row["ratio"]), float(row["rate_per_s"]) / float(row["baseline_rate_per_s"]),
+                                   delta=0.01 * float(row["ratio"]) + 0.001)
+        r = perf(2, "-m", "cs", "-t", "am_submit", "-n", "1000", "-r", "1", "--producers", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("1 producer thread through submit(); baseline: the engine thread sending alone", r.stdout)
+
     def test_storage_patterns_with_copying_replies(self):
         # read and write, and rpc_lat, through reply_copy instead of the zero-copy replies.
         tests = ["rpc_lat", "read", "write"]
@@ -64,7 +80,7 @@ class PerfSmoke(unittest.TestCase):
     def test_help_describes_every_test_and_flag(self):
         r = subprocess.run([PERF, "--help"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        for word in ("am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
+        for word in ("am_lat", "am_bw", "am_submit", "--producers", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
                      "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server"):
             self.assertIn(word, r.stdout)
@@ -202,7 +218,7 @@ class PerfSmoke(unittest.TestCase):
 
     def test_bad_flags_exit_2_with_usage(self):
         for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpi"], ["--format", "xml"], ["-n", "0"], ["--what"],
-                     ["-m", "tcp"], ["--server"], ["-m", "cs", "--connect", "nohost"],
+                     ["-m", "tcp"], ["--producers", "0"], ["--producers", "65"], ["--server"], ["-m", "cs", "--connect", "nohost"],
                      ["-m", "cs", "--server", "--connect", "127.0.0.1:1"]):
             r = perf(2, *args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
