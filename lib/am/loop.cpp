@@ -183,9 +183,10 @@ void EngineCore::sleep_until(Clock::time_point until) {
 Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {
   // The engine thread waiting for room only it can make would wait forever.
   if (driver_tp_.load(std::memory_order_acquire) == thread_pointer()) deadline = Clock::time_point::min();
+  // One wake-up per batch: a producer that finds the flag set leaves the signal to the one
+  // that set it (the engine clears the flag before it takes what was queued).
   return submissions_.push(std::move(attempt), deadline, [this] {
-    has_posted_.store(true, std::memory_order_release);
-    worker_->signal();
+    if (!has_posted_.exchange(true, std::memory_order_acq_rel)) worker_->signal();
   });
 }
 
