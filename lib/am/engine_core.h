@@ -89,7 +89,12 @@ class EngineCore final : private Door::Owner {
   absl::Status register_handler(HandlerId id, Handler fn, HandlerOptions options);
   absl::Status unregister_handler(HandlerId id);
   // Any thread: the Peer of `rank`, or nullptr (logged) for a rank outside the job.
-  Peer* peer(int rank) const;
+  Peer* peer(int rank) const {
+    if (static_cast<std::size_t>(rank) < rank_handles_.size()) [[likely]]  // a negative rank wraps: too large
+      return rank_handles_[static_cast<std::size_t>(rank)];
+    return no_such_rank(rank);
+  }
+  Peer* no_such_rank(int rank) const;
   bool progress();
   void wait(Clock::time_point deadline);
   void post(absl::AnyInvocable<void()> fn);

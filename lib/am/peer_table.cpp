@@ -35,9 +35,7 @@ PeerData* EngineCore::peer_by_slot_slow(std::uint32_t slot) {
   return nullptr;
 }
 
-Peer* EngineCore::peer(int rank) const {
-  if (rank >= 0 && static_cast<std::size_t>(rank) < rank_handles_.size()) [[likely]]
-    return rank_handles_[static_cast<std::size_t>(rank)];
+Peer* EngineCore::no_such_rank(int rank) const {
   SLUICE_LOG_RATE_LIMITED(kWarn, "api", "Engine::peer(%d): no such rank (the job has %d): nullptr", rank, ranks_);
   return nullptr;
 }
