@@ -138,6 +138,11 @@ class EngineCore final : private Door::Owner {
   const Stats& stats();
   // The end of the engine: Messages the application still holds are cut loose (counted, logged).
   void leave_kept_messages();
+  // ~EngineCore's phases, in order: calls end Cancelled; what was sent (and submitted) goes out,
+  // then BYE, then every peer is closed; the transport lets go of every receive and message.
+  void close_calls();
+  void close_peers(Clock::time_point deadline);
+  void close_transport(Clock::time_point deadline);
   // One JSON line: time, host, pid, rank or listening port, engine, trigger, every counter,
   // the busiest peers' traffic (docs/stats.md#live-stats).
   std::string stats_line(const char* trigger);

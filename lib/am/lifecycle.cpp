@@ -141,6 +141,24 @@ EngineCore::~EngineCore() {
   (void)bind_driver("Engine::~Engine");
   shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
+  close_calls();
+  close_peers(deadline);
+  close_transport(deadline);
+  calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
+  run_posted();    // Messages released on other threads meanwhile
+  drop_unclaimed();
+  leave_kept_messages();
+  if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
+  if (config_.stats) {
+    std::string text = stats().to_text();
+    std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
+  }
+  worker_->progress();
+}
+
+// ---- the close, in phases ------------------------------------------------------------------
+
+void EngineCore::close_calls() {
   // Calls end at once, Cancelled: those waiting only for their replies, and requests still
   // queued for a server slot (which frees only with another reply). A server that answers
   // late, or never, would otherwise hold the close until the deadline.
@@ -151,6 +169,9 @@ EngineCore::~EngineCore() {
     c_.rpc_cancelled->add();
     finish_call(id, closing);
   }
+}
+
+void EngineCore::close_peers(Clock::time_point deadline) {
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
   // in-flight ones, rendezvous payloads included, until the deadline...
   auto unsent = [&] {
@@ -180,6 +201,9 @@ EngineCore::~EngineCore() {
   for (auto& p : peers_) {
     if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
   }
+}
+
+void EngineCore::close_transport(Clock::time_point deadline) {
   closing_ = true;
   for (Op* op : rx_ops_) worker_->cancel(op);
   auto posted = [&] {
@@ -214,16 +238,6 @@ EngineCore::~EngineCore() {
   for (Worker::Unexpected u; (u = worker_->take_unexpected(0, 0)).message != nullptr;)
     if (!receive_unexpected(u)) break;
   drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
-  calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
-  run_posted();    // Messages released on other threads meanwhile
-  drop_unclaimed();
-  leave_kept_messages();
-  if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
-  if (config_.stats) {
-    std::string text = stats().to_text();
-    std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
-  }
-  worker_->progress();
 }
 
 // ---- send slots, stats ----------------------------------------------------------------------
