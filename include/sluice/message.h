@@ -39,6 +39,7 @@ class Message;
 
 namespace detail {
 class EngineCore;
+struct MessageAccess;
 
 // What a Message knows of its engine (internal): the engine while it lives; once the engine
 // is gone, only how many Messages still point here. The last of them frees it.
@@ -149,6 +150,7 @@ class SLUICE_API Message {
 
  private:
   friend class detail::EngineCore;
+  friend struct detail::MessageAccess;  // the engine's components (internal)
   void own_bytes();
   detail::EngineCore* answering(const char* what) const;
   detail::MessageState s_;

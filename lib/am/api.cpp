@@ -76,18 +76,18 @@ detail::EngineCore* Message::answering(const char* what) const {
 
 Result Message::reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload) {
   detail::EngineCore* core = answering("Message::reply_copy");
-  return core ? core->reply(*this, header, payload, 0) : Result::kInvalidArgument;
+  return core ? core->rpc_server().reply(*this, header, payload, 0) : Result::kInvalidArgument;
 }
 
 Result Message::reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done) {
   detail::EngineCore* core = answering("Message::reply");
-  return core ? core->reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done))
+  return core ? core->rpc_server().reply(*this, header, payload, 0, detail::PayloadCopy::kNo, std::move(on_done))
               : Result::kInvalidArgument;
 }
 
 Result Message::reply_with_payload(std::span<const std::byte> header, SendCallback on_done) {
   detail::EngineCore* core = answering("Message::reply_with_payload");
-  return core ? core->reply_own(*this, header, std::move(on_done)) : Result::kInvalidArgument;
+  return core ? core->rpc_server().reply_own(*this, header, std::move(on_done)) : Result::kInvalidArgument;
 }
 
 Result Message::reply(std::span<const std::byte> header, const Slot& payload, std::size_t length,
@@ -95,8 +95,8 @@ Result Message::reply(std::span<const std::byte> header, const Slot& payload, st
   detail::EngineCore* core = answering("Message::reply");
   if (core == nullptr) return Result::kInvalidArgument;
   if (!payload || length > detail::slot_size(payload)) return core->bad_slot("Message::reply", payload, length);
-  return core->reply(*this, header, std::span<const std::byte>(detail::slot_data(payload), length), 0,
-                     detail::PayloadCopy::kNo, std::move(on_done), detail::slot_memh(payload));
+  return core->rpc_server().reply(*this, header, std::span<const std::byte>(detail::slot_data(payload), length), 0,
+                                  detail::PayloadCopy::kNo, std::move(on_done), detail::slot_memh(payload));
 }
 
 Result Message::reply_error(const absl::Status& status) {
@@ -105,8 +105,8 @@ Result Message::reply_error(const absl::Status& status) {
   if (status.ok()) return core->bad_status();
   std::string text(status.message());
   if (text.size() > 512) text.resize(512);
-  return core->reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
-                     static_cast<std::uint16_t>(status.code()));
+  return core->rpc_server().reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
+                                  static_cast<std::uint16_t>(status.code()));
 }
 
 // ---- Peer ----------------------------------------------------------------------------------
@@ -139,13 +139,14 @@ Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                   CallOptions options, ReplyCallback&& on_reply, CallId* id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call", Result::kInvalidArgument);
-  return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id);
+  return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
 Result Peer::call_copy(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                        CallOptions options, ReplyCallback&& on_reply, CallId* id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call_copy", Result::kInvalidArgument);
-  return engine_->call(*data_, method, header, payload, options, std::move(on_reply), id, detail::PayloadCopy::kPool);
+  return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id,
+                                    detail::PayloadCopy::kPool);
 }
 
 // ---- Engine --------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point de
 void Engine::release_thread() { core_->release_thread(); }
 void Engine::cancel(CallId id) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::cancel", );
-  core_->cancel(id);
+  core_->rpc_client().cancel(id);
 }
 Result Engine::try_get_send_slot(std::size_t size, Slot* out) {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::try_get_send_slot", Result::kInvalidArgument);

@@ -64,7 +64,7 @@ bool EngineCore::send_hello(PeerData& p) {
                config_.rpc_slots);
   }
   p.tx.reply_reserved = 2 * slots;
-  p.rpc.server_slots = SlotTable(slots);
+  rpc_server_.grant(p, slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
@@ -272,7 +272,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     p.link.bye_sent = p.link.bye_received = false;
     p.link.bye_seq = 0;
     p.rx.window = ReorderWindow<Incoming>();
-    p.rpc.slots = 0;
+    rpc_client_.grant(p, 0);
     p.link.ping_outstanding = false;
     handle_hello(p, hello);
     return;
@@ -287,7 +287,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
   if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
   p.tx.tag = wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key);
   p.tx.credits.grant(hello.credits);
-  p.rpc.slots = hello.rpc_slots;
+  rpc_client_.grant(p, hello.rpc_slots);
   p.link.last_heard = Clock::now();
   if (p.state == PeerState::kNew) start_handshake(p);
   else if (!p.link.hello_sent) send_hello(p);  // a client answers the server's HELLO
@@ -315,7 +315,7 @@ void EngineCore::maybe_ready(PeerData& p) {
   p.link.last_heard = Clock::now();
   p.link.early_since = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.rx.granted,
-             p.tx.credits.granted(), p.rpc.slots, p.ep.transports());
+             p.tx.credits.granted(), p.calls.window().granted(), p.ep.transports());
   if (p.rx.window.held() != 0) deliver(p);  // what arrived before its HELLO
   flush(p);
 }

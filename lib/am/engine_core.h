@@ -7,7 +7,8 @@
 //   send.cpp        packing, the send queue, coalescing (send_now.h: the inline path)
 //   receive.cpp     posted receives, first contact, ordering, dispatch (invoke.h), release
 //   rendezvous.cpp  landings, payloads waiting for memory, bounce-mode reassembly
-//   rpc.cpp         calls, replies, server slots
+//   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
+//   rpc_server.cpp  RpcServer: server slots, requests, replies (rpc_server.h)
 //   api.cpp         the public Engine, Peer and Message forwarding here
 // Records: op.h (operations and their pool, op.cpp), peer_data.h (a peer), call.h (a call).
 #pragma once
@@ -15,8 +16,10 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <vector>
 
 #include <sluice/bootstrap.h>
@@ -28,6 +31,8 @@
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
+#include "am/rpc_client.h"
+#include "am/rpc_server.h"
 #include "am/submissions.h"
 #include "am/unclaimed.h"
 #include "core/fault.h"
@@ -38,15 +43,6 @@
 #include "topo/topology.h"
 #include "transport/transport.h"
 #include "wire/wire.h"
-
-// Returns kInvalidArgument from an EngineCore method after counting it (api.invalid_argument)
-// and logging why (rate-limited per call site): the arguments are a format and its values.
-#define SLUICE_INVALID(...)                             \
-  do {                                                  \
-    c_.invalid_argument->add();                         \
-    SLUICE_LOG_RATE_LIMITED(kWarn, "api", __VA_ARGS__); \
-    return Result::kInvalidArgument;                    \
-  } while (0)
 
 namespace sluice::detail {
 
@@ -76,11 +72,15 @@ class EngineCore final : private Door::Owner {
   // kInvalidArgument, logged: a send or reply from an empty Slot or beyond its size; an OK
   // status given to reply_error().
   Result bad_slot(const char* what, const Slot& slot, std::size_t length) {
-    SLUICE_INVALID("%s: %s", what,
-                   !slot ? std::string("the Slot is empty")
-                         : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot_size(slot)));
+    return invalid(
+        absl::StrFormat("%s: %s", what,
+                        !slot ? std::string("the Slot is empty")
+                              : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot_size(slot))));
   }
-  Result bad_status() { SLUICE_INVALID("Message::reply_error: the status is OK (use reply() for an answer)"); }
+  Result bad_status() { return invalid("Message::reply_error: the status is OK (use reply() for an answer)"); }
+  // kInvalidArgument, counted (api.invalid_argument) and logged with `why`, rate-limited per
+  // call site.
+  Result invalid(const std::string& why, std::source_location at = std::source_location::current());
   // Binds the calling thread when nothing drives the engine; false (after refused()) when
   // another thread does.
   bool bind_driver(const char* what);
@@ -106,15 +106,8 @@ class EngineCore final : private Door::Owner {
   absl::Status barrier_timed_out(std::uint64_t epoch);
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
-  Result call(PeerData& p, HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
-              const CallOptions& options, ReplyCallback&& cb, CallId* id, PayloadCopy copy = PayloadCopy::kNo);
-  void cancel(CallId id);
-  Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
-               PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,
-               Op** last_out = nullptr);
-  // reply() from the request's own payload: the request's memory rides with the reply's last
-  // operation (Op::pending) until it completes.
-  Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
+  RpcClient& rpc_client() { return rpc_client_; }
+  RpcServer& rpc_server() { return rpc_server_; }
   void release(Message& m);
   // A Message comes to hold something of this engine / lets go of it (MessageAnchor::held).
   void attach(Message& m) {
@@ -138,9 +131,8 @@ class EngineCore final : private Door::Owner {
   const Stats& stats();
   // The end of the engine: Messages the application still holds are cut loose (counted, logged).
   void leave_kept_messages();
-  // ~EngineCore's phases, in order: calls end Cancelled; what was sent (and submitted) goes out,
+  // ~EngineCore's phases, in order: calls end Cancelled (RpcClient::close); what was sent (and submitted) goes out,
   // then BYE, then every peer is closed; the transport lets go of every receive and message.
-  void close_calls();
   void close_peers(Clock::time_point deadline);
   void close_transport(Clock::time_point deadline);
   // One JSON line: time, host, pid, rank or listening port, engine, trigger, every counter,
@@ -354,6 +346,8 @@ class EngineCore final : private Door::Owner {
   void accept_coalesced(PeerData* p, std::span<const std::byte> bytes);
   void process(PeerData& p, Message& m, const wire::Header& h);
   void handler_threw(const Message& m, const char* what);
+  // The last handler exception's message (Invoke::kThrew), taken.
+  std::string take_handler_error() { return std::move(handler_error_); }
   // A plain message whose handler is not registered: kept (am/unclaimed.h), counted, logged.
   void no_handler(Message& m);
   // ---- handlers.cpp: the handler table, messages waiting for their handler
@@ -419,16 +413,6 @@ class EngineCore final : private Door::Owner {
   void start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest);
   void add_fragment(PeerData& p, std::size_t piece);
 
-  // ---- rpc.cpp: calls, replies, server slots
-  void on_request(PeerData& p, Message& m);
-  // kInvalidArgument, logged: `m` is not a request, or was answered already.
-  Result not_answerable(const Message& m);
-  void on_reply(PeerData& p, Message& m, const wire::Header& h);
-  void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
-  void finish_call(CallId id, absl::Status status);
-  void expire_calls(Clock::time_point now);
-  void release_call_slot(PeerData& p);
-
   // ---- peer lookups, inline: every message passes here
   // The peer of `rank` (created on first use); nullptr for a rank outside the job.
   PeerData* peer_by_rank(int rank) {
@@ -437,6 +421,8 @@ class EngineCore final : private Door::Owner {
       return known;
     return create_rank_peer(rank);
   }
+  // The peer of a slot known to hold one (a Message's, an operation's).
+  PeerData& peer_at(std::uint32_t slot) { return *peers_[slot]; }
   // The peer that sent a message with tag slot `slot`; nullptr when there is none.
   PeerData* peer_by_slot(std::uint32_t slot) {
     if (slot < peers_.size() && peers_[slot]) [[likely]]
@@ -526,7 +512,10 @@ class EngineCore final : private Door::Owner {
   }
   // Messages point here, not at the engine: one that outlives the engine finds it gone.
   MessageAnchor* anchor_ = new MessageAnchor{this};
-  CallTable<Call> calls_;
+  RpcClient rpc_client_{*this};
+  RpcServer rpc_server_{*this};
+  // invalid()'s rate limits, by call site (file, line).
+  std::map<std::pair<const char*, std::uint_least32_t>, RateLimit> invalid_limits_;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
@@ -561,7 +550,15 @@ class EngineCore final : private Door::Owner {
     c_.credit_stalls->add();
     ++p.traffic.credit_stalls;
   }
+  // Every live peer, in slot order.
+  template <typename Fn>
+  void for_each_peer(Fn&& fn) {
+    for (auto& p : peers_)
+      if (p) fn(*p);
+  }
   friend class ::sluice::Message;
+  friend class RpcClient;
+  friend class RpcServer;
 };
 
 // The status code carried on the wire (absl codes fit in 16 bits).

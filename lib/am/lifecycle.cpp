@@ -141,11 +141,11 @@ EngineCore::~EngineCore() {
   (void)bind_driver("Engine::~Engine");
   shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
-  close_calls();
+  rpc_client_.close();
   close_peers(deadline);
   close_transport(deadline);
-  calls_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
-  run_posted();    // Messages released on other threads meanwhile
+  rpc_client_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
+  run_posted();         // Messages released on other threads meanwhile
   drop_unclaimed();
   leave_kept_messages();
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
@@ -157,19 +157,6 @@ EngineCore::~EngineCore() {
 }
 
 // ---- the close, in phases ------------------------------------------------------------------
-
-void EngineCore::close_calls() {
-  // Calls end at once, Cancelled: those waiting only for their replies, and requests still
-  // queued for a server slot (which frees only with another reply). A server that answers
-  // late, or never, would otherwise hold the close until the deadline.
-  absl::Status closing = absl::CancelledError("the engine is shutting down");
-  for (auto& p : peers_)
-    if (p) drop_queue(*p, p->rpc.call_queue, closing);
-  for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
-    c_.rpc_cancelled->add();
-    finish_call(id, closing);
-  }
-}
 
 void EngineCore::close_peers(Clock::time_point deadline) {
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
@@ -245,7 +232,8 @@ void EngineCore::close_transport(Clock::time_point deadline) {
 Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
   if (cls == nullptr)
-    SLUICE_INVALID("try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size);
+    return invalid(absl::StrFormat(
+        "try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size));
   // A full class frees as sends complete and the application's slots come back.
   Result r = cls->try_get(out);
   if (r == Result::kExhausted) [[unlikely]] {

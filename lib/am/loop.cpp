@@ -36,7 +36,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
     case OpKind::kCtrl: on_ctrl_done(op, code); break;
     case OpKind::kRx: on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: on_rndv_done(op, code, length); break;
-    case OpKind::kReplyRx: on_reply_rx_done(op, code, length); break;
+    case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
     case OpKind::kContactRx: on_contact_rx(op, code, length, tag); break;
   }
 }
@@ -89,6 +89,18 @@ bool EngineCore::bind_driver(const char* what) {
   if (expected == me) return true;
   refused(what);
   return false;
+}
+
+Result EngineCore::invalid(const std::string& why, std::source_location at) {
+  c_.invalid_argument->add();
+  if (log_enabled(LogLevel::kWarn)) [[unlikely]] {
+    auto [it, _] = invalid_limits_.try_emplace({at.file_name(), at.line()});
+    std::uint64_t suppressed = 0;
+    if (it->second.allow(&suppressed))
+      log_write(LogLevel::kWarn, "api",
+                suppressed == 0 ? why : absl::StrFormat("%s (%u similar lines suppressed)", why, suppressed));
+  }
+  return Result::kInvalidArgument;
 }
 
 void EngineCore::refused(const char* what) {
@@ -230,7 +242,7 @@ void EngineCore::timers(Clock::time_point now) {
                                      std::chrono::milliseconds(1));
   // With nothing to watch (no peer connecting or connected, no call waiting), an idle engine
   // need not wake for timers more than once a second.
-  bool watching = !calls_.empty();
+  bool watching = !rpc_client_.idle();
   for (auto& pp : peers_)
     watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
@@ -274,7 +286,7 @@ void EngineCore::timers(Clock::time_point now) {
                  "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
                  "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
                  p.name, p.tx.credits.available(), p.tx.credits.granted(), p.tx.queued, p.tx.queue.size(),
-                 p.rpc.call_queue.size(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
+                 p.calls.queued(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
                  std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->recv.busy; }),
                  p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
                  worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
@@ -299,7 +311,7 @@ void EngineCore::timers(Clock::time_point now) {
       send_ctrl(p, wire::kPing, {});
     }
   }
-  if (!calls_.empty()) expire_calls(now);
+  rpc_client_.expire(now);
 }
 
 }  // namespace sluice::detail

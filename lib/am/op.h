@@ -17,6 +17,14 @@
 
 namespace sluice::detail {
 
+// A Message's state, for the engine's components (EngineCore reaches it as a friend).
+struct MessageAccess {
+  static MessageState& of(Message& m) { return m.s_; }
+  static const MessageState& of(const Message& m) { return m.s_; }
+};
+inline MessageState& state(Message& m) { return MessageAccess::of(m); }
+inline const MessageState& state(const Message& m) { return MessageAccess::of(m); }
+
 class EngineCore;
 
 // Whether a rendezvous payload is copied before it leaves: not at all (the caller keeps it

@@ -13,6 +13,8 @@
 #include <sluice/engine.h>
 
 #include "am/op.h"
+#include "am/rpc_client.h"
+#include "am/rpc_server.h"
 #include "flow/flow.h"
 #include "transport/transport.h"
 #include "wire/wire.h"
@@ -110,18 +112,14 @@ struct PeerData {
     bool held_logged = false;
   } rx;
 
-  // RPC both ways: our calls to it, its calls to us.
-  struct Rpc {
-    std::deque<Pending> call_queue;  // requests beyond the server's slots
-    std::uint32_t slots = 0;         // granted by the peer (server)
-    std::uint32_t calls_outstanding = 0;
-    SlotTable server_slots;  // what we grant the peer as a server
-  } rpc;
+  // RPC both ways: our calls to it (RpcClient's), its calls to us (RpcServer's).
+  CallsTo calls;
+  RequestsFrom requests;
 
   PeerTraffic traffic;
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
-  bool has_waiting() const { return !tx.queue.empty() || !rpc.call_queue.empty(); }
+  bool has_waiting() const { return !tx.queue.empty() || calls.waiting(); }
   // A message may leave at once: the handshake is done, a credit is free, nothing queued
   // ahead of it.
   bool can_send_now() const { return state == PeerState::kReady && tx.queue.empty() && tx.credits.available() != 0; }

@@ -25,7 +25,7 @@ PeerData* EngineCore::create_rank_peer(int rank) {
   slot->rank = rank;
   slot->name = absl::StrFormat("rank %d", rank);
   slot->handle.reset(new Peer(this, slot.get(), slot->id, rank));
-  slot->rpc.server_slots = SlotTable(config_.rpc_slots);
+  rpc_server_.grant(*slot, config_.rpc_slots);
   slot->remote_slot = static_cast<std::uint32_t>(this->rank());
   return slot.get();
 }
@@ -55,8 +55,8 @@ void EngineCore::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Sta
     q.pop_front();
     Op* last = m.payload ? m.payload : m.header;
     if (last->send.on_done) last->send.on_done(status);
-    if (last->send.releases_rpc_slot) release_call_slot(p);
-    complete_coalesced(m.header, status, false);  // sends that joined it in the queue
+    if (last->send.releases_rpc_slot) rpc_server_.reply_sent(p);  // a reply that never left
+    complete_coalesced(m.header, status, false);                  // sends that joined it in the queue
     free_op(m.header);
     if (m.payload) free_op(m.payload);
   }
@@ -87,7 +87,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   p.tx.queued = 0;
   p.tx.declines.clear();  // a revived peer's sequences are new: none of these is its
   drop_queue(p, p.tx.queue, status);
-  drop_queue(p, p.rpc.call_queue, status);
+  rpc_client_.drop_waiting(p, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
@@ -109,7 +109,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     }
   }
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
-  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish_call(id, status);
+  rpc_client_.end_calls(p, status);
   close_receives(p);
   if (p.rx.granted != 0) {
     recv_pool_->eager().unreserve(p.rx.granted + p.rx.reserved);
@@ -120,8 +120,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     send_pool_->eager().unreserve(p.tx.reply_reserved);
     p.tx.reply_reserved = 0;
   }
-  p.rpc.server_slots = SlotTable(config_.rpc_slots);
-  p.rpc.calls_outstanding = 0;
+  rpc_server_.grant(p, config_.rpc_slots);
   if (p.rank < 0) gone_cs_.push_back(p.id);
 }
 
@@ -188,7 +187,7 @@ bool EngineCore::reusable(const PeerData& p) const {
   // cancellation has come back.
   for (const Op& op : ops_)
     if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
-  if (!calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty()) return false;
+  if (rpc_client_.has_calls_to(p)) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
   // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
   constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
@@ -231,7 +230,7 @@ PeerData& EngineCore::init_cs_peer(PeerData& p) {
   p.name = absl::StrFormat("client slot %u", p.id);
   p.remote_slot = wire::kUnassignedSlot;
   p.handle.reset(new Peer(this, &p, p.id, -1));
-  p.rpc.server_slots = SlotTable(config_.rpc_slots);
+  rpc_server_.grant(p, config_.rpc_slots);
   return p;
 }
 

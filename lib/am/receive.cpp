@@ -379,11 +379,11 @@ void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
 }
 
 void EngineCore::finish_incoming(PeerData& p, Message& m) {
-  if (m.s_.reply_flag) on_reply(p, m, {});  // completes a call of ours, like a send completion
+  if (m.s_.reply_flag) rpc_client_.on_reply(p, m);  // completes a call of ours, like a send completion
   else if (shutting_down_) [[unlikely]] {
-    if (m.s_.request) (void)reply(m, {}, {}, static_cast<std::uint16_t>(absl::StatusCode::kUnavailable));
+    if (m.s_.request) rpc_server_.answer_error(m, absl::StatusCode::kUnavailable, {});
     count_drop("the engine is closing; handlers no longer run");
-  } else if (m.s_.request) on_request(p, m);
+  } else if (m.s_.request) rpc_server_.on_request(p, m);
   else dispatch(m);
 }
 
@@ -467,10 +467,9 @@ void EngineCore::release(Message& m) {
   }
   if (m.s_.sink_landing) [[unlikely]]
     give_back_sink(m);
-  if (m.s_.request && !m.s_.replied) {
-    static constexpr std::string_view kUnanswered = "the server's handler released the request without a reply";
-    (void)reply(m, {}, std::as_bytes(std::span(kUnanswered)), static_cast<std::uint16_t>(absl::StatusCode::kInternal));
-  }
+  if (m.s_.request && !m.s_.replied)
+    rpc_server_.answer_error(m, absl::StatusCode::kInternal,
+                             "the server's handler released the request without a reply");
   if (m.s_.credit) return_credit(*peers_[m.s_.peer], m.s_.incarnation);
   detach(m);
   m.s_ = {};

@@ -53,14 +53,11 @@ void EngineCore::decline_landing(PeerData& p, Message& m, const std::string& why
   // by DECLINE, and its send completes with ResourceExhausted; a reply fails its call here),
   // and the payload is taken and dropped: a receive of no bytes ends the sender's transfer.
   SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: refused a message for handler %d: %s", p.name, m.s_.handler, why);
-  auto text = std::as_bytes(std::span(why));
   if (m.s_.request) {
-    (void)reply(m, {}, text, static_cast<std::uint16_t>(absl::StatusCode::kResourceExhausted));
+    rpc_server_.answer_error(m, absl::StatusCode::kResourceExhausted, why);
     discard_payload(p, m.s_.seq);
   } else if (m.s_.reply_flag) {
-    release_call_slot(p);
-    if (Call* c = calls_.find(m.s_.rpc_id); c != nullptr && !c->finishing)
-      finish_call(m.s_.rpc_id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name, why)));
+    rpc_client_.reply_declined(p, m.s_.rpc_id, why);
     discard_payload(p, m.s_.seq);
   } else {
     // Dropped only once the sender has answered: its send must learn of the refusal before

@@ -120,10 +120,10 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
-    SLUICE_INVALID(
-        "send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
-        "SLUICE_MAX_MESSAGE)",
-        h, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message);
+    return invalid(
+        absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
+                        "SLUICE_MAX_MESSAGE)",
+                        h, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message));
   if (p.tx.queued >= config_.send_queue_max) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
@@ -332,7 +332,7 @@ void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool r
     Op* next = op->send.coalesced_next;
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
-    if (op->send.releases_rpc_slot && release_slots) peers_[op->peer]->rpc.server_slots.reply_done();
+    if (op->send.releases_rpc_slot && release_slots) rpc_server_.reply_sent(*peers_[op->peer]);
     free_op(op);
     op = next;
   }
@@ -354,13 +354,7 @@ bool EngineCore::send_packed_now(PeerData& p, Op* header) {
 
 void EngineCore::flush(PeerData& p) {
   if (p.state != PeerState::kReady) return;
-  while (!p.rpc.call_queue.empty() && p.rpc.calls_outstanding < p.rpc.slots) {
-    Pending m = p.rpc.call_queue.front();
-    p.rpc.call_queue.pop_front();
-    ++p.rpc.calls_outstanding;
-    if (m.payload == nullptr && send_packed_now(p, m.header)) continue;
-    (void)enqueue(p, m.header, m.payload);
-  }
+  rpc_client_.start_waiting(p);
   Op* open = nullptr;
   Op** coalesce = config_.coalesce ? &open : nullptr;
   while (!p.tx.queue.empty() && p.tx.credits.try_consume(p.tx.queue.front().header->send.batch_count)) {
@@ -392,7 +386,7 @@ void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
   if (declined) [[unlikely]]
     status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name, op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
-  if (op->send.releases_rpc_slot && !stale) p.rpc.server_slots.reply_done();
+  if (op->send.releases_rpc_slot && !stale) rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   free_op(op);
 }

@@ -1,5 +1,5 @@
-// Flow-control state machines (internal): credits, in-order delivery, RPC slot tables, the
-// table of a caller's outstanding calls.
+// Flow-control state machines (internal): credits, in-order delivery, RPC slot tables (the
+// server's and the caller's window), the table of a caller's outstanding calls.
 // Pure logic with no I/O, so each is tested directly with crafted inputs.
 #pragma once
 
@@ -182,6 +182,33 @@ class SlotTable {
   std::uint32_t capacity_;
   std::uint32_t busy_ = 0;
   std::uint32_t replying_ = 0;
+};
+
+// The caller's side of one server's RPC slots: at most `granted` requests are outstanding (sent
+// or in the send queue, not yet answered); the rest wait in the caller's call queue. A slot is
+// freed by the reply (or by the call's end when no reply can come: the request's send failed,
+// the server declined its payload). A server that restarts or a connection that fails starts
+// the window again at 0: nothing may go until the next HELLO grants slots.
+// Invariant: outstanding() <= granted() whenever the window was granted at least as many slots
+// as it had outstanding; a lower new grant lets nothing start until enough replies came back.
+class CallWindow {
+ public:
+  void grant(std::uint32_t slots) { granted_ = slots; }
+  // The peer failed or restarted: no slot is granted and none is outstanding.
+  void reset() { granted_ = outstanding_ = 0; }
+  bool may_start() const { return outstanding_ < granted_; }
+  // A request leaves (or is queued to leave) on a slot; the caller checked may_start().
+  void start() { ++outstanding_; }
+  // Its reply came (or it ended without one): the slot is free.
+  void finish() {
+    if (outstanding_ > 0) --outstanding_;
+  }
+  std::uint32_t granted() const { return granted_; }
+  std::uint32_t outstanding() const { return outstanding_; }
+
+ private:
+  std::uint32_t granted_ = 0;
+  std::uint32_t outstanding_ = 0;
 };
 
 // A caller's outstanding calls, by id, without hashing: an id is (index << kSeqBits) | sequence,

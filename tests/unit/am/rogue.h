@@ -94,8 +94,9 @@ class Rogue {
     send_raw(std::move(out), eager_tag());
   }
 
-  void hello(std::uint32_t credits, std::uint64_t incarnation = 77, std::uint8_t version = wire::kVersion) {
-    wire::Hello h{1, 0, 8192, credits, 4, 1, incarnation, kKey};
+  void hello(std::uint32_t credits, std::uint64_t incarnation = 77, std::uint8_t version = wire::kVersion,
+             std::uint32_t rpc_slots = 4) {
+    wire::Hello h{1, 0, 8192, credits, rpc_slots, 1, incarnation, kKey};
     Bytes body(wire::kHelloSize);
     wire::encode_hello(h, body.data());
     wire::Header hdr;

@@ -132,6 +132,40 @@ TEST(SlotTable, AnAnsweredRequestFreesItsSlotBeforeItsReplyHasLeft) {
   EXPECT_EQ(t.replying(), 0u);
 }
 
+TEST(CallWindow, NothingStartsBeforeTheGrantAndNeverBeyondIt) {
+  CallWindow w;
+  EXPECT_FALSE(w.may_start()) << "no HELLO yet: no slot";
+  w.grant(2);
+  ASSERT_TRUE(w.may_start());
+  w.start();
+  ASSERT_TRUE(w.may_start());
+  w.start();
+  EXPECT_FALSE(w.may_start());
+  EXPECT_EQ(w.outstanding(), 2u);
+  w.finish();
+  EXPECT_TRUE(w.may_start()) << "a reply frees its slot";
+  w.finish();
+  w.finish();  // an extra end (a late reply) does not go below zero
+  EXPECT_EQ(w.outstanding(), 0u);
+}
+
+TEST(CallWindow, ALowerGrantWaitsForRepliesAndAResetStartsOver) {
+  CallWindow w;
+  w.grant(3);
+  for (int i = 0; i < 3; ++i) w.start();
+  w.grant(1);  // a restarted server grants fewer
+  w.finish();
+  EXPECT_FALSE(w.may_start()) << "2 outstanding, 1 granted";
+  w.finish();
+  EXPECT_FALSE(w.may_start());
+  w.finish();
+  EXPECT_TRUE(w.may_start());
+  w.start();
+  w.reset();
+  EXPECT_EQ(w.outstanding(), 0u);
+  EXPECT_FALSE(w.may_start()) << "after a failure nothing goes until the next grant";
+}
+
 TEST(CallTable, FindsLiveCallsAndNeverAStaleId) {
   CallTable<std::string> t;
   auto [a, pa] = t.insert();

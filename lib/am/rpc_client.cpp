@@ -1,0 +1,295 @@
+// The RPC client: calls with deadlines and cancellation, replies into caller buffers.
+#include "am/rpc_client.h"
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "am/send_now.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
+                       std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
+                       CallId* id_out, PayloadCopy copy) {
+  if (p.state == PeerState::kDead) return Result::kUnavailable;
+  if (!cb) return e_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
+  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message)
+    return e_.invalid(absl::StrFormat(
+        "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
+        method, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
+  CallsTo& mine = p.calls;
+  if (p.tx.queued + mine.queue_.size() >= e_.config_.send_queue_max) {
+    e_.c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  auto [id, cp] = calls_.insert();
+  if (cp == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
+    e_.c_.would_block->add();
+    return Result::kWouldBlock;
+  }
+  std::uint8_t flags = wire::kFlagRequest;
+  if (!options.reply_buffer.empty()) flags |= wire::kFlagReplyBuf;
+  Outgoing out{.flags = flags,
+               .handler = method,
+               .header = header,
+               .payload = payload,
+               .rpc_id = id,
+               .aux = options.reply_buffer.size(),
+               .status = 0};
+  Op* hop = nullptr;
+  Op* pop = nullptr;
+  bool fragmented = false;
+  // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
+  // receive is posted before its request leaves, so those take the ordinary path).
+  bool sent = options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() && e_.send_inline(p, out);
+  Result r = Result::kOk;
+  if (sent) {
+    mine.window_.start();
+  } else if (header.size() + payload.size() <= e_.eager_limit_ || e_.config_.rndv) {
+    r = e_.pack_message(p, out, copy, &hop, &pop);
+  } else {
+    // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
+    // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
+    if (!options.reply_buffer.empty()) {
+      calls_.erase(id);
+      return e_.invalid(
+          absl::StrFormat("call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
+                          "buffer in bounce mode (SLUICE_RNDV=n)",
+                          method, p.name, header.size() + payload.size()));
+    }
+    if (p.state != PeerState::kReady || !mine.window_.may_start()) {
+      if (p.state == PeerState::kNew) e_.start_handshake(p);
+      calls_.erase(id);
+      return Result::kWouldBlock;
+    }
+    fragmented = true;
+  }
+  if (r != Result::kOk) {
+    calls_.erase(id);
+    return r;
+  }
+  Call& c = *cp;
+  c.peer = p.id;
+  c.on_reply = std::move(cb);
+  c.method = method;
+  set_deadline(c, options.timeout);
+  if ((++p.traffic.sampler & 63) == 0) [[unlikely]]
+    c.started = Clock::now();
+  if (!options.reply_buffer.empty()) post_reply_rx(p, c, id, options.reply_buffer);
+  e_.c_.rpc_calls->add();
+  if (id_out) *id_out = id;
+  if (sent) return Result::kOk;
+  if (fragmented) {
+    mine.window_.start();
+    return e_.send_fragmented(p, out, SendCallback());
+  }
+  if (p.state == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
+    mine.window_.start();
+    return e_.enqueue(p, hop, pop);
+  }
+  if (p.state == PeerState::kNew) e_.start_handshake(p);
+  mine.queue_.push_back({hop, pop});
+  return Result::kOk;
+}
+
+void RpcClient::set_deadline(Call& c, Duration timeout) {
+  if (timeout == kInfinite) [[likely]] {
+    c.deadline = Clock::time_point::max();
+    c.warn_at = e_.config_.call_warn == kInfinite ? Clock::time_point::max() : e_.now_ + e_.config_.call_warn;
+  } else {
+    c.deadline = Clock::now() + timeout;
+    c.warn_at = Clock::time_point::max();
+  }
+}
+
+void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer) {
+  c.landing = std::make_unique<ReplyLanding>();
+  c.landing->buffer = buffer;
+  Op* rx = e_.new_op(OpKind::kReplyRx, p.id);
+  rx->recv.call_id = id;
+  rx->incarnation = p.epoch;
+  c.reply_rx = rx;
+  ++e_.exact_posted_;
+  PostResult pr = e_.worker_->post_recv(p.ep, rx, buffer.data(), buffer.size(), wire::make_tag(wire::kReply, p.id, id),
+                                        kFullMask, nullptr);
+  if (pr.kind != Post::kPending) e_.done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
+}
+
+void RpcClient::grant(PeerData& p, std::uint32_t slots) { p.calls.window_.grant(slots); }
+
+void RpcClient::start_waiting(PeerData& p) {
+  CallsTo& mine = p.calls;
+  while (!mine.queue_.empty() && mine.window_.may_start()) {
+    Pending m = mine.queue_.front();
+    mine.queue_.pop_front();
+    mine.window_.start();
+    if (m.payload == nullptr && e_.send_packed_now(p, m.header)) continue;
+    (void)e_.enqueue(p, m.header, m.payload);
+  }
+}
+
+void RpcClient::slot_freed(PeerData& p) {
+  p.calls.window_.finish();
+  if (p.has_waiting()) e_.flush(p);  // a request waiting for this slot may go now
+}
+
+void RpcClient::on_reply(PeerData& p, Message& m) {
+  slot_freed(p);
+  Call* found = calls_.find(state(m).rpc_id);
+  if (found == nullptr || found->finishing) {
+    e_.c_.rpc_late_replies->add();
+    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, state(m).rpc_id);
+    return;
+  }
+  Call& c = *found;
+  if (c.started != Clock::time_point{}) [[unlikely]]
+    p.traffic.sample_rtt(Clock::now() - c.started);
+  absl::StatusCode code = code_from_wire(state(m).status);
+  if (code != absl::StatusCode::kOk) {
+    std::string text = absl::StrFormat("%s answered call %u of method %d with %s", p.name, state(m).rpc_id, c.method,
+                                       absl::StatusCodeToString(code));
+    if (!state(m).payload.empty())
+      text.append(": ").append(reinterpret_cast<const char*>(state(m).payload.data()), state(m).payload.size());
+    finish(state(m).rpc_id, absl::Status(code, text));
+    return;
+  }
+  CallId id = state(m).rpc_id;
+  if (state(m).reply_buf) {
+    if (c.landing == nullptr || state(m).announced > c.landing->buffer.size()) [[unlikely]] {
+      // A reply into a buffer the call did not give (or larger than it): the peer broke the
+      // protocol. The call fails now rather than wait for a payload that has nowhere to land.
+      e_.c_.parse_errors->add();
+      finish(id, absl::InternalError(
+                     absl::StrFormat("%s answered call %u into a reply buffer it did not have room for", p.name, id)));
+      return;
+    }
+    ReplyLanding& l = *c.landing;
+    l.header_arrived = true;
+    l.payload_len = state(m).announced;
+    l.reply = std::move(m);
+    if (l.payload_len == 0 || l.payload_landed) {
+      state(l.reply).payload = l.buffer.first(l.payload_len);
+      finish(id, absl::OkStatus());
+    }
+    return;
+  }
+  if (c.reply_rx == nullptr) [[likely]] {
+    // Complete as it arrived: the callback gets this message (no moves through the call).
+    ReplyCallback cb = std::move(c.on_reply);
+    calls_.erase(id);
+    cb(absl::OkStatus(), m);
+    return;
+  }
+  // A reply to a call with a reply buffer (landing exists), not sent into it (an error
+  // status, or a reply the server packed whole): the buffer's receive is cancelled first.
+  c.landing->reply = std::move(m);
+  finish(id, absl::OkStatus());
+}
+
+void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
+  --e_.exact_posted_;
+  CallId id = op->recv.call_id;
+  e_.free_op(op);
+  Call* found = calls_.find(id);
+  if (found == nullptr) return;
+  Call& c = *found;
+  c.reply_rx = nullptr;
+  ReplyLanding& l = *c.landing;  // a call with a posted reply receive has one
+  if (c.finishing) {
+    finish(id, l.final_status);
+    return;
+  }
+  if (code != absl::StatusCode::kOk) {
+    finish(id,
+           absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kUnavailable,
+                        absl::StrFormat("reply payload of call %u failed: %s", id, absl::StatusCodeToString(code))));
+    return;
+  }
+  l.payload_landed = true;
+  l.payload_len = length;
+  if (PeerData* p = e_.peer_by_slot(c.peer)) e_.count_received(*p, 0, length);
+  if (l.header_arrived) {
+    state(l.reply).payload = l.buffer.first(length);
+    finish(id, absl::OkStatus());
+  }
+}
+
+void RpcClient::reply_declined(PeerData& p, CallId id, const std::string& why) {
+  slot_freed(p);
+  if (Call* c = calls_.find(id); c != nullptr && !c->finishing)
+    finish(id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name, why)));
+}
+
+void RpcClient::finish(CallId id, absl::Status status) {
+  Call* found = calls_.find(id);
+  if (found == nullptr) return;
+  Call& c = *found;
+  if (c.reply_rx != nullptr) {
+    // The transport may still write into the caller's buffer: complete once it cannot.
+    c.finishing = true;
+    c.landing->final_status = status;
+    e_.worker_->cancel(c.reply_rx);
+    return;
+  }
+  ReplyCallback cb = std::move(c.on_reply);
+  Message reply = c.landing ? std::move(c.landing->reply) : Message();
+  calls_.erase(id);
+  if (!status.ok()) reply = Message();
+  cb(status, reply);
+}
+
+void RpcClient::expire(Clock::time_point now) {
+  if (calls_.empty()) return;
+  auto due = [&](const Call& c) { return !c.finishing && (c.deadline <= now || c.warn_at <= now); };
+  for (CallId id : calls_.ids_where(due)) {
+    Call& c = *calls_.find(id);
+    PeerData* p = e_.peer_by_slot(c.peer);
+    const char* peer = p != nullptr ? p->name.c_str() : "a gone peer";
+    if (c.deadline <= now) {
+      e_.c_.rpc_deadline->add();
+      finish(id, absl::DeadlineExceededError(
+                     absl::StrFormat("call %u of method %d to %s passed its deadline", id, c.method, peer)));
+      continue;
+    }
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - (c.warn_at - e_.config_.call_warn));
+    c.warn_at = Clock::time_point::max();
+    e_.c_.rpc_overdue->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc",
+                            "call %u of method %d to %s has waited %s for its reply, without a timeout; it goes on "
+                            "waiting (SLUICE_CALL_WARN=%s; CallOptions::timeout or Engine::cancel end it)",
+                            id, c.method, peer, format_duration(age), format_duration(e_.config_.call_warn));
+  }
+}
+
+void RpcClient::cancel(CallId id) {
+  Call* found = calls_.find(id);
+  if (found == nullptr || found->finishing) return;
+  e_.c_.rpc_cancelled->add();
+  finish(id, absl::CancelledError(absl::StrFormat("call %u cancelled", id)));
+}
+
+bool RpcClient::has_calls_to(const PeerData& p) const {
+  return !calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty();
+}
+
+void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) { e_.drop_queue(p, p.calls.queue_, status); }
+
+void RpcClient::end_calls(PeerData& p, const absl::Status& status) {
+  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish(id, status);
+  p.calls.window_.reset();
+}
+
+void RpcClient::close() {
+  // Calls end at once, Cancelled: those waiting only for their replies, and requests still
+  // queued for a server slot (which frees only with another reply). A server that answers
+  // late, or never, would otherwise hold the close until the deadline.
+  absl::Status closing = absl::CancelledError("the engine is shutting down");
+  e_.for_each_peer([&](PeerData& p) { e_.drop_queue(p, p.calls.queue_, closing); });
+  for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
+    e_.c_.rpc_cancelled->add();
+    finish(id, closing);
+  }
+}
+
+}  // namespace sluice::detail

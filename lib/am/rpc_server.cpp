@@ -1,0 +1,179 @@
+// The RPC server: requests checked against the slots granted, their handlers, the replies.
+#include "am/rpc_server.h"
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "am/invoke.h"
+#include "am/send_now.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+void RpcServer::grant(PeerData& p, std::uint32_t slots) { p.requests.slots_ = SlotTable(slots); }
+
+void RpcServer::reply_sent(PeerData& p) { p.requests.slots_.reply_done(); }
+
+void RpcServer::answer_error(Message& m, absl::StatusCode code, std::string_view text) {
+  (void)reply(m, {}, std::as_bytes(std::span(text)), static_cast<std::uint16_t>(code), PayloadCopy::kPoolOrHeap);
+}
+
+void RpcServer::on_request(PeerData& p, Message& m) {
+  SlotTable& slots = p.requests.slots_;
+  if (!slots.try_acquire()) [[unlikely]] {
+    // Beyond the slots granted: refused before any work is done.
+    e_.c_.rpc_slot_refused->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name, slots.capacity());
+    answer_error(m, absl::StatusCode::kResourceExhausted,
+                 absl::StrFormat("the client exceeded the %u RPC slots the server granted it", slots.capacity()));
+    return;
+  }
+  state(m).holds_rpc_slot = true;
+  switch (e_.invoke_handler(m)) {
+    case EngineCore::Invoke::kDone: break;
+    case EngineCore::Invoke::kNoHandler:
+      answer_error(m, absl::StatusCode::kUnimplemented,
+                   absl::StrFormat("no method %d is registered on the server", state(m).handler));
+      break;
+    case EngineCore::Invoke::kThrew:
+      // The caller learns why; the server goes on.
+      if (m.valid() && !state(m).replied) {
+        std::string what = e_.take_handler_error();
+        what.resize(std::min<std::size_t>(what.size(), 512));
+        answer_error(m, absl::StatusCode::kInternal, what);
+      }
+      break;
+  }
+}
+
+Result RpcServer::not_answerable(const Message& m) {
+  if (!state(m).request)
+    return e_.invalid(absl::StrFormat("reply to handler %d's message: it is not a request (no call waits for a reply)",
+                                      state(m).handler));
+  return e_.invalid(absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
+}
+
+[[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent) {
+  state(m).replied = true;
+  if (state(m).holds_rpc_slot) {
+    if (sent) p.requests.slots_.release();
+    else p.requests.slots_.answer();
+  }
+  e_.c_.rpc_replies->add();
+}
+
+Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
+                        std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
+  if (!state(m).request || state(m).replied) [[unlikely]]
+    return not_answerable(m);
+  PeerData& p = e_.peer_at(state(m).peer);
+  if (p.state == PeerState::kDead || p.epoch != state(m).incarnation) {
+    state(m).replied = true;
+    return Result::kUnavailable;
+  }
+  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message)
+    return e_.invalid(absl::StrFormat(
+        "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
+        "SLUICE_MAX_MESSAGE)",
+        state(m).handler, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
+  std::string too_large;  // the error's text, when it is one (lives until the reply is packed)
+  if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) {
+    status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
+    too_large = absl::StrFormat("the reply's %u-byte payload does not fit the call's %u-byte reply_buffer",
+                                payload.size(), state(m).reply_capacity);
+    header = {};
+    payload = std::as_bytes(std::span(too_large));
+  }
+  if (state(m).reply_buf && status == 0 && !payload.empty())
+    return reply_into_buffer(p, m, header, payload, copy, std::move(on_done), memh, last_out);
+  std::uint8_t flags = wire::kFlagReply;
+  if (state(m).reply_buf && status == 0) flags |= wire::kFlagReplyBuf;
+  Outgoing out{.flags = flags,
+               .handler = state(m).handler,
+               .header = header,
+               .payload = payload,
+               .rpc_id = state(m).rpc_id,
+               .aux = 0,
+               .status = status};
+  if (e_.send_inline(p, out)) [[likely]] {
+    answered(p, m, true);  // its send is complete already
+    e_.complete_inline(p.id, std::move(on_done));
+    return Result::kOk;
+  }
+  if (header.size() + payload.size() > e_.eager_limit_ && !e_.config_.rndv) {
+    answered(p, m, false);
+    return e_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
+  }
+  Op* hop = nullptr;
+  Op* pop = nullptr;
+  if (Result r = e_.pack_message(p, out, copy, &hop, &pop); r != Result::kOk) return r;
+  answered(p, m, false);
+  if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
+  Op* last = pop ? pop : hop;
+  last->send.on_done = std::move(on_done);
+  last->send.releases_rpc_slot = state(m).holds_rpc_slot;
+  if (last_out != nullptr) *last_out = last;
+  return e_.enqueue(p, hop, pop);
+}
+
+Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
+                                    std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done,
+                                    void* memh, Op** last_out) {
+  // Straight into the buffer the caller posted: exact tag on the call id.
+  Outgoing announcement{.flags = wire::kFlagReply | wire::kFlagRndv | wire::kFlagReplyBuf,
+                        .handler = state(m).handler,
+                        .header = header,
+                        .payload = {},
+                        .rpc_id = state(m).rpc_id,
+                        .aux = 0,
+                        .status = 0};
+  Op* hop = nullptr;
+  if (Result r = e_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop); r != Result::kOk) return r;
+  Op* pop = e_.new_op(OpKind::kSendPayload, p.id);
+  if (Result r = e_.prepare_payload(pop, payload, copy); r != Result::kOk) {
+    e_.free_op(hop);
+    e_.free_op(pop);
+    return r;
+  }
+  answered(p, m, false);
+  if (copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
+  pop->send.on_done = std::move(on_done);
+  pop->send.releases_rpc_slot = state(m).holds_rpc_slot;
+  pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
+  if (last_out != nullptr) *last_out = pop;
+  return e_.enqueue(p, hop, pop);
+}
+
+Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
+  if (!state(m).request || state(m).replied) [[unlikely]]
+    return not_answerable(m);
+  if (!state(m).reply_buf && header.size() + state(m).payload.size() <= e_.eager_limit_) [[likely]] {
+    // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
+    // that borrows a coalesced receive would copy its bytes first.
+    if (header.size() > kMaxUserHeader)
+      return e_.invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)", state(m).handler,
+                                        header.size(), kMaxUserHeader));
+    // The request's receive slot is released right after the reply is packed, so the reply
+    // itself carries its credit: a caller with as many calls in flight as credits gets its
+    // next call's credit with this reply, not one reply later.
+    PeerData& p = e_.peer_at(state(m).peer);
+    if (state(m).credit && p.epoch == state(m).incarnation && p.state == PeerState::kReady) [[likely]] {
+      state(m).credit = false;
+      --p.rx.unreleased;
+      p.rx.owed.released();
+    }
+    Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
+    m.release();
+    e_.maybe_return_credits(p);  // a queued reply carries it later
+    return r;
+  }
+  Message held = std::move(m);  // the request's memory; the handler's Message is left empty
+  Op* last = nullptr;
+  Result r = reply(held, header, state(held).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);
+  // Sent by rendezvous from that memory: it stays until the send completes (free_op). Inline
+  // or eager, the payload is packed already, and `held` goes now.
+  if (r == Result::kOk && last != nullptr && last->kind == OpKind::kSendPayload) last->pending = std::move(held);
+  return r;
+}
+
+}  // namespace sluice::detail

@@ -1,0 +1,62 @@
+// The RPC server (internal): requests from peers and their replies. It owns each peer's server
+// part (the slots granted to it as a client, SlotTable), checks every request against them,
+// runs the method's handler, and sends replies: inline, eager, by rendezvous into the caller's
+// reply buffer, or from the request's own memory.
+#pragma once
+
+#include <span>
+
+#include <sluice/engine.h>
+
+#include "am/op.h"
+#include "flow/flow.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+struct PeerData;
+
+// A peer's server part: written by RpcServer alone, read by anyone.
+class RequestsFrom {
+ public:
+  const SlotTable& slots() const { return slots_; }
+
+ private:
+  friend class RpcServer;
+  SlotTable slots_;
+};
+
+class RpcServer {
+ public:
+  explicit RpcServer(EngineCore& e) : e_(e) {}
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  // Slots granted to the peer (our HELLO), or the default for a new or failed peer.
+  void grant(PeerData& p, std::uint32_t slots);
+  void on_request(PeerData& p, Message& m);
+  Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
+               PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,
+               Op** last_out = nullptr);
+  // A reply with a status and a text for payload, copied (errors the engine answers itself).
+  void answer_error(Message& m, absl::StatusCode code, std::string_view text);
+  // reply() from the request's own payload: the request's memory rides with the reply's last
+  // operation (Op::pending) until it completes.
+  Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
+  // A reply's send completed (or failed): its slot's second half is free.
+  void reply_sent(PeerData& p);
+
+ private:
+  // kInvalidArgument, logged: `m` is not a request, or was answered already.
+  Result not_answerable(const Message& m);
+  // The reply to `m` is handed over: its slot is free for the caller's next request (`sent`:
+  // its send completed already; otherwise it is counted until it does).
+  void answered(PeerData& p, Message& m, bool sent);
+  Result reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
+                           std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,
+                           Op** last_out);
+
+  EngineCore& e_;
+};
+
+}  // namespace sluice::detail
