@@ -18,7 +18,6 @@ void Slot::release_slow() {
 }
 std::byte* Slot::data() const { return d_ == nullptr ? nullptr : d_->data; }
 std::size_t Slot::size() const { return d_ == nullptr ? 0 : d_->size; }
-void* Slot::memh() const { return d_ == nullptr ? nullptr : d_->memh; }
 
 namespace detail {
 

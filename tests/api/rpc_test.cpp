@@ -7,12 +7,15 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sluice/context.h>
+#include <sluice/testing.h>
 
 #include "testing/payload.h"
 #include "testing/ranks.h"
@@ -185,7 +188,7 @@ TEST(Rpc, ReplyLandsInTheCallersBuffer) {
                                   }),
                   Result::kOk);
         ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        EXPECT_EQ(testing::posted_exact_receives(e), 0u);
         server.stop = true;
       },
       [&](Engine& e) { server.serve(e); });
@@ -306,7 +309,7 @@ TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
         for (int i = 0; i < kIters; ++i) ASSERT_EQ(completions[static_cast<std::size_t>(i)], 1) << i;
         EXPECT_GT(cancelled, 0);
         EXPECT_LT(cancelled, kIters);
-        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        EXPECT_EQ(testing::posted_exact_receives(e), 0u);
         server.stop = true;
       },
       [&](Engine& e) { server.serve(e); });

@@ -301,7 +301,7 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
   Slot out, in;
   ASSERT_EQ(send->eager().try_get(&out), Result::kOk);
   ASSERT_EQ(recv->eager().try_get(&in), Result::kOk);
-  ASSERT_NE(out.memh(), nullptr);
+  ASSERT_NE(slot_memh(out), nullptr);
   for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = static_cast<std::byte>(i * 7);
   struct Done : TransportOp {
     bool done = false;
@@ -315,9 +315,9 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
     d->len = len;
   };
   sop.on_complete = rop.on_complete = cb;
-  auto r = (*w2)->post_recv(Endpoint(), &rop, in.data(), in.size(), 42, kFullMask, in.memh());
+  auto r = (*w2)->post_recv(Endpoint(), &rop, in.data(), in.size(), 42, kFullMask, slot_memh(in));
   ASSERT_EQ(r.kind, Post::kPending) << "nothing was sent yet";
-  auto s = ep->post_send(&sop, out.data(), out.size(), 42, out.memh());
+  auto s = ep->post_send(&sop, out.data(), out.size(), 42, slot_memh(out));
   if (s.kind == Post::kDone) sop.done = true;
   ASSERT_NE(s.kind, Post::kError);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -344,7 +344,7 @@ TEST(Pool, LandingArenasAreKeptForReuseAndCountAgainstTheBudget) {
   Slot a, b, d;
   ASSERT_EQ(recv->try_take_landing(6 << 20, &a), Result::kOk);  // beyond the 4M class
   EXPECT_EQ(a.size(), std::size_t{6} << 20);
-  ASSERT_NE(a.memh(), nullptr) << "registered";
+  ASSERT_NE(slot_memh(a), nullptr) << "registered";
   std::byte* first = a.data();
   a.release();
   ASSERT_EQ(recv->try_take_landing(5 << 20, &a), Result::kOk);
