@@ -109,10 +109,13 @@ class SLUICE_API Message {
   std::span<std::byte> payload() const { return valid() ? s_.payload : std::span<std::byte>(); }
   bool is_request() const { return s_.request; }
 
-  // Answering a request (once). Every variant returns kOk, kUnavailable (the caller is gone)
-  // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader, a
-  // payload above SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the
-  // engine; the reason is logged); never kWouldBlock: the server's slot table bounds how
+  // Answering a request (once). As with Peer::send and send_copy, the name says who owns the
+  // payload: reply() and reply_with_payload() send from the caller's memory (zero copy: it is
+  // the application's again when on_done runs), reply_copy() copies it (free on return).
+  // Every variant returns kOk, kUnavailable (the caller is gone) or kInvalidArgument (not a
+  // request, answered already, a header above kMaxUserHeader, a payload above
+  // SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the engine; the
+  // reason is logged); never kWouldBlock: the server's slot table bounds how
   // many replies to a client exist, and what they need is held back per client (docs/rpc.md).
   // (Bounce mode, SLUICE_RNDV=n, is the exception: a large reply's pieces go through send-pool
   // slots and may meet kWouldBlock.) The request's RPC slot is free for the caller's next
@@ -121,7 +124,8 @@ class SLUICE_API Message {
   // Zero copy: `payload` must stay valid and unchanged until on_done runs (the contract of
   // Peer::send). Up to the eager limit it is packed with the reply's header; above it, it goes
   // by rendezvous straight from this memory, into the caller's reply_buffer when the call gave
-  // one. on_done runs once when kOk was returned, never otherwise.
+  // one. on_done runs once when kOk was returned, never otherwise; it is required (an empty
+  // one is allowed), so that no call without it can look like reply_copy().
   Result reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done);
   // Zero copy from the first `length` bytes of a registered send-pool slot
   // (Engine::try_get_send_slot), with its memory handle: the slot must stay alive and
@@ -137,10 +141,6 @@ class SLUICE_API Message {
   // pool's class is exhausted or too small): the caller's buffer is free when this returns.
   // Counted in am.copied_bytes.
   Result reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload);
-  // reply_copy(), under its earlier name.
-  Result reply(std::span<const std::byte> header, std::span<const std::byte> payload) {
-    return reply_copy(header, payload);
-  }
   // Answers a request with an error status (code and message reach the caller).
   Result reply_error(const absl::Status& status);
 

@@ -43,8 +43,9 @@ TEST(Rpc, EchoAndErrors) {
   RankPair pair;
   Server server;
   Engine& s = pair.engine(1);
-  ASSERT_TRUE(
-      s.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); }).ok());
+  ASSERT_TRUE(s.register_handler(kEcho, [](Message& m) {
+                 EXPECT_EQ(m.reply_copy(m.header(), m.payload()), Result::kOk);
+               }).ok());
   ASSERT_TRUE(s.register_handler(kThrow, [](Message&) { throw std::runtime_error("disk on fire"); }).ok());
   pair.run(
       [&](Engine& e) {
@@ -98,9 +99,10 @@ TEST(Rpc, SmallCallsAroundTheCompactHeaderLimitRoundTripIntactAndInline) {
   constexpr std::size_t kRoom = 92 - 24;
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1)
-                  .register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); })
-                  .ok());
+  ASSERT_TRUE(
+      pair.engine(1)
+          .register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply_copy(m.header(), m.payload()), Result::kOk); })
+          .ok());
   std::size_t fitting = 0, calls = 0;
   pair.run(
       [&](Engine& e) {
@@ -151,7 +153,7 @@ TEST(Rpc, ReplyLandsInTheCallersBuffer) {
                                       std::uint64_t n;
                                       std::memcpy(&n, m.header().data(), sizeof(n));
                                       auto data = pattern(n, n);
-                                      EXPECT_EQ(m.reply({}, data), Result::kOk);
+                                      EXPECT_EQ(m.reply_copy({}, data), Result::kOk);
                                     })
                   .ok());
   pair.run(
@@ -203,7 +205,7 @@ TEST(Rpc, AsynchronousReplyFromAnotherThreadThroughPost) {
                  auto held = std::make_shared<Message>(std::move(m));
                  workers.emplace_back([&s, held] {
                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                   s.post([held] { EXPECT_EQ(held->reply({}, held->payload()), Result::kOk); });
+                   s.post([held] { EXPECT_EQ(held->reply_copy({}, held->payload()), Result::kOk); });
                  });
                }).ok());
   pair.run(
@@ -253,7 +255,7 @@ TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
       },
       [&](Engine& e) {
         e.run_until([&] { return expired.load(); }, Clock::now() + kLong);
-        for (auto& m : parked) EXPECT_EQ(m.reply({}, {}), Result::kOk);
+        for (auto& m : parked) EXPECT_EQ(m.reply_copy({}, {}), Result::kOk);
         parked.clear();
         server.serve(e);
       });
@@ -262,7 +264,7 @@ TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
 TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply({}, m.payload()); }).ok());
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply_copy({}, m.payload()); }).ok());
   pair.run(
       [&](Engine& e) {
         std::mt19937 rng(4242);
@@ -351,7 +353,7 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
               // Reply slowly, one at a time, a little after each arrives.
               if (!parked.empty()) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                EXPECT_EQ(parked.front().reply({}, {}), Result::kOk);
+                EXPECT_EQ(parked.front().reply_copy({}, {}), Result::kOk);
                 parked.erase(parked.begin());
               }
               return server.stop.load();
@@ -375,8 +377,9 @@ TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
     RankPair pair(c);
     Server server;
     std::vector<std::byte> block = pattern(256 << 10, 7);
-    ASSERT_TRUE(
-        pair.engine(1).register_handler(kBig, [&](Message& m) { EXPECT_EQ(m.reply({}, block), Result::kOk); }).ok());
+    ASSERT_TRUE(pair.engine(1)
+                    .register_handler(kBig, [&](Message& m) { EXPECT_EQ(m.reply_copy({}, block), Result::kOk); })
+                    .ok());
     constexpr int kCalls = 16;
     std::vector<std::vector<std::byte>> into(kCalls, std::vector<std::byte>(block.size()));
     pair.run(
@@ -434,7 +437,7 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   ASSERT_TRUE(pair.engine(1)
                   .register_handler(kEcho,
                                     [&](Message& m) {
-                                      reply_result.store(m.reply(m.header(), m.payload()));
+                                      reply_result.store(m.reply_copy(m.header(), m.payload()));
                                       replied = true;
                                     })
                   .ok());
