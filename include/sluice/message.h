@@ -12,11 +12,16 @@
 //   when its engine is destroyed becomes invalid: its views are empty, its calls return
 //   kInvalidArgument, and destroying it later (on any thread) touches nothing of the engine;
 //   the engine counts and logs such Messages when it goes.
-// - A request (is_request()) must be answered once with reply() or reply_error(); a request
-//   released without an answer is answered with Internal ("released the request without a
-//   reply") for the caller.
+// - A request (is_request()) must be answered once: with reply() (zero copy), reply_copy(),
+//   reply_with_payload() or reply_error(); a request released without an answer is answered
+//   with Internal ("released the request without a reply") for the caller.
 // - Its methods are called on its engine's thread (engine.h); from another they return
 //   kInvalidArgument (logged).
+//
+// ABI: Message is a public class whose state (`s_`, detail::MessageState) sits inline, so its
+// size and layout are compiled into every program that holds one. Not ABI-stable before 1.0:
+// they may change in any release, so rebuild against each release (docs/getting-started.md).
+// Rely only on the public members below, never on sizeof(Message) or detail::.
 #pragma once
 
 #include <atomic>
