@@ -55,7 +55,7 @@ class Server {
           Block& block = blocks_[block_id(m)];
           if (!block || block->data() != m.payload().data())  // eager: the bytes are in the message
             writable(block_id(m))->assign(m.payload().begin(), m.payload().end());
-          (void)m.reply({}, {});
+          (void)m.reply_copy({}, {});  // an empty acknowledgement: nothing to keep alive
         },
         write_options));
     SLUICE_RETURN_IF_ERROR(engine.register_handler(kRead, [this](sluice::Message& m) {

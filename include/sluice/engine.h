@@ -51,6 +51,7 @@ namespace sluice {
 
 namespace detail {
 class EngineCore;
+struct EngineAccess;
 struct PeerData;
 }  // namespace detail
 
@@ -305,15 +306,11 @@ class SLUICE_API Engine {
   // drive the engine: logged, and an empty Stats.
   const Stats& stats();
   PoolStats pool_stats(Direction d) const;
-  // Operations the transport still holds: sends in flight, and receives posted for
-  // rendezvous and reply-buffer payloads (not the receives kept posted for each peer's
-  // eager messages).
-  std::size_t outstanding_sends() const;
-  std::size_t posted_exact_receives() const;
   std::size_t eager_limit() const;
 
  private:
   friend class Context;
+  friend struct detail::EngineAccess;  // <sluice/testing.h>'s observers
   Engine(std::shared_ptr<const void> context, std::unique_ptr<detail::EngineCore> core);
   std::shared_ptr<const void> context_;  // the context's state, kept alive while the engine is
   std::unique_ptr<detail::EngineCore> core_;

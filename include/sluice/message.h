@@ -12,11 +12,16 @@
 //   when its engine is destroyed becomes invalid: its views are empty, its calls return
 //   kInvalidArgument, and destroying it later (on any thread) touches nothing of the engine;
 //   the engine counts and logs such Messages when it goes.
-// - A request (is_request()) must be answered once with reply() or reply_error(); a request
-//   released without an answer is answered with Internal ("released the request without a
-//   reply") for the caller.
+// - A request (is_request()) must be answered once: with reply() (zero copy), reply_copy(),
+//   reply_with_payload() or reply_error(); a request released without an answer is answered
+//   with Internal ("released the request without a reply") for the caller.
 // - Its methods are called on its engine's thread (engine.h); from another they return
 //   kInvalidArgument (logged).
+//
+// ABI: Message is a public class whose state (`s_`, detail::MessageState) sits inline, so its
+// size and layout are compiled into every program that holds one. Not ABI-stable before 1.0:
+// they may change in any release, so rebuild against each release (docs/getting-started.md).
+// Rely only on the public members below, never on sizeof(Message) or detail::.
 #pragma once
 
 #include <atomic>
@@ -110,10 +115,13 @@ class SLUICE_API Message {
   std::span<std::byte> payload() const { return valid() ? s_.payload : std::span<std::byte>(); }
   bool is_request() const { return s_.request; }
 
-  // Answering a request (once). Every variant returns kOk, kUnavailable (the caller is gone)
-  // or kInvalidArgument (not a request, answered already, a header above kMaxUserHeader, a
-  // payload above SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the
-  // engine; the reason is logged); never kWouldBlock: the server's slot table bounds how
+  // Answering a request (once). As with Peer::send and send_copy, the name says who owns the
+  // payload: reply() and reply_with_payload() send from the caller's memory (zero copy: it is
+  // the application's again when on_done runs), reply_copy() copies it (free on return).
+  // Every variant returns kOk, kUnavailable (the caller is gone) or kInvalidArgument (not a
+  // request, answered already, a header above kMaxUserHeader, a payload above
+  // SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the engine; the
+  // reason is logged); never kWouldBlock: the server's slot table bounds how
   // many replies to a client exist, and what they need is held back per client (docs/rpc.md).
   // (Bounce mode, SLUICE_RNDV=n, is the exception: a large reply's pieces go through send-pool
   // slots and may meet kWouldBlock.) The request's RPC slot is free for the caller's next
@@ -122,7 +130,8 @@ class SLUICE_API Message {
   // Zero copy: `payload` must stay valid and unchanged until on_done runs (the contract of
   // Peer::send). Up to the eager limit it is packed with the reply's header; above it, it goes
   // by rendezvous straight from this memory, into the caller's reply_buffer when the call gave
-  // one. on_done runs once when kOk was returned, never otherwise.
+  // one. on_done runs once when kOk was returned, never otherwise; it is required (an empty
+  // one is allowed), so that no call without it can look like reply_copy().
   Result reply(std::span<const std::byte> header, std::span<const std::byte> payload, SendCallback on_done);
   // Zero copy from the first `length` bytes of a registered send-pool slot
   // (Engine::try_get_send_slot), with its memory handle: the slot must stay alive and
@@ -138,10 +147,6 @@ class SLUICE_API Message {
   // pool's class is exhausted or too small): the caller's buffer is free when this returns.
   // Counted in am.copied_bytes.
   Result reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload);
-  // reply_copy(), under its earlier name.
-  Result reply(std::span<const std::byte> header, std::span<const std::byte> payload) {
-    return reply_copy(header, payload);
-  }
   // Answers a request with an error status (code and message reach the caller).
   Result reply_error(const absl::Status& status);
 

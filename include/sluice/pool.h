@@ -78,7 +78,6 @@ class SLUICE_API Slot {
   explicit operator bool() const { return d_ != nullptr; }
   std::byte* data() const;
   std::size_t size() const;  // the slot's capacity
-  void* memh() const;        // UCX memory handle covering the slot
   // Returns the slot to its pool (any thread). No-op on an empty Slot.
   void release() {
     if (d_ != nullptr) release_slow();

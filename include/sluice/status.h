@@ -16,8 +16,6 @@
 //   kUnavailable / Unavailable  the peer is dead, closed or unreachable         drop or reconnect
 //   kDeadlineExceeded /         a deadline passed (a call's timeout, a          -
 //     DeadlineExceeded          connect)
-//   kExhausted                  no public call returns it (a full pool is       -
-//                               kWouldBlock); pool internals only
 //   Cancelled                   Engine::cancel(), or the engine closing         -
 //   ResourceExhausted           a server refused a call beyond the RPC slots    -
 //                               it granted; a peer's credits cannot be reserved
@@ -40,7 +38,7 @@ namespace sluice {
 
 // Result of a hot-path call (see the table above). Never allocates.
 enum class [[nodiscard]] Result : int{
-    kOk = 0, kWouldBlock, kExhausted, kInvalidArgument, kUnavailable, kDeadlineExceeded,
+    kOk = 0, kWouldBlock, kInvalidArgument, kUnavailable, kDeadlineExceeded,
 };
 
 SLUICE_API const char* to_string(Result r);

@@ -1,5 +1,6 @@
 // The public classes: Context, Engine, Peer, Message forward to the engine core.
 #include <sluice/context.h>
+#include <sluice/testing.h>
 
 #include <absl/strings/str_format.h>
 
@@ -245,15 +246,30 @@ PoolStats Engine::pool_stats(Direction d) const {
   SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::pool_stats", (PoolStats{d, 0, 0, 0, {}}));
   return core_->pool_stats(d);
 }
-std::size_t Engine::outstanding_sends() const {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::outstanding_sends", 0);
-  return core_->outstanding_sends();
-}
-std::size_t Engine::posted_exact_receives() const {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::posted_exact_receives", 0);
-  return core_->posted_exact_receives();
-}
 std::size_t Engine::eager_limit() const { return core_->eager_limit(); }
+
+// ---- testing.h -----------------------------------------------------------------------------
+
+namespace detail {
+// What testing.h reads of an Engine (a friend of it).
+struct EngineAccess {
+  static EngineCore& core(const Engine& e) { return *e.core_; }
+};
+}  // namespace detail
+
+namespace testing {
+std::size_t outstanding_sends(const Engine& engine) {
+  detail::EngineCore* core = &detail::EngineAccess::core(engine);
+  SLUICE_ENGINE_THREAD_OR_RETURN(core, "testing::outstanding_sends", 0);
+  return core->outstanding_sends();
+}
+std::size_t posted_exact_receives(const Engine& engine) {
+  detail::EngineCore* core = &detail::EngineAccess::core(engine);
+  SLUICE_ENGINE_THREAD_OR_RETURN(core, "testing::posted_exact_receives", 0);
+  return core->posted_exact_receives();
+}
+void* memh(const Slot& slot) { return slot ? detail::slot_memh(slot) : nullptr; }
+}  // namespace testing
 
 // ---- Context -------------------------------------------------------------------------------
 

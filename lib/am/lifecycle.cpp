@@ -236,7 +236,7 @@ Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
         "try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size));
   // A full class frees as sends complete and the application's slots come back.
   Result r = cls->try_get(out);
-  if (r == Result::kExhausted) [[unlikely]] {
+  if (r == Result::kWouldBlock) [[unlikely]] {
     c_.would_block->add();
     return Result::kWouldBlock;
   }

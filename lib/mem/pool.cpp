@@ -18,7 +18,6 @@ void Slot::release_slow() {
 }
 std::byte* Slot::data() const { return d_ == nullptr ? nullptr : d_->data; }
 std::size_t Slot::size() const { return d_ == nullptr ? 0 : d_->size; }
-void* Slot::memh() const { return d_ == nullptr ? nullptr : d_->memh; }
 
 namespace detail {
 
@@ -225,9 +224,9 @@ Result PoolClass::try_get_reserved(Slot* out) {
 Result PoolClass::try_take(Slot* out) { return take(out, false); }
 
 Result PoolClass::try_take_free(Slot* out) {
-  if (reserved_only_ || reserved_ != 0) return Result::kExhausted;  // eager classes lend nothing
+  if (reserved_only_ || reserved_ != 0) return Result::kWouldBlock;  // eager classes lend nothing
   if (free_ == nullptr) drain_remote();
-  if (free_ == nullptr) return Result::kExhausted;
+  if (free_ == nullptr) return Result::kWouldBlock;
   return take(out, false);
 }
 
@@ -242,7 +241,7 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
       if (free_ == nullptr && in_use() < reserved_) (void)grow();
     }
     if (free_ == nullptr || in_use() >= reserved_) [[unlikely]]
-      return Result::kExhausted;
+      return Result::kWouldBlock;
   } else {
     // An ordinary taker leaves room, under the budget, for what is still owed to reserved
     // takers; owed slots need not be mapped yet, only be mappable.
@@ -253,9 +252,9 @@ Result PoolClass::take(Slot* out, bool from_reserve) {
       drain_remote();
       if (free_count_ <= keep) {
         if (in_use() + keep + 1 > max_slots() && budget_->pool != nullptr) budget_->pool->reclaim(slot_size_);
-        if (in_use() + keep + 1 > max_slots()) return Result::kExhausted;
+        if (in_use() + keep + 1 > max_slots()) return Result::kWouldBlock;
         if (free_ == nullptr) (void)grow();
-        if (free_ == nullptr) return Result::kExhausted;
+        if (free_ == nullptr) return Result::kWouldBlock;
       }
     }
   }
@@ -351,7 +350,7 @@ Result LargeClass::try_take(std::size_t bytes, Slot* out) {
   if (best == nullptr) {
     std::size_t want = (bytes + kGranule - 1) / kGranule * kGranule;
     if (budget_->room(false) < want && budget_->pool != nullptr) budget_->pool->reclaim(want - budget_->room(false));
-    if (budget_->room(false) < want) return Result::kExhausted;
+    if (budget_->room(false) < want) return Result::kWouldBlock;
     auto e = std::make_unique<Entry>();
     auto arena = map_arena(*source_, want);
     if (arena.ok()) {
@@ -362,7 +361,7 @@ Result LargeClass::try_take(std::size_t bytes, Slot* out) {
       SLUICE_LOG_RATE_LIMITED(kWarn, "mem", "%s pool class %s cannot map a %s landing (%s); using the heap",
                               to_string(budget_->direction), name_, format_size(want), arena.status().message());
       e->heap.reset(static_cast<std::byte*>(std::aligned_alloc(Arena::kSmallPage, want)));
-      if (!e->heap) return Result::kExhausted;
+      if (!e->heap) return Result::kWouldBlock;
       e->desc = SlotDesc{nullptr, e->heap.get(), nullptr, this, want};
     }
     budget_->mapped += want;
@@ -456,7 +455,7 @@ Result Pool::try_take_landing(std::size_t bytes, Slot* out) {
       if ((*larger)->try_take_free(out) == Result::kOk) return Result::kOk;
     }
   }
-  return large_ ? large_->try_take(bytes, out) : Result::kExhausted;
+  return large_ ? large_->try_take(bytes, out) : Result::kWouldBlock;
 }
 
 std::size_t Pool::landing_room() const {

@@ -95,8 +95,9 @@ class PoolClass final : public SlotOwner {
   PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source, bool reserved_only);
   ~PoolClass() override;
 
-  // Takes a slot. kExhausted when the class is empty and the budget (or, with reserved_only,
-  // the reservation) forbids growth. Engine thread only.
+  // Takes a slot. kWouldBlock when the class is empty and the budget (or, with reserved_only,
+  // the reservation) forbids growth: slots free as their holders release them. Engine thread
+  // only.
   Result try_get(Slot* out);
   // try_get for callers that handle an empty class as routine backpressure (re-posting
   // receives): no exhaustion event, no warning.
@@ -163,7 +164,7 @@ class LargeClass final : public SlotOwner {
   LargeClass(std::string name, Budget* budget, const ArenaSource* source);
   ~LargeClass() override;
   // A slot of at least `bytes`: the smallest kept arena that fits, else a new one when the
-  // budget has room (after reclaiming unheld memory). kExhausted otherwise, nothing logged: the
+  // budget has room (after reclaiming unheld memory). kWouldBlock otherwise, nothing logged: the
   // caller waits and says so.
   Result try_take(std::size_t bytes, Slot* out);
   // Unmaps kept arenas, least recently used first, until `bytes` are freed or none is left;
@@ -201,7 +202,7 @@ class Pool {
   // The smallest class whose slots hold `bytes`, nullptr when none does.
   PoolClass* class_for(std::size_t bytes);
   // Memory for a rendezvous landing of `bytes` (receive pool): a slot of the smallest large
-  // class that holds it, else a free slot of a larger class, else a landing arena. kExhausted
+  // class that holds it, else a free slot of a larger class, else a landing arena. kWouldBlock
   // when the budget has no room now (what is held must be released first); nothing logged.
   Result try_take_landing(std::size_t bytes, Slot* out);
   // Whether a landing of `bytes` fits the budget at all, whatever is released: in the smallest

@@ -72,7 +72,7 @@ TEST_P(ClientServer, MessagesAndCallsBothWaysWithSeveralClients) {
                                      [&](Message& m) {
                                        std::uint64_t n;
                                        std::memcpy(&n, m.payload().data(), sizeof(n));
-                                       EXPECT_EQ(m.reply({}, pattern(n, n)), Result::kOk);
+                                       EXPECT_EQ(m.reply_copy({}, pattern(n, n)), Result::kOk);
                                      })
                   .ok());
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
@@ -201,7 +201,7 @@ TEST_P(ClientServer, AnIpv6AddressInBracketsListensAndConnects) {
   Node server(GetParam());
   auto port = server.engine->listen("[::1]:0");
   ASSERT_TRUE(port.ok()) << port.status();
-  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply({}, {}); }).ok());
+  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply_copy({}, {}); }).ok());
   std::atomic<bool> stop{false};
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
   {
@@ -230,7 +230,7 @@ TEST_P(ClientServer, OnlyClientsWithTheServersKeyGetIn) {
   auto port = server.engine->listen("127.0.0.1:0");
   ASSERT_TRUE(port.ok());
   std::string address = "127.0.0.1:" + std::to_string(*port);
-  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply({}, {}); }).ok());
+  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply_copy({}, {}); }).ok());
   std::atomic<bool> stop{false};
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
 
@@ -297,7 +297,7 @@ TEST_P(ClientServer, AnOptionalServerAdmitsKeylessClientsButNotWrongKeys) {
   Node server(GetParam(), key.path, AuthMode::kOptional);
   auto port = server.engine->listen("127.0.0.1:0");
   ASSERT_TRUE(port.ok());
-  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply({}, {}); }).ok());
+  ASSERT_TRUE(server.engine->register_handler(kGet, [](Message& m) { (void)m.reply_copy({}, {}); }).ok());
   std::atomic<bool> stop{false};
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
   std::string address = "127.0.0.1:" + std::to_string(*port);
@@ -351,7 +351,7 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
                                        ++served;
                                        handles.push_back(m.peer());
                                        sources.push_back(m.source());
-                                       EXPECT_EQ(m.reply({}, m.payload()), Result::kOk);
+                                       EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kOk);
                                      })
                   .ok());
   std::thread serving([&] { server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong); });

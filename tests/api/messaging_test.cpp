@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sluice/context.h>
+#include <sluice/testing.h>
 
 #include "testing/payload.h"
 #include "testing/ranks.h"
@@ -973,7 +974,7 @@ TEST(Messaging, SendFromARegisteredSendSlot) {
         Slot slot;
         ASSERT_EQ(e.try_get_send_slot(n, &slot), Result::kOk);
         ASSERT_GE(slot.size(), n);
-        ASSERT_NE(slot.memh(), nullptr);
+        ASSERT_NE(testing::memh(slot), nullptr);
         std::memcpy(slot.data(), data.data(), n);
         bool done = false;
         EXPECT_EQ(e.peer(1)->send(kData, {}, slot, slot.size() + 1), Result::kInvalidArgument);

@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sluice/context.h>
+#include <sluice/testing.h>
 
 #include "testing/payload.h"
 #include "testing/ranks.h"
@@ -186,7 +187,7 @@ TEST(Lifetime, SendSlotsKeptPastTheirEngineAreEmptyAndSafeToDestroy) {
     EXPECT_TRUE(s) << "still owns its descriptor";
     EXPECT_EQ(s.data(), nullptr);
     EXPECT_EQ(s.size(), 0u);
-    EXPECT_EQ(s.memh(), nullptr);
+    EXPECT_EQ(testing::memh(s), nullptr);
   }
   kept.erase(kept.begin(), kept.begin() + 3);                                     // destroyed here, on this thread
   std::thread elsewhere([moved = std::move(kept)]() mutable { moved.clear(); });  // and there: the last frees all
@@ -208,7 +209,7 @@ TEST(Close, CallsWaitingForRepliesEndAtOnceWhenTheEngineCloses) {
     ASSERT_EQ(e.peer(1)->call(kKeep, {}, bytes_of(i), {},
                               [&](absl::Status s, Message&) { (absl::IsCancelled(s) ? cancelled : other)++; }),
               Result::kOk);
-  drive(e, [&] { return e.outstanding_sends() == 0; });
+  drive(e, [&] { return testing::outstanding_sends(e) == 0; });
   auto start = Clock::now();
   pair.close(0);
   auto took = Clock::now() - start;
@@ -266,7 +267,7 @@ TEST(Rpc, ACallOutstandingLongerThanCallWarnIsLoggedOnceAndGoesOn) {
         drive(e, [&] { return held.size() == 1; });
         e.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(900));
         EXPECT_EQ(held[0].reply_copy({}, {}), Result::kOk);
-        drive(e, [&] { return e.outstanding_sends() == 0; });
+        drive(e, [&] { return testing::outstanding_sends(e) == 0; });
       });
   std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count_of(log, "has waited"), 1) << log;
@@ -342,7 +343,7 @@ TEST(Flow, WhatAPeerSendsAfterItWasDeclaredDeadIsDroppedAndCounted) {
   std::thread resumed([&] {
     Engine& e1 = pair.engine(1);
     for (int i = 0; i < kLate; ++i) EXPECT_EQ(e1.peer(0)->send_copy(kData, {}, bytes_of(i)), Result::kOk);
-    e1.run_until([&] { return e1.outstanding_sends() == 0; }, Clock::now() + kLong);
+    e1.run_until([&] { return testing::outstanding_sends(e1) == 0; }, Clock::now() + kLong);
     sent = true;
     e1.run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
   });

@@ -7,12 +7,15 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sluice/context.h>
+#include <sluice/testing.h>
 
 #include "testing/payload.h"
 #include "testing/ranks.h"
@@ -40,8 +43,9 @@ TEST(Rpc, EchoAndErrors) {
   RankPair pair;
   Server server;
   Engine& s = pair.engine(1);
-  ASSERT_TRUE(
-      s.register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); }).ok());
+  ASSERT_TRUE(s.register_handler(kEcho, [](Message& m) {
+                 EXPECT_EQ(m.reply_copy(m.header(), m.payload()), Result::kOk);
+               }).ok());
   ASSERT_TRUE(s.register_handler(kThrow, [](Message&) { throw std::runtime_error("disk on fire"); }).ok());
   pair.run(
       [&](Engine& e) {
@@ -95,9 +99,10 @@ TEST(Rpc, SmallCallsAroundTheCompactHeaderLimitRoundTripIntactAndInline) {
   constexpr std::size_t kRoom = 92 - 24;
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1)
-                  .register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply(m.header(), m.payload()), Result::kOk); })
-                  .ok());
+  ASSERT_TRUE(
+      pair.engine(1)
+          .register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply_copy(m.header(), m.payload()), Result::kOk); })
+          .ok());
   std::size_t fitting = 0, calls = 0;
   pair.run(
       [&](Engine& e) {
@@ -148,7 +153,7 @@ TEST(Rpc, ReplyLandsInTheCallersBuffer) {
                                       std::uint64_t n;
                                       std::memcpy(&n, m.header().data(), sizeof(n));
                                       auto data = pattern(n, n);
-                                      EXPECT_EQ(m.reply({}, data), Result::kOk);
+                                      EXPECT_EQ(m.reply_copy({}, data), Result::kOk);
                                     })
                   .ok());
   pair.run(
@@ -185,7 +190,7 @@ TEST(Rpc, ReplyLandsInTheCallersBuffer) {
                                   }),
                   Result::kOk);
         ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong));
-        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        EXPECT_EQ(testing::posted_exact_receives(e), 0u);
         server.stop = true;
       },
       [&](Engine& e) { server.serve(e); });
@@ -200,7 +205,7 @@ TEST(Rpc, AsynchronousReplyFromAnotherThreadThroughPost) {
                  auto held = std::make_shared<Message>(std::move(m));
                  workers.emplace_back([&s, held] {
                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                   s.post([held] { EXPECT_EQ(held->reply({}, held->payload()), Result::kOk); });
+                   s.post([held] { EXPECT_EQ(held->reply_copy({}, held->payload()), Result::kOk); });
                  });
                }).ok());
   pair.run(
@@ -250,7 +255,7 @@ TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
       },
       [&](Engine& e) {
         e.run_until([&] { return expired.load(); }, Clock::now() + kLong);
-        for (auto& m : parked) EXPECT_EQ(m.reply({}, {}), Result::kOk);
+        for (auto& m : parked) EXPECT_EQ(m.reply_copy({}, {}), Result::kOk);
         parked.clear();
         server.serve(e);
       });
@@ -259,7 +264,7 @@ TEST(Rpc, DeadlinePassesAndTheLateReplyIsDiscarded) {
 TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
   RankPair pair;
   Server server;
-  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply({}, m.payload()); }).ok());
+  ASSERT_TRUE(pair.engine(1).register_handler(kEcho, [](Message& m) { (void)m.reply_copy({}, m.payload()); }).ok());
   pair.run(
       [&](Engine& e) {
         std::mt19937 rng(4242);
@@ -306,7 +311,7 @@ TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
         for (int i = 0; i < kIters; ++i) ASSERT_EQ(completions[static_cast<std::size_t>(i)], 1) << i;
         EXPECT_GT(cancelled, 0);
         EXPECT_LT(cancelled, kIters);
-        EXPECT_EQ(e.posted_exact_receives(), 0u);
+        EXPECT_EQ(testing::posted_exact_receives(e), 0u);
         server.stop = true;
       },
       [&](Engine& e) { server.serve(e); });
@@ -348,7 +353,7 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
               // Reply slowly, one at a time, a little after each arrives.
               if (!parked.empty()) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                EXPECT_EQ(parked.front().reply({}, {}), Result::kOk);
+                EXPECT_EQ(parked.front().reply_copy({}, {}), Result::kOk);
                 parked.erase(parked.begin());
               }
               return server.stop.load();
@@ -372,8 +377,9 @@ TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
     RankPair pair(c);
     Server server;
     std::vector<std::byte> block = pattern(256 << 10, 7);
-    ASSERT_TRUE(
-        pair.engine(1).register_handler(kBig, [&](Message& m) { EXPECT_EQ(m.reply({}, block), Result::kOk); }).ok());
+    ASSERT_TRUE(pair.engine(1)
+                    .register_handler(kBig, [&](Message& m) { EXPECT_EQ(m.reply_copy({}, block), Result::kOk); })
+                    .ok());
     constexpr int kCalls = 16;
     std::vector<std::vector<std::byte>> into(kCalls, std::vector<std::byte>(block.size()));
     pair.run(
@@ -431,7 +437,7 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   ASSERT_TRUE(pair.engine(1)
                   .register_handler(kEcho,
                                     [&](Message& m) {
-                                      reply_result.store(m.reply(m.header(), m.payload()));
+                                      reply_result.store(m.reply_copy(m.header(), m.payload()));
                                       replied = true;
                                     })
                   .ok());
@@ -489,6 +495,43 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   EXPECT_EQ(reply_result.load(), Result::kOk);
 }
 
+// Calls `method` with its header the size n, for each n of `sizes`, once into a reply buffer
+// and once without, and checks that every reply is pattern(n, n), landed in place when it had
+// a buffer. Counts the calls in `calls`.
+void expect_pattern_replies(Engine& e, HandlerId method, const std::vector<std::uint64_t>& sizes,
+                            int* calls = nullptr) {
+  std::vector<std::byte> buf(std::size_t{9} << 20);
+  for (std::uint64_t n : sizes) {
+    for (bool into_buffer : {true, false}) {
+      bool done = false;
+      CallOptions o;
+      if (into_buffer) o.reply_buffer = buf;
+      ASSERT_EQ(e.peer(1)->call(
+                    method, bytes_of(n), {}, o,
+                    [&](absl::Status st, Message& r) {
+                      ASSERT_TRUE(st.ok()) << st << " n=" << n;
+                      EXPECT_EQ(r.payload().size(), n);
+                      if (into_buffer) {
+                        EXPECT_EQ(static_cast<const void*>(r.payload().data()), static_cast<const void*>(buf.data()))
+                            << "landed in place, n=" << n;
+                      }
+                      EXPECT_EQ(crc32c(r.payload()), crc32c(pattern(n, n)))
+                          << "n=" << n << (into_buffer ? " into the reply buffer" : "");
+                      done = true;
+                    }),
+                Result::kOk);
+      if (calls != nullptr) ++*calls;
+      ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
+    }
+  }
+}
+
+std::uint64_t size_in_header(const Message& m) {
+  std::uint64_t n;
+  std::memcpy(&n, m.header().data(), sizeof(n));
+  return n;
+}
+
 // Zero-copy replies (message.h): from the application's memory and from a registered send
 // slot, eager and rendezvous, into a reply buffer and not; nothing is copied (am.copied_bytes
 // stays 0), every completion runs once; a copying reply of the same size is counted.
@@ -506,13 +549,10 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
   };
   Engine& s = pair.engine(1);
   ASSERT_TRUE(s.register_handler(kZero, [&](Message& m) {
-                 std::uint64_t n;
-                 std::memcpy(&n, m.header().data(), sizeof(n));
-                 EXPECT_EQ(m.reply({}, store[n], done_cb), Result::kOk);
+                 EXPECT_EQ(m.reply({}, store[size_in_header(m)], done_cb), Result::kOk);
                }).ok());
   ASSERT_TRUE(s.register_handler(kFromSlot, [&](Message& m) {
-                 std::uint64_t n;
-                 std::memcpy(&n, m.header().data(), sizeof(n));
+                 std::uint64_t n = size_in_header(m);
                  auto slot = std::make_shared<Slot>();
                  ASSERT_EQ(s.try_get_send_slot(n, slot.get()), Result::kOk);
                  std::memcpy(slot->data(), store[n].data(), n);
@@ -525,31 +565,8 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
   int calls = 0;
   pair.run(
       [&](Engine& e) {
-        std::vector<std::byte> buf(std::size_t{9} << 20);
-        auto call = [&](HandlerId h, std::uint64_t n, bool into_buffer) {
-          bool done = false;
-          CallOptions o;
-          if (into_buffer) o.reply_buffer = buf;
-          ASSERT_EQ(e.peer(1)->call(h, bytes_of(n), {}, o,
-                                    [&](absl::Status st, Message& r) {
-                                      ASSERT_TRUE(st.ok()) << st << " n=" << n;
-                                      EXPECT_EQ(r.payload().size(), n);
-                                      if (into_buffer) {
-                                        EXPECT_EQ(static_cast<const void*>(r.payload().data()),
-                                                  static_cast<const void*>(buf.data()));
-                                      }
-                                      EXPECT_EQ(crc32c(r.payload()), crc32c(store[n])) << n;
-                                      done = true;
-                                    }),
-                    Result::kOk);
-          ++calls;
-          ASSERT_TRUE(e.run_until([&] { return done; }, Clock::now() + kLong)) << n;
-        };
-        for (auto n : sizes) {
-          call(kZero, n, true);
-          call(kZero, n, false);
-          if (n <= (std::uint64_t{4} << 20)) call(kFromSlot, n, true);  // the largest send class: 4 MiB
-        }
+        expect_pattern_replies(e, kZero, sizes, &calls);
+        expect_pattern_replies(e, kFromSlot, {16, 8192, 8193, std::uint64_t{1} << 20}, &calls);  // within 4 MiB
         ASSERT_TRUE(e.run_until([&] { return completions == calls; }, Clock::now() + kLong));
         server.stop = true;
       },
@@ -576,6 +593,84 @@ TEST(Rpc, ZeroCopyRepliesAreNotCopiedAndCompleteOnce) {
       },
       [&](Engine& e) { again.serve(e); });
   EXPECT_EQ(pair.engine(1).stats().value("am.copied_bytes"), std::uint64_t{1} << 20);
+}
+
+// reply_copy takes its bytes before it returns: the handler overwrites its buffer (kept
+// alive) at once, and the caller still gets the original, at every size (inline, eager,
+// rendezvous from a send slot, from the heap above the largest class).
+TEST(Rpc, ReplyCopyLeavesTheBufferFreeWhenItReturns) {
+  RankPair pair;
+  Server server;
+  constexpr HandlerId kCopy = 30;
+  std::vector<std::byte> scratch;  // the handler's one buffer, reused by every reply
+  ASSERT_TRUE(pair.engine(1)
+                  .register_handler(kCopy,
+                                    [&](Message& m) {
+                                      std::uint64_t n = size_in_header(m);
+                                      scratch = pattern(n, n);
+                                      EXPECT_EQ(m.reply_copy({}, scratch), Result::kOk);
+                                      std::fill(scratch.begin(), scratch.end(), std::byte{0xEE});
+                                    })
+                  .ok());
+  const std::vector<std::uint64_t> sizes = {16, 8192, 8193, std::uint64_t{1} << 20, std::uint64_t{9} << 20};
+  pair.run(
+      [&](Engine& e) {
+        expect_pattern_replies(e, kCopy, sizes);
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
+}
+
+// reply() (and its Slot form) sends from the handler's memory and runs on_done only once
+// that memory is free: on_done overwrites it and frees it, and the caller still gets the
+// original; on_done runs exactly once per reply.
+TEST(Rpc, ZeroCopyReplyRunsOnDoneOnceItsBufferIsFree) {
+  RankPair pair;
+  Server server;
+  constexpr HandlerId kZero = 31, kFromSlot = 32;
+  std::atomic<int> replies{0}, completions{0}, failed{0};  // the server thread counts, the client waits
+  auto finish = [&](std::span<std::byte> memory, absl::Status st) {
+    std::fill(memory.begin(), memory.end(), std::byte{0xEE});
+    ++completions;
+    failed += !st.ok();
+  };
+  Engine& s = pair.engine(1);
+  ASSERT_TRUE(s.register_handler(kZero, [&](Message& m) {
+                 std::uint64_t n = size_in_header(m);
+                 auto memory = std::make_shared<std::vector<std::byte>>(pattern(n, n));
+                 auto once = std::make_shared<bool>(false);
+                 ++replies;
+                 EXPECT_EQ(m.reply({}, *memory,
+                                   [&, memory, once](absl::Status st) {
+                                     EXPECT_FALSE(std::exchange(*once, true)) << "on_done ran twice";
+                                     finish(*memory, st);
+                                   }),
+                           Result::kOk);
+               }).ok());
+  ASSERT_TRUE(s.register_handler(kFromSlot, [&](Message& m) {
+                 std::uint64_t n = size_in_header(m);
+                 auto slot = std::make_shared<Slot>();
+                 ASSERT_EQ(s.try_get_send_slot(n, slot.get()), Result::kOk);
+                 auto bytes = pattern(n, n);
+                 std::memcpy(slot->data(), bytes.data(), n);
+                 ++replies;
+                 EXPECT_EQ(m.reply({}, *slot, n,
+                                   [&, slot, n](absl::Status st) {
+                                     finish(std::span(slot->data(), n), st);
+                                     slot->release();  // back to the pool: the next reply may take it
+                                   }),
+                           Result::kOk);
+               }).ok());
+  pair.run(
+      [&](Engine& e) {
+        expect_pattern_replies(e, kZero, {16, 8192, 8193, std::uint64_t{1} << 20, std::uint64_t{9} << 20});
+        expect_pattern_replies(e, kFromSlot, {16, 8193, std::uint64_t{1} << 20, std::uint64_t{4} << 20});
+        ASSERT_TRUE(e.run_until([&] { return completions == replies; }, Clock::now() + kLong));
+        server.stop = true;
+      },
+      [&](Engine& e) { server.serve(e); });
+  EXPECT_EQ(completions, replies);
+  EXPECT_EQ(failed, 0);
 }
 
 // A reply from the request's own payload, changed in place (read-modify-write): not copied

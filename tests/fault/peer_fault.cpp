@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <sluice/sluice.h>
+#include <sluice/testing.h>
 
 using namespace sluice;
 using Secs = std::chrono::duration<double>;
@@ -240,8 +241,11 @@ int main(int argc, char** argv) {
   if (mode == "stop-survive" && e.peer(1)->send(2, {}, {}, finish_done) == Result::kOk) ++finishes;
   // A payload rank 1 had announced before the finish either lands or is cancelled by its
   // goodbye; until then its exact receive is rightly posted, so wait for that too.
-  e.run_until([&] { return finished == finishes && e.outstanding_sends() == 0 && e.posted_exact_receives() == 0; },
-              Clock::now() + std::chrono::seconds(10));
+  e.run_until(
+      [&] {
+        return finished == finishes && testing::outstanding_sends(e) == 0 && testing::posted_exact_receives(e) == 0;
+      },
+      Clock::now() + std::chrono::seconds(10));
   auto ps = e.pool_stats(Direction::kSend);
   std::size_t held = 0;
   for (const auto& c : ps.classes) held += c.slots_total - c.slots_free;
@@ -262,15 +266,15 @@ int main(int argc, char** argv) {
       "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
       "sink_stray=%ld held_call=%s\n",
       dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
-      dead ? to2.ok - to2_after_failure_start : -1, detect, e.outstanding_sends(), held, e.posted_exact_receives(),
-      static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
+      dead ? to2.ok - to2_after_failure_start : -1, detect, testing::outstanding_sends(e), held,
+      testing::posted_exact_receives(e), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
       static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager, first_failure_wall,
       last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")), misordered, gap1,
       dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(), sink_stray, held_call.c_str());
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
-            e.outstanding_sends() == 0 && held == 0 && e.posted_exact_receives() == 0 && held_landing == 0 &&
-            sink_out.empty() && sink_stray == 0 &&
+            testing::outstanding_sends(e) == 0 && held == 0 && testing::posted_exact_receives(e) == 0 &&
+            held_landing == 0 && sink_out.empty() && sink_stray == 0 &&
             held_eager <= (*ctx)->config().rx_posted * static_cast<std::size_t>(e.size() - 1);
   return ok ? 0 : 3;
 }

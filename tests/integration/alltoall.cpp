@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
     if (crc32c(m.payload()) != crc32c(big_payload)) ++bad;
     ++big;
   });
-  (void)e.register_handler(3, [&](Message& m) { (void)m.reply({}, m.payload()); });
+  (void)e.register_handler(3, [&](Message& m) { (void)m.reply_copy({}, m.payload()); });
   int dones = 0;
   (void)e.register_handler(4, [&](Message&) { ++dones; });
   int completions = 0, failures = 0;

@@ -2,7 +2,7 @@
 """Installed like a library: `meson install` into a scratch prefix, then what a user does with
 it. The installed tools run without LD_LIBRARY_PATH; an out-of-tree program (the installed
 ping example) builds with pkg-config and with CMake's find_package(Sluice), neither told to use
-C++20, and runs under the installed sluice-run, where SLUICE_FAULT_AT is ignored (no fault
+C++20, and runs under the installed sluice-run (every installed example builds), where SLUICE_FAULT_AT is ignored (no fault
 points); pkg-config needs no UCX, hwloc, libsodium or OpenSSL .pc file; the first program of
 getting-started.md, as a reader copies it, runs alone and with two and three ranks; every link
 of the installed documents leads to an installed file; a different abseil is refused at
@@ -110,6 +110,15 @@ class Installed(unittest.TestCase):
         r = self.check_ping(out, env=dict(ENV, SLUICE_FAULT_AT="hello"))
         self.assertIn("SLUICE_FAULT_AT=hello ignored", r.stderr)
         self.assertNotIn("libsluice-testing", " ".join(os.listdir(self.libdir)))
+
+    def test_every_installed_example_builds_against_the_installed_headers(self):
+        # ping runs in the tests above; blockstore (RPC: reply, reply_copy, sinks) builds too.
+        flags = self.pkg_config("--cflags", "--libs")
+        for name in sorted(os.listdir(os.path.dirname(self.example))):
+            if name.endswith(".cpp"):
+                source = os.path.join(os.path.dirname(self.example), name)
+                out = self.build(source, os.path.join(self.tmp, "example-" + name[:-4]), flags)
+                self.assertTrue(os.access(out, os.X_OK), out)
 
     def test_pkg_config_needs_no_dev_package_of_the_librarys_own_dependencies(self):
         # A search path with sluice.pc and abseil's .pc files only, as on a machine without the

@@ -61,8 +61,8 @@ TEST(Pool, ExhaustionIsExact) {
   // The next one fails at once, and again; each failure is counted.
   std::uint64_t before = cls.stats().exhaustion_events;
   EXPECT_EQ(before, 1u);  // the one that ended the loop
-  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
-  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
+  EXPECT_EQ(cls.try_get(&s), Result::kWouldBlock);
+  EXPECT_EQ(cls.try_get(&s), Result::kWouldBlock);
   EXPECT_EQ(cls.stats().exhaustion_events, before + 2);
   // Held slots are intact and distinct.
   std::set<std::byte*> seen;
@@ -98,7 +98,7 @@ TEST(Pool, DirectionsAreIsolated) {
     ASSERT_EQ(recv->eager().try_get(&s), Result::kOk) << i;
     recvs.push_back(std::move(s));
   }
-  EXPECT_EQ(recv->eager().try_get(&s), Result::kExhausted);  // only reserved capacity
+  EXPECT_EQ(recv->eager().try_get(&s), Result::kWouldBlock);  // only reserved capacity
   // And the other way round: the receive side dry, sends flow again once released.
   sends.clear();
   EXPECT_EQ(send->eager().try_get(&s), Result::kOk);
@@ -117,7 +117,7 @@ TEST(Pool, ReservationsNeverExceedTheBudget) {
   PoolClass* large = recv->class_for(64 << 10);
   ASSERT_NE(large, nullptr);
   Slot s;
-  EXPECT_EQ(large->try_get(&s), Result::kExhausted);
+  EXPECT_EQ(large->try_get(&s), Result::kWouldBlock);
   recv->eager().unreserve(max);
   EXPECT_EQ(large->try_get(&s), Result::kOk);
 }
@@ -247,7 +247,7 @@ TEST(Pool, HeldBackSendCapacityIsOnlyForReservedTakers) {
   EXPECT_EQ(replies.size(), 8u);
   // A held-back slot returned is held back again: not for an ordinary taker.
   replies.pop_back();
-  EXPECT_EQ(cls.try_get(&s), Result::kExhausted);
+  EXPECT_EQ(cls.try_get(&s), Result::kWouldBlock);
   ASSERT_EQ(cls.try_get_reserved(&s), Result::kOk);
   replies.push_back(std::move(s));
   // Ordinary slots returned serve a reserved taker too once its own are out.
@@ -301,7 +301,7 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
   Slot out, in;
   ASSERT_EQ(send->eager().try_get(&out), Result::kOk);
   ASSERT_EQ(recv->eager().try_get(&in), Result::kOk);
-  ASSERT_NE(out.memh(), nullptr);
+  ASSERT_NE(slot_memh(out), nullptr);
   for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = static_cast<std::byte>(i * 7);
   struct Done : TransportOp {
     bool done = false;
@@ -315,9 +315,9 @@ TEST(Registration, SlotMemoryHandleCarriesATaggedTransfer) {
     d->len = len;
   };
   sop.on_complete = rop.on_complete = cb;
-  auto r = (*w2)->post_recv(Endpoint(), &rop, in.data(), in.size(), 42, kFullMask, in.memh());
+  auto r = (*w2)->post_recv(Endpoint(), &rop, in.data(), in.size(), 42, kFullMask, slot_memh(in));
   ASSERT_EQ(r.kind, Post::kPending) << "nothing was sent yet";
-  auto s = ep->post_send(&sop, out.data(), out.size(), 42, out.memh());
+  auto s = ep->post_send(&sop, out.data(), out.size(), 42, slot_memh(out));
   if (s.kind == Post::kDone) sop.done = true;
   ASSERT_NE(s.kind, Post::kError);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -344,7 +344,7 @@ TEST(Pool, LandingArenasAreKeptForReuseAndCountAgainstTheBudget) {
   Slot a, b, d;
   ASSERT_EQ(recv->try_take_landing(6 << 20, &a), Result::kOk);  // beyond the 4M class
   EXPECT_EQ(a.size(), std::size_t{6} << 20);
-  ASSERT_NE(a.memh(), nullptr) << "registered";
+  ASSERT_NE(slot_memh(a), nullptr) << "registered";
   std::byte* first = a.data();
   a.release();
   ASSERT_EQ(recv->try_take_landing(5 << 20, &a), Result::kOk);
@@ -353,7 +353,7 @@ TEST(Pool, LandingArenasAreKeptForReuseAndCountAgainstTheBudget) {
   ASSERT_EQ(recv->try_take_landing(6 << 20, &b), Result::kOk);
   EXPECT_EQ(large().growth_events, 2u);
   // 12 MiB held (and the eager class's first chunk mapped): no room for 6 more under 16 MiB.
-  EXPECT_EQ(recv->try_take_landing(6 << 20, &d), Result::kExhausted);
+  EXPECT_EQ(recv->try_take_landing(6 << 20, &d), Result::kWouldBlock);
   EXPECT_LE(recv->budget().mapped, recv->budget().max);
   b.release();
   EXPECT_EQ(recv->try_take_landing(6 << 20, &d), Result::kOk) << "room once one is given back";
