@@ -28,7 +28,7 @@ void print_tests(FILE* out) {
   for (const Test& t : tests())
     if (t.by_default) defaults += (defaults.empty() ? "" : ",") + std::string(t.name);
   std::fprintf(out, "tests (default: %s; 0 is rank 0 or the client, 1 is rank 1 or the server):\n", defaults.c_str());
-  for (const Test& t : tests()) std::fprintf(out, "  %-10s %s\n             %s\n", t.name, t.measures, t.sides);
+  for (const Test& t : tests()) std::fprintf(out, "  %-10s %s.\n             %s.\n", t.name, t.measures, t.sides);
 }
 
 // -W's line: the tests it applies to, with their windows without it.
