@@ -9,10 +9,12 @@
 #include <optional>
 #include <utility>
 
+#include "tests.h"
+
 namespace sluice::perf {
 namespace {
 
-// The handshake's handler, beside sluice_perf.cpp's (900-918).
+// The handshake's handler, beside bench.h's (900-918).
 constexpr HandlerId kHello = 930;
 // Where a launched server publishes its address for rank 1.
 constexpr char kAddressKey[] = "perf.cs.address";
@@ -69,9 +71,12 @@ absl::StatusOr<Engines> create_engines(Context& ctx, const Options& o) {
 }
 
 std::size_t largest_payload(const Options& o) {
-  std::size_t largest = std::size_t{2} << 20;  // mixed streams
+  std::size_t largest = kMixedStreamSize;
   for (std::size_t s : o.sizes) largest = std::max(largest, s);
-  if (o.sizes.empty()) largest = std::max(largest, std::size_t{16} << 20);
+  // Without -s, any test's sizes: a cs server does not know which tests its client runs.
+  for (const Test& t : tests())
+    for (std::size_t s : t.sizes)
+      if (o.sizes.empty()) largest = std::max(largest, s);
   return largest;
 }
 

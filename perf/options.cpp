@@ -5,11 +5,10 @@
 
 #include <sluice/config.h>
 
+#include "tests.h"
+
 namespace sluice::perf {
 namespace {
-
-const std::vector<std::string> kAllTests = {"am_lat", "am_bw", "am_submit", "rpc_lat", "rpc_rate",
-                                            "read",   "write", "bulk_bw",   "mixed",   "fanin"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -23,81 +22,92 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// The tests, from the table: what each measures and which side does what.
+void print_tests(FILE* out) {
+  std::string defaults;
+  for (const Test& t : tests())
+    if (t.by_default) defaults += (defaults.empty() ? "" : ",") + std::string(t.name);
+  std::fprintf(out, "tests (default: %s; 0 is rank 0 or the client, 1 is rank 1 or the server):\n", defaults.c_str());
+  for (const Test& t : tests()) std::fprintf(out, "  %-10s %s.\n             %s.\n", t.name, t.measures, t.sides);
+}
+
+// -W's line: the tests it applies to, with their windows without it.
+void print_window(FILE* out) {
+  std::string windows;
+  for (const Test& t : tests())
+    if (t.takes_window) windows += (windows.empty() ? "" : ", ") + std::string(t.name) + " " + std::to_string(t.window);
+  std::fprintf(out, "  -W WINDOW       operations in flight [%s]\n", windows.c_str());
+}
+
 }  // namespace
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
-               "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
-               "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
-               "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
-               "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
-               "ucx_perftest; with --baseline, raw UCX (or Sluice's bounce mode) runs the same\n"
-               "pattern interleaved with it, and each row prints the ratio. Run it under a\n"
-               "launcher: sluice-run -n 2 --bind core sluice-perf ... Exit status 2 on bad\n"
-               "arguments, 1 when a run fails.\n"
-               "\n"
-               "tests (rank 0 against rank 1 unless said; default: am_lat,am_bw,rpc_lat,bulk_bw):\n"
-               "  am_lat    one-way latency of a message bounced back by a handler (half the round trip)\n"
-               "  am_bw     streaming messages, WINDOW in flight: message rate and bandwidth\n"
-               "  am_submit message rate of copies handed over by P threads through Engine::submit() while\n"
-               "            rank 0's main thread drives the engine, against that thread sending them alone\n"
-               "  rpc_lat   round trip of a call whose reply carries the request's payload back\n"
-               "  rpc_rate  calls per second with WINDOW in flight (the server grants SLUICE_RPC_SLOTS)\n"
-               "  read      an 8-byte request, SIZE bytes back from the server's block: round trip\n"
-               "  write     SIZE bytes into the server's sink, 8 bytes back: round trip\n"
-               "  bulk_bw   large messages into the handler's buffer, WINDOW (default 16) in flight\n"
-               "  mixed     3+ ranks: small-RPC latency while the others stream 2 MiB messages to the server\n"
-               "  fanin     3+ ranks: everyone floods rank 0, which holds what arrives for 200 ms\n"
-               "\n"
-               "options (defaults in brackets):\n"
-               "  -t TESTS        comma-separated, or all\n"
-               "  -s SIZES        payload sizes in bytes, units K M G allowed (8,4K,1M) [per test]\n"
-               "  -n ITERS        measured iterations per repetition [per test, scaled by size]\n"
-               "  -w WARMUP       unmeasured iterations first [ITERS/10, at least 1]\n"
-               "  -W WINDOW       operations in flight for am_bw, rpc_rate, bulk_bw [64; bulk_bw 16]\n"
-               "  -r REPEATS      repetitions, Sluice and baseline alternating; medians are shown [5]\n"
-               "  --baseline B    ucx: raw UCX tag matching doing the same bytes; bounce: Sluice with\n"
-               "                  SLUICE_RNDV=n; none [none]\n"
-               "  --rpc MODE      zero: replies without copies (into a reply buffer above the eager\n"
-               "                  limit); copy: reply_copy [zero]\n"
-               "  --offset BYTES  the sending side's buffers start BYTES into their page, 0-4095 [0]\n"
-               "  --format F      table, csv or json; table and csv rows appear as they are measured [table]\n"
-               "  --stats         print the driving side's Sluice counters at the end (rank 0; cs: the client)\n"
-               "  --producers P   am_submit: threads submitting sends, 1-64 [4]\n"
-               "  -m, --mode M    rank: rank 0 against rank 1 through the launcher's bootstrap; cs:\n"
-               "                  client/server through Engine::listen() and connect() (below) [rank]\n"
-               "  --server        cs: this process is the server, started without a launcher\n"
-               "  --listen H:P    cs: where the server listens; port 0 picks one [127.0.0.1:0]\n"
-               "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
-               "\n"
-               "ratio:\n"
-               "ratio = Sluice / baseline of the headline figure: latency for *_lat, read and write\n"
-               "(below 1 is better), rate or bandwidth for the others (above 1 is better); mixed:\n"
-               "p99 with streams / p99 without (below 5 is the goal); fanin: receive high-water mark /\n"
-               "receive budget (at most 1 is the promise); am_submit: the producers' rate / the engine\n"
-               "thread's alone (its baseline is always that, whatever --baseline says).\n"
-               "\n"
-               "cs mode (client/server, -m cs):\n"
-               "Every row runs between a listening server engine and a connected client instead of two\n"
-               "ranks: the client drives and reports as rank 0 does, the server answers as rank 1 does.\n"
-               "Under a launcher (sluice-run -n 2 sluice-perf -m cs ...) rank 0 is the server: it listens\n"
-               "on 127.0.0.1, port 0 (or --listen) and publishes the address through the bootstrap, and\n"
-               "rank 1 connects to it. Without one, start the server first (it prints where it listens on\n"
-               "stderr, and serves one client), then the client:\n"
-               "  sluice-perf -m cs --server --listen 127.0.0.1:13337\n"
-               "  sluice-perf -m cs --connect 127.0.0.1:13337 -t am_lat,rpc_rate -s 8\n"
-               "The client's options choose the run: its hello tells the server --rpc and the largest size.\n"
-               "--baseline bounce needs it on both (the server's bounce engine listens on a port of its\n"
-               "own, which the hello's answer names); the same options on both sides are always right.\n"
-               "SLUICE_AUTH and SLUICE_AUTH_KEY_FILE apply as usual. mixed needs 3 ranks: skipped.\n"
-               "--baseline ucx needs the launcher: the raw loop still exchanges worker addresses through\n"
-               "its bootstrap and runs over whatever UCX_TLS allows, while Sluice's client/server peers\n"
-               "take UCX over shared memory where it reaches them (one host) and Sluice's own TCP\n"
-               "transport (the stream, on the door's connection) otherwise. SLUICE_CS_TRANSPORT=stream\n"
-               "puts them on the stream on one host too, as SLUICE_TLS=tcp or network namespaces do:\n"
-               "in one run, the ratio then compares the two. fanin (the server floods the client) runs\n"
-               "without its raw-UCX part.\n");
+  std::fputs(
+      "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
+      "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
+      "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
+      "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
+      "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
+      "ucx_perftest; with --baseline, raw UCX (or Sluice's bounce mode) runs the same\n"
+      "pattern interleaved with it, and each row prints the ratio. Run it under a\n"
+      "launcher: sluice-run -n 2 --bind core sluice-perf ... Exit status 2 on bad\n"
+      "arguments, 1 when a run fails.\n"
+      "\n",
+      out);
+  print_tests(out);
+  std::fputs(
+      "\n"
+      "options (defaults in brackets):\n"
+      "  -t TESTS        comma-separated, or all\n"
+      "  -s SIZES        payload sizes in bytes, units K M G allowed (8,4K,1M) [per test]\n"
+      "  -n ITERS        measured iterations per repetition [per test, scaled by size]\n"
+      "  -w WARMUP       unmeasured iterations first [ITERS/10, at least 1]\n",
+      out);
+  print_window(out);
+  std::fputs(
+      "  -r REPEATS      repetitions, Sluice and baseline alternating; medians are shown [5]\n"
+      "  --baseline B    ucx: raw UCX tag matching doing the same bytes; bounce: Sluice with\n"
+      "                  SLUICE_RNDV=n; none [none]\n"
+      "  --rpc MODE      zero: replies without copies (into a reply buffer above the eager\n"
+      "                  limit); copy: reply_copy [zero]\n"
+      "  --offset BYTES  the sending side's buffers start BYTES into their page, 0-4095 [0]\n"
+      "  --format F      table, csv or json; table and csv rows appear as they are measured [table]\n"
+      "  --stats         print the driving side's Sluice counters at the end (rank 0; cs: the client)\n"
+      "  --producers P   am_submit: threads submitting sends, 1-64 [4]\n"
+      "  -m, --mode M    rank: rank 0 against rank 1 through the launcher's bootstrap; cs:\n"
+      "                  client/server through Engine::listen() and connect() (below) [rank]\n"
+      "  --server        cs: this process is the server, started without a launcher\n"
+      "  --listen H:P    cs: where the server listens; port 0 picks one [127.0.0.1:0]\n"
+      "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
+      "\n",
+      out);
+  std::fputs("ratio (Sluice / baseline of each test's headline figure, by what the test measures):\n", out);
+  print_ratios(out, "");
+  std::fputs("\nbaselines (the baseline column: --baseline's, or a test's own whatever --baseline says):\n", out);
+  print_baselines(out, "");
+  std::fputs(
+      "\n"
+      "cs mode (client/server, -m cs):\n"
+      "Every row runs between a listening server engine and a connected client instead of two\n"
+      "ranks: the client drives and reports as rank 0 does, the server answers as rank 1 does.\n"
+      "Under a launcher (sluice-run -n 2 sluice-perf -m cs ...) rank 0 is the server: it listens\n"
+      "on 127.0.0.1, port 0 (or --listen) and publishes the address through the bootstrap, and\n"
+      "rank 1 connects to it. Without one, start the server first (it prints where it listens on\n"
+      "stderr, and serves one client), then the client:\n"
+      "  sluice-perf -m cs --server --listen 127.0.0.1:13337\n"
+      "  sluice-perf -m cs --connect 127.0.0.1:13337 -t am_lat,rpc_rate -s 8\n"
+      "The client's options choose the run: its hello tells the server --rpc and the largest size.\n"
+      "--baseline bounce needs it on both (the server's bounce engine listens on a port of its\n"
+      "own, which the hello's answer names); the same options on both sides are always right.\n"
+      "SLUICE_AUTH and SLUICE_AUTH_KEY_FILE apply as usual. mixed needs 3 ranks: skipped.\n"
+      "--baseline ucx needs the launcher: the raw loop still exchanges worker addresses through\n"
+      "its bootstrap and runs over whatever UCX_TLS allows, while Sluice's client/server peers\n"
+      "take UCX over shared memory where it reaches them (one host) and Sluice's own TCP\n"
+      "transport (the stream, on the door's connection) otherwise. SLUICE_CS_TRANSPORT=stream\n"
+      "puts them on the stream on one host too, as SLUICE_TLS=tcp or network namespaces do:\n"
+      "in one run, the ratio then compares the two. fanin (the server floods the client) runs\n"
+      "without its raw-UCX part.\n",
+      out);
 }
 
 namespace {
@@ -106,11 +116,12 @@ namespace {
 bool parse_tests(const std::string& v, Options* o) {
   for (const auto& t : split(v)) {
     if (t == "all") {
-      o->tests.insert(o->tests.end(), kAllTests.begin(), kAllTests.end());
-    } else if (std::find(kAllTests.begin(), kAllTests.end(), t) != kAllTests.end()) {
+      for (const Test& test : tests()) o->tests.emplace_back(test.name);
+    } else if (find_test(t) != nullptr) {
       o->tests.push_back(t);
     } else {
-      std::fprintf(stderr, "sluice-perf: unknown test '%s'\n", t.c_str());
+      std::fprintf(stderr, "sluice-perf: -t %s: no such test; the tests are %s, or all\n", t.c_str(),
+                   test_names().c_str());
       return false;
     }
   }
@@ -221,7 +232,9 @@ std::optional<Options> parse(int argc, char** argv) {
     if (!ok) return std::nullopt;
   }
   if (!check(o)) return std::nullopt;
-  if (o.tests.empty()) o.tests = {"am_lat", "am_bw", "rpc_lat", "bulk_bw"};
+  if (o.tests.empty())
+    for (const Test& t : tests())
+      if (t.by_default) o.tests.emplace_back(t.name);
   return o;
 }
 }  // namespace sluice::perf

@@ -4,6 +4,7 @@
 #include "connect.h"
 #include "report.h"
 #include "rows.h"
+#include "tests.h"
 
 #include <ucp/api/ucp.h>
 
@@ -332,37 +333,44 @@ double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-Figures RawUcx::run(const Cmd& c, const Link& link, std::chrono::milliseconds fanin_hold) {
-  std::string t = c.test;
+Figures RawUcx::round_trips(const Cmd& c, const Link& link, std::size_t there, std::size_t back, bool echo,
+                            double scale) {
+  if (link.role() > 1) return {};
+  bool init = link.role() == 0;
+  exchange(link.raw_peer(), there, back, c.warmup, init, echo);
+  auto rtts = exchange(link.raw_peer(), there, back, c.iters, init, echo);
+  return from_rtts(rtts, scale, c.size);
+}
+
+Figures RawUcx::run_am_lat(const Cmd& c, const Link& link) { return round_trips(c, link, c.size, c.size, true, 0.5); }
+Figures RawUcx::run_rpc_lat(const Cmd& c, const Link& link) { return round_trips(c, link, c.size, c.size, true, 1.0); }
+Figures RawUcx::run_read(const Cmd& c, const Link& link) { return round_trips(c, link, 8, c.size, false, 1.0); }
+Figures RawUcx::run_write(const Cmd& c, const Link& link) { return round_trips(c, link, c.size, 8, false, 1.0); }
+
+Figures RawUcx::run_rpc_rate(const Cmd& c, const Link& link) {
   Figures f;
-  int me = link.role(), peer = link.raw_peer();
-  bool init = me == 0;
-  if (me > 1 && t != "fanin") return f;
-  if (t == "am_lat" || t == "rpc_lat" || t == "read" || t == "write") {
-    // read: 8 bytes there, `size` back from the responder's block; write: the other way
-    // round; the others echo the bytes that arrived.
-    std::size_t there = t == "read" ? 8 : c.size, back = t == "write" ? 8 : c.size;
-    bool echo = t == "am_lat" || t == "rpc_lat";
-    exchange(peer, there, back, c.warmup, init, echo);
-    auto rtts = exchange(peer, there, back, c.iters, init, echo);
-    return from_rtts(rtts, t == "am_lat" ? 0.5 : 1.0, c.size);
-  }
-  if (t == "fanin") {
-    if (link.cs()) return f;  // the raw loop's fan-in is to rank 0; cs mode's goes to the client
-    auto held = fanin(link.size(), c.size, c.warmup + c.iters, c.window, fanin_hold, init);
-    f.waiting = held.messages;
-    f.waiting_bytes = static_cast<double>(held.bytes);
-    return f;
-  }
-  if (t == "rpc_rate") {
-    double s = pingpong_window(peer, c.size, c.iters, c.window, init);
-    f.rate = c.iters / s;
-    return f;
-  }
-  stream(peer, c.size, c.warmup, c.window, init);
-  double s = stream(peer, c.size, c.iters, c.window, init);
+  if (link.role() > 1) return f;
+  double s = pingpong_window(link.raw_peer(), c.size, c.iters, c.window, link.role() == 0);
+  f.rate = c.iters / s;
+  return f;
+}
+
+Figures RawUcx::run_stream(const Cmd& c, const Link& link) {
+  Figures f;
+  if (link.role() > 1) return f;
+  stream(link.raw_peer(), c.size, c.warmup, c.window, link.role() == 0);
+  double s = stream(link.raw_peer(), c.size, c.iters, c.window, link.role() == 0);
   f.rate = c.iters / s;
   f.bw_mbps = static_cast<double>(c.size) * c.iters / s / 1e6;
+  return f;
+}
+
+Figures RawUcx::run_fanin(const Cmd& c, const Link& link) {
+  Figures f;
+  if (link.cs()) return f;  // the raw loop's fan-in is to rank 0; cs mode's goes to the client
+  auto held = fanin(link.size(), c.size, c.warmup + c.iters, c.window, kFaninHold, link.role() == 0);
+  f.waiting = held.messages;
+  f.waiting_bytes = static_cast<double>(held.bytes);
   return f;
 }
 

@@ -41,11 +41,24 @@ class RawUcx {
   Held fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold, bool receiver);
   // `window` ping-pongs in flight at once; returns seconds for `iters` round trips.
   double pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator);
-  // One run of a row's baseline (sluice-perf's Cmd): its test's pattern between the sides of
-  // `link` (fanin's receiver holds for `fanin_hold`; in cs mode fanin has no raw part).
-  Figures run(const Cmd& c, const Link& link, std::chrono::milliseconds fanin_hold);
+  // One run of a row's baseline (sluice-perf's Cmd), a function per pattern (the tests' table
+  // names them), between the sides of `link`; the driver's returns the figures. Sides beyond
+  // the first two take part in fanin only.
+  // am_lat and rpc_lat: the bytes there and back (am_lat: half the round trip).
+  Figures run_am_lat(const Cmd& c, const Link& link);
+  Figures run_rpc_lat(const Cmd& c, const Link& link);
+  // read: 8 bytes there, the size back from the responder's block; write: the other way round.
+  Figures run_read(const Cmd& c, const Link& link);
+  Figures run_write(const Cmd& c, const Link& link);
+  // rpc_rate: c.window ping-pongs in flight.
+  Figures run_rpc_rate(const Cmd& c, const Link& link);
+  // am_bw and bulk_bw: a stream, c.window in flight.
+  Figures run_stream(const Cmd& c, const Link& link);
+  // fanin: the receiver holds for kFaninHold (tests.h); in cs mode fanin has no raw part.
+  Figures run_fanin(const Cmd& c, const Link& link);
 
  private:
+  Figures round_trips(const Cmd& c, const Link& link, std::size_t there, std::size_t back, bool echo, double scale);
   RawUcx() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -5,6 +5,8 @@
 
 #include <sluice/config.h>
 
+#include "tests.h"
+
 namespace sluice::perf {
 namespace {
 double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
@@ -64,41 +66,25 @@ Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t 
   return f;
 }
 
-std::vector<std::size_t> default_sizes(const std::string& test) {
-  if (test == "bulk_bw") return {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20};
-  if (test == "rpc_lat") return {0, 8};  // an empty request and reply, and 8-byte bodies
-  if (test == "read" || test == "write") return {std::size_t{64} << 10, std::size_t{1} << 20};
-  if (test == "mixed") return {8};
-  if (test == "fanin") return {1024};
-  return {8};
-}
-
 // Enough iterations for a stable median, scaled down for large messages so that every row
-// takes about the same time (a few hundred MB moved per repetition).
-int default_iters(const std::string& test, std::size_t size) {
-  int base = 20000;
-  if (test == "am_bw") base = 200000;
-  if (test == "am_submit") base = 100000;
-  if (test == "rpc_rate") base = 50000;
-  std::size_t budget = test == "bulk_bw" || test == "am_bw" ? (std::size_t{2} << 30) : (std::size_t{256} << 20);
-  std::size_t by_size = budget / std::max<std::size_t>(size, 1);
-  return static_cast<int>(std::clamp<std::size_t>(by_size, 100, static_cast<std::size_t>(base)));
+// takes about the same time (the test's bytes per repetition).
+int default_iters(const Test& t, std::size_t size) {
+  std::size_t by_size = t.bytes_per_rep / std::max<std::size_t>(size, 1);
+  return static_cast<int>(std::clamp<std::size_t>(by_size, 100, static_cast<std::size_t>(t.iters)));
 }
 
-double headline_ratio(const Row& r) {
+double headline_ratio(const Test& t, const Row& r) {
   const Figures& a = r.sluice;
   const Figures& b = r.base;
-  if (r.test == "mixed") return a.lat_p99_us / b.lat_p99_us;
-  if (r.test == "fanin") return a.recv_hwm / a.recv_budget;
+  if (t.mode == Mode::kLoadedLatency) return a.lat_p99_us / b.lat_p99_us;
+  if (t.mode == Mode::kMemory) return a.recv_hwm / a.recv_budget;
   if (r.baseline == "none") return NAN;
-  bool latency =
-      r.test == "read" || r.test == "write" || (r.test.size() > 4 && r.test.substr(r.test.size() - 4) == "_lat");
-  if (latency) return a.lat_p50_us / b.lat_p50_us;
-  if ((r.test == "am_bw" && r.size <= 4096) || r.test == "rpc_rate" || r.test == "am_submit") return a.rate / b.rate;
+  if (t.mode == Mode::kLatency) return a.lat_p50_us / b.lat_p50_us;
+  if (t.mode == Mode::kRate || r.size <= 4096) return a.rate / b.rate;
   return a.bw_mbps / b.bw_mbps;
 }
 
-std::string fanin_note(const Row& r) {
+std::string fanin_note(const Row& r, const Options&) {
   auto size = [](double bytes) { return sluice::format_size(static_cast<std::size_t>(bytes)); };
   auto msgs = [&](const Figures& f) {
     return std::to_string(static_cast<long>(f.waiting)) + " messages (" + size(f.waiting_bytes) + ")";
@@ -109,7 +95,12 @@ std::string fanin_note(const Row& r) {
   return note;
 }
 
-std::string mixed_note(const Row& r) {
+std::string submit_note(const Row&, const Options& o) {
+  return std::to_string(o.producers) + (o.producers == 1 ? " producer thread" : " producer threads") +
+         " through submit(); baseline: the engine thread sending alone";
+}
+
+std::string mixed_note(const Row& r, const Options&) {
   return "small-RPC p99 " + fmt(r.sluice.lat_p99_us) + " us while 2 MiB streams run, " + fmt(r.base.lat_p99_us) +
          " us without";
 }
@@ -120,12 +111,9 @@ void print_header(const Options& o, const std::string& sides) {
         "test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
         "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio,mode\n");
   } else if (o.format == "table") {
-    std::printf(
-        "# ratio = Sluice / baseline: below 1 is better for latency (*_lat, read, write), above 1 for\n"
-        "# rates and bandwidth; mixed: p99 with streams / without; fanin: receive high-water / budget;\n"
-        "# am_submit: rate from --producers threads through submit() / the engine thread's alone\n"
-        "# mode: %s (%s)\n",
-        o.mode.c_str(), sides.c_str());
+    std::printf("# ratio = Sluice / baseline of each test's headline figure:\n");
+    print_ratios(stdout, "# ");
+    std::printf("# mode: %s (%s)\n", o.mode.c_str(), sides.c_str());
     std::printf("%-9s %9s %7s %4s | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s %s\n", "test", "size", "iters",
                 "win", "p50 us", "p99 us", "avg us", "MB/s", "rate/s", "baseline", "p50 us", "MB/s", "rate/s", "ratio",
                 "mode");

@@ -10,6 +10,8 @@
 
 namespace sluice::perf {
 
+struct Test;  // tests.h
+
 // What one run of one test measured.
 struct Figures {
   double lat_p50_us = NAN, lat_p99_us = NAN, lat_avg_us = NAN, bw_mbps = NAN, rate = NAN;
@@ -35,14 +37,17 @@ Figures median_of(const std::vector<Figures>& runs);
 // Latency figures from round trips in seconds; `scale` 0.5 for one-way latency.
 Figures from_rtts(const std::vector<double>& seconds, double scale, std::size_t size);
 
-std::vector<std::size_t> default_sizes(const std::string& test);
-int default_iters(const std::string& test, std::size_t size);
-double headline_ratio(const Row& r);
-// fanin's figures in words: the receive pool's high-water mark against its budget, and the
-// messages left waiting by the held-up receiver, beside the raw baseline's when there is one.
-std::string fanin_note(const Row& r);
-// mixed's figures in words: the small calls' p99 with the streams running and without.
-std::string mixed_note(const Row& r);
+// -n's default for test `t` at `size` bytes.
+int default_iters(const Test& t, std::size_t size);
+// Sluice / baseline of the headline figure of `t`'s mode (NAN without a baseline).
+double headline_ratio(const Test& t, const Row& r);
+// The rows' words (Test::note). fanin: the receive pool's high-water mark against its budget,
+// and the messages left waiting by the held-up receiver, beside the raw baseline's when there
+// is one. mixed: the small calls' p99 with the streams running and without. am_submit: its
+// producer threads.
+std::string fanin_note(const Row& r, const Options& o);
+std::string mixed_note(const Row& r, const Options& o);
+std::string submit_note(const Row& r, const Options& o);
 // Table and CSV: the header, then each row as it is measured. JSON: the document at the end.
 // The table's header names the mode and `sides` (who runs against whom); CSV and JSON carry the
 // mode in each row.

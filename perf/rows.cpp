@@ -10,25 +10,41 @@
 
 #include <sluice/config.h>
 
+#include "tests.h"
+
 namespace sluice::perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A row's plan: its iterations, window and baseline as the test and the options say.
-Row plan(const Options& o, const std::string& test, std::size_t size) {
-  Row row{test, size,  o.iters ? o.iters : default_iters(test, size), o.window ? o.window : 64, {}, {}, o.baseline, NAN,
-          "",   o.mode};
-  if (test == "am_lat" || test == "rpc_lat" || test == "read" || test == "write") row.window = 1;
-  if (test == "bulk_bw" && !o.window) row.window = 16;
-  if (test == "mixed" || test == "fanin") row.baseline = test == "mixed" ? "idle" : "budget";
-  if (test == "am_submit") {
-    row.baseline = "engine";
-    row.window = 0;  // no window: the submit queue and the send queue bound what waits
-    row.note = std::to_string(o.producers) + (o.producers == 1 ? " producer thread" : " producer threads") +
-               " through submit(); baseline: the engine thread sending alone";
+// The baseline column's name: --baseline's, or the test's own.
+std::string baseline_name(const Test& t, const Options& o) {
+  switch (t.baseline) {
+    case Baseline::kChosen: return o.baseline;
+    case Baseline::kEngineAlone: return "engine";
+    case Baseline::kIdle: return "idle";
+    case Baseline::kBudget: return "budget";
   }
-  return row;
+  return o.baseline;
+}
+
+// A row's plan: its iterations, window and baseline as the test and the options say.
+Row plan(const Options& o, const Test& t, std::size_t size) {
+  int iters = o.iters ? o.iters : default_iters(t, size);
+  int window = t.takes_window && o.window ? o.window : t.window;
+  return Row{t.name, size, iters, window, {}, {}, baseline_name(t, o), NAN, "", o.mode};
+}
+
+// What runs the baseline of `t`'s row, with `c` the Sluice run's command; false: nothing.
+// mixed's is the same small calls as rpc_lat's, with the streams off.
+bool baseline_cmd(const Options& o, const Test& t, Cmd* c) {
+  switch (t.baseline) {
+    case Baseline::kIdle: std::snprintf(c->test, sizeof(c->test), "rpc_lat"); return true;
+    case Baseline::kEngineAlone: c->mode = RunOn::kEngineAlone; return true;
+    case Baseline::kBudget: c->mode = RunOn::kRaw; return o.baseline == "ucx" && t.raw != nullptr;
+    case Baseline::kChosen: c->mode = o.baseline == "ucx" ? RunOn::kRaw : RunOn::kBounce; return o.baseline != "none";
+  }
+  return false;
 }
 
 // Progress on stderr: rewritten in place on a terminal, a line every 10 s otherwise.
@@ -56,37 +72,27 @@ class Progress {
 };
 
 // Runs one row -r times, Sluice and its baseline alternating, and fills in its figures.
-void run_row(const Options& o, Row& row, Progress& progress, const std::function<Figures(const Cmd&)>& drive) {
-  const std::string& test = row.test;
+void run_row(const Options& o, const Test& t, Row& row, Progress& progress,
+             const std::function<Figures(const Cmd&)>& drive) {
   Cmd c{};
-  std::snprintf(c.test, sizeof(c.test), "%s", test.c_str());
+  std::snprintf(c.test, sizeof(c.test), "%s", t.name);
   c.size = row.size;
   c.iters = row.iters;
   c.warmup = o.warmup >= 0 ? o.warmup : std::max(1, row.iters / 10);
   c.window = row.window;
+  c.mode = RunOn::kSluice;
+  Cmd base = c;
+  bool has_base = baseline_cmd(o, t, &base);
   std::vector<Figures> a, b;
   for (int rep = 0; rep < o.repeats; ++rep) {
-    c.mode = 0;
     a.push_back(drive(c));
-    if (test == "mixed") {
-      // the same small RPCs with the streams off
-      Cmd idle = c;
-      std::snprintf(idle.test, sizeof(idle.test), "rpc_lat");
-      b.push_back(drive(idle));
-    } else if (test == "am_submit") {
-      c.mode = kEngineAlone;  // the same messages, sent by the engine thread itself
-      b.push_back(drive(c));
-    } else if (o.baseline == "ucx" || (o.baseline == "bounce" && test != "fanin")) {
-      c.mode = o.baseline == "ucx" ? 1 : 2;
-      b.push_back(drive(c));
-    }
+    if (has_base) b.push_back(drive(base));
     progress.report(row, rep, o.repeats);
   }
   row.sluice = median_of(a);
   row.base = median_of(b);
-  row.ratio = headline_ratio(row);
-  if (test == "fanin") row.note = fanin_note(row);
-  if (test == "mixed") row.note = mixed_note(row);
+  row.ratio = headline_ratio(t, row);
+  if (t.note != nullptr) row.note = t.note(row, o);
 }
 
 }  // namespace
@@ -94,13 +100,15 @@ void run_row(const Options& o, Row& row, Progress& progress, const std::function
 std::vector<Row> measure(const Options& o, int sides, const std::function<Figures(const Cmd&)>& drive) {
   std::vector<Row> rows;
   Progress progress;
-  for (const auto& test : o.tests) {
-    for (std::size_t size : o.sizes.empty() ? default_sizes(test) : o.sizes) {
-      Row row = plan(o, test, size);
-      if (test == "mixed" && sides < 3) {
-        row.note = o.mode == "cs" ? "skipped: needs 3 ranks (rank mode)" : "skipped: needs 3 ranks or more";
+  for (const auto& name : o.tests) {
+    const Test& t = *find_test(name);  // parse() checked the names
+    for (std::size_t size : o.sizes.empty() ? std::vector<std::size_t>(t.sizes) : o.sizes) {
+      Row row = plan(o, t, size);
+      if (sides < t.min_sides) {
+        row.note = "skipped: needs " + std::to_string(t.min_sides) +
+                   (o.mode == "cs" ? " ranks (rank mode)" : " ranks or more");
       } else {
-        run_row(o, row, progress, drive);
+        run_row(o, t, row, progress, drive);
         progress.clear();
       }
       rows.push_back(row);

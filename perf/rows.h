@@ -11,15 +11,22 @@
 
 namespace sluice::perf {
 
+// What runs a Cmd's test.
+enum class RunOn : std::int32_t {
+  kSluice,       // the main engine
+  kRaw,          // raw UCX (the test's raw loop)
+  kBounce,       // the bounce baseline's engine (SLUICE_RNDV=n)
+  kQuit,         // nothing: the other sides stop serving
+  kEngineAlone,  // the main engine, its thread sending alone (am_submit's baseline)
+};
+
 // What the driving side tells the other sides to run.
 struct Cmd {
-  char test[16];
+  char test[16];  // Test::name
   std::uint64_t size;
-  // mode 0 sluice, 1 raw ucx, 2 bounce engine, 3 quit, 4 am_submit's engine thread alone
-  std::int32_t iters, warmup, window, mode;
+  std::int32_t iters, warmup, window;
+  RunOn mode;
 };
-// Cmd::mode of am_submit's baseline: the engine thread sends alone.
-constexpr std::int32_t kEngineAlone = 4;
 
 // Measures every row of `o` through `drive` (which runs one Cmd on every side and returns the
 // driving side's figures), with `sides` processes taking part, printing each row as it is

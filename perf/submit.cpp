@@ -81,7 +81,7 @@ Figures submit_rate(Engine& e, Peer& peer, HandlerId handler, const Cmd& c, cons
   PageBuffer buf(c.size, static_cast<std::size_t>(o.offset));
   Shared s{&e, &peer, handler, buf.span()};
   Figures f;
-  int producers = c.mode == kEngineAlone ? 0 : o.producers;
+  int producers = c.mode == RunOn::kEngineAlone ? 0 : o.producers;
   std::vector<std::thread> threads;
   if (producers == 0) send_alone(s, c.warmup);
   else threads = start_producers(s, producers, c.warmup);

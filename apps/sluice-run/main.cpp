@@ -8,6 +8,11 @@
 // SIGTERM; when a rank exits non-zero or is killed, it stops the others (SIGTERM, then SIGKILL
 // after a grace period) and exits with that rank's status (128+signal for a signal). Ranks
 // die with the launcher (PR_SET_PDEATHSIG). Exit status 2: bad arguments; 124: --timeout.
+//
+// main's steps, each a function below: parse_options (options.h), the bootstrap service,
+// prepare (--bind's layout, --stats' directory, place_ranks), take_signals, start_ranks
+// (exec_rank in each child), supervise (pump_output, forward_signals, reap, check_deadlines)
+// until every rank has exited, then print_stats.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -178,6 +183,33 @@ bool place_ranks(Job& job) {
   return true;
 }
 
+// In the child of a rank here: its CPUs, as --bind says.
+void bind_rank(const Job& job, int r) {
+  if (std::vector<int> cpus = cpus_for(job.o, r, job.layout); !cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
+}
+
+// In the child of a rank here: its variables, -x's, and --stats'.
+void set_rank_env(const Job& job, int r) {
+  const Options& o = job.o;
+  setenv("SLUICE_RANK", std::to_string(r).c_str(), 1);
+  setenv("SLUICE_SIZE", std::to_string(o.n).c_str(), 1);
+  setenv("SLUICE_LOCAL_RANK", std::to_string(job.local_rank[static_cast<std::size_t>(r)]).c_str(), 1);
+  setenv("SLUICE_BOOT", "sluice-run", 1);
+  setenv("SLUICE_BOOT_ADDR", job.service.address().c_str(), 1);
+  setenv("SLUICE_BOOT_TOKEN", job.service.token().c_str(), 1);
+  for (const auto& x : o.exports) {
+    auto eq = x.find('=');
+    if (eq != std::string::npos) setenv(x.substr(0, eq).c_str(), x.substr(eq + 1).c_str(), 1);
+  }
+  if (job.stats)
+    for (const auto& [k, v] : job.stats->rank_env(r)) setenv(k.c_str(), v.c_str(), 1);
+}
+
 // In the child: the rank's environment, binding and output, then its program (or, for a rank
 // elsewhere, the launch agent). Never returns.
 [[noreturn]] void exec_rank(const Job& job, int r, int out_w, int err_w, int token_r) {
@@ -199,24 +231,8 @@ bool place_ranks(Job& job) {
     argv = sluice::run::agent_argv(o.agent, job.host_of[static_cast<std::size_t>(r)]->name,
                                    remote_command(o, r, job.local_rank[static_cast<std::size_t>(r)], job.boot_tcp));
   } else {
-    if (std::vector<int> cpus = cpus_for(o, r, job.layout); !cpus.empty()) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      for (int c : cpus) CPU_SET(c, &set);
-      sched_setaffinity(0, sizeof(set), &set);
-    }
-    setenv("SLUICE_RANK", std::to_string(r).c_str(), 1);
-    setenv("SLUICE_SIZE", std::to_string(o.n).c_str(), 1);
-    setenv("SLUICE_LOCAL_RANK", std::to_string(job.local_rank[static_cast<std::size_t>(r)]).c_str(), 1);
-    setenv("SLUICE_BOOT", "sluice-run", 1);
-    setenv("SLUICE_BOOT_ADDR", job.service.address().c_str(), 1);
-    setenv("SLUICE_BOOT_TOKEN", job.service.token().c_str(), 1);
-    for (const auto& x : o.exports) {
-      auto eq = x.find('=');
-      if (eq != std::string::npos) setenv(x.substr(0, eq).c_str(), x.substr(eq + 1).c_str(), 1);
-    }
-    if (job.stats)
-      for (const auto& [k, v] : job.stats->rank_env(r)) setenv(k.c_str(), v.c_str(), 1);
+    bind_rank(job, r);
+    set_rank_env(job, r);
   }
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
@@ -371,6 +387,36 @@ void print_stats(const Job& job) {
   job.stats->print(stderr, here);
 }
 
+// What the job needs before its ranks start: the CPU layout for --bind, the directory for
+// --stats, where each rank runs. False after a message.
+bool prepare(Job& job) {
+  if (job.o.bind != "none") {
+    auto l = sluice::cpu_layout();
+    if (!l.ok()) {
+      std::fprintf(stderr, "sluice-run: cannot read the topology for --bind: %s\n",
+                   std::string(l.status().message()).c_str());
+      return false;
+    }
+    job.layout = *l;
+  }
+  if (job.o.stats) {
+    auto stats = sluice::run::JobStats::create();
+    if (!stats) return false;
+    job.stats.emplace(std::move(*stats));
+  }
+  return place_ranks(job);
+}
+
+// The signals the launcher forwards (and SIGCHLD) arrive through job.sfd from now on; a rank
+// that closes its output pipe does not kill the launcher.
+void take_signals(Job& job) {
+  sigemptyset(&job.mask);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&job.mask, s);
+  sigprocmask(SIG_BLOCK, &job.mask, nullptr);
+  job.sfd = signalfd(-1, &job.mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -386,26 +432,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   Job job(*opts, **service);
-  if (opts->bind != "none") {
-    auto l = sluice::cpu_layout();
-    if (!l.ok()) {
-      std::fprintf(stderr, "sluice-run: cannot read the topology for --bind: %s\n",
-                   std::string(l.status().message()).c_str());
-      return 1;
-    }
-    job.layout = *l;
-  }
-  if (opts->stats) {
-    auto stats = sluice::run::JobStats::create();
-    if (!stats) return 1;
-    job.stats.emplace(std::move(*stats));
-  }
-  if (!place_ranks(job)) return 1;
-  sigemptyset(&job.mask);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&job.mask, s);
-  sigprocmask(SIG_BLOCK, &job.mask, nullptr);
-  job.sfd = signalfd(-1, &job.mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  ::signal(SIGPIPE, SIG_IGN);
+  if (!prepare(job)) return 1;
+  take_signals(job);
   if (!start_ranks(job)) return 1;
   supervise(job);
   if (job.stats) print_stats(job);

@@ -18,6 +18,7 @@ COMPARE = os.path.join(os.path.dirname(__file__), "../../scripts/compare")
 COLUMNS = ["test", "size", "iters", "window", "lat_p50_us", "lat_p99_us", "lat_avg_us", "bw_MBps", "rate_per_s",
            "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio", "mode"]
 POINT_TO_POINT = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw"]
+ALL_TESTS = POINT_TO_POINT + ["am_submit", "mixed", "fanin"]
 
 
 def perf(ranks, *args, env=None):
@@ -84,6 +85,28 @@ class PerfSmoke(unittest.TestCase):
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
                      "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server"):
             self.assertIn(word, r.stdout)
+
+    def test_every_test_of_the_table_is_taken_by_t_and_described_in_help(self):
+        # An unknown name is refused with the table's names; each of them is taken by -t (which
+        # is parsed before --help, so a refused one exits 2), has its entry in --help's tests and
+        # its line in the ratio section.
+        r = subprocess.run([PERF, "-t", "am_lat,nope"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        m = re.search(r"sluice-perf: -t nope: no such test; the tests are (.*), or all\n", r.stderr)
+        self.assertIsNotNone(m, r.stderr)
+        names = m.group(1).split(", ")
+        self.assertEqual(sorted(names), sorted(ALL_TESTS))
+        help_text = subprocess.run([PERF, "--help"], capture_output=True, text=True).stdout
+        tests_section = help_text.split("\ntests (")[1].split("\n\n")[0]
+        self.assertEqual(re.findall(r"^  (\w+) +\S", tests_section, re.M), names)
+        ratio_section = help_text.split("\nratio (")[1].split("\n\n")[0]
+        ratio_names = re.findall(r"(\w+)[:,]", ratio_section)
+        for name in names:
+            self.assertIn(name, ratio_names)
+            r = subprocess.run([PERF, "-t", name, "--help"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, (name, r.stderr))
+        r = subprocess.run([PERF, "-t", "all", "--help"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_rows_appear_as_they_are_measured(self):
         # The 8-byte row is out while the 16 MiB one (a second or more) is still being measured.
