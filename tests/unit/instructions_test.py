@@ -166,6 +166,13 @@ class Fit(unittest.TestCase):
         self.assertAlmostEqual(fit["functions"]["sluice\tf"], fit["sluice"]["one_poll"], delta=0.01)
 
 
+    def test_runs_that_polled_in_one_proportion_are_refused(self):
+        # polls = 25 per iteration in every run: messages and polls cannot be told apart
+        runs = [(m, self.profile(1000 * m + 25 * 170 * m, 25 * m, 0.5)) for m in (20000, 40000, 20000, 40000)]
+        with self.assertRaises(SystemExit):
+            instructions.per_message(runs)
+
+
 @unittest.skipUnless(shutil.which("valgrind"), "valgrind not installed")
 class LiveCallgrind(unittest.TestCase):
     def test_a_file_cut_in_two_by_callgrind_reads_back(self):
