@@ -173,6 +173,30 @@ class Fit(unittest.TestCase):
             instructions.per_message(runs)
 
 
+class Report(unittest.TestCase):
+    def result(self, sluice_cost, raw_cost):
+        fit = Fit().profile
+        out = {}
+        for test in instructions.TESTS:
+            out[test] = {}
+            for kind, cost in (("sluice", sluice_cost), ("raw", raw_cost)):
+                runs = [(m, fit(10**6 + cost * m + 100 * p, p, 0.5 if kind == "sluice" else 0.0))
+                        for m, p in [(20000, 400000), (40000, 700000), (20000, 90000), (40000, 130000)]]
+                out[test][kind] = instructions.per_message(runs)
+        return out
+
+    def test_one_build_shows_sluice_against_raw(self):
+        text = instructions.report(["build (abc1234, debugoptimized)"], [self.result(1400, 600)], False)
+        self.assertRegex(text, r"am_lat Sluice +1,500 ")  # 1,400 + one poll of 100
+        self.assertRegex(text, r"am_lat Sluice/raw +2\.14x +2\.33x")  # 1,500 / 700, 1,400 / 600
+        self.assertIn("am_lat Sluice: 2,900, 1,600", text)  # 1,400 + 100 x the extra polls per iteration
+
+    def test_two_builds_show_the_difference(self):
+        text = instructions.report(["a", "b"], [self.result(1400, 600), self.result(1370, 600)], True)
+        self.assertIn("| am_lat Sluice one poll | 1,500 | 1,470 | -30 | -2.0% |", text)
+        self.assertIn("| am_lat raw UCX one poll | 700 | 700 | 0 | 0.0% |", text)
+
+
 @unittest.skipUnless(shutil.which("valgrind"), "valgrind not installed")
 class LiveCallgrind(unittest.TestCase):
     def test_a_file_cut_in_two_by_callgrind_reads_back(self):
