@@ -327,9 +327,12 @@ const Test& Bench::test_of(const Cmd& c) const {
 // This side's part of `c`: its test's function, on the engine `c` names, or raw UCX's loop.
 Figures Bench::run_one(const Cmd& c) {
   const Test& t = test_of(c);
-  if (c.mode == RunOn::kRaw) return t.raw == nullptr ? Figures{} : (raw_->*t.raw)(c, link_);
+  if (c.mode == RunOn::kRaw) return t.raw == nullptr ? Figures{} : run_raw(t, c);
   return (this->*t.run)(c.mode == RunOn::kBounce ? *bounce_ : main_, c);
 }
+
+// Never inlined: scripts/instructions cuts rank 1's profile where it returns.
+[[gnu::noinline]] Figures Bench::run_raw(const Test& t, const Cmd& c) { return (raw_->*t.raw)(c, link_); }
 
 Figures Bench::drive(const Cmd& c) {
   const Test& t = test_of(c);

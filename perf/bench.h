@@ -96,6 +96,8 @@ class Bench {
   // The test `c` names (exits 1 when it names none).
   const Test& test_of(const Cmd& c) const;
   Figures run_one(const Cmd& c);
+  // Raw UCX's loop for `c` (the test's baseline function).
+  Figures run_raw(const Test& t, const Cmd& c);
   Figures stream(Engine& e, const Cmd& c, HandlerId h);
   struct Calls;
   void issue(Engine& e, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> request,

@@ -135,12 +135,12 @@ class Cut(unittest.TestCase):
     def test_sluice_and_raw_are_the_second_and_third_parts(self):
         parts = self.parts("--dump-before=(anonymous namespace)::Bench::run_one(Cmd const&)",
                            "--dump-before=(anonymous namespace)::Bench::run_one(Cmd const&)",
-                           "--dump-after=sluice::perf::RawUcx::run(Cmd const&)", "Program termination")
+                           "--dump-after=sluice::perf::Bench::run_raw(sluice::perf::Test const&, Cmd const&)", "Program termination")
         self.assertEqual(instructions.split_parts(parts, "x"), (parts[1], parts[2]))
 
     def test_a_profile_cut_elsewhere_is_refused(self):
         parts = self.parts("--dump-before=(anonymous namespace)::Bench::run_one(Cmd const&)",
-                           "--dump-after=sluice::perf::RawUcx::run(Cmd const&)", "Program termination")
+                           "--dump-after=sluice::perf::Bench::run_raw(sluice::perf::Test const&, Cmd const&)", "Program termination")
         with self.assertRaises(SystemExit):
             instructions.split_parts(parts, "x")
 

@@ -16,6 +16,7 @@ NOT_SOCKETS = {
     ("lib/core/fault.cpp", "write(STDERR_FILENO"): "stderr",
     ("lib/transport/fake.cpp", "::write(w->efd"): "an eventfd",
     ("apps/sluice-run/main.cpp", "::write(fd, s.data()"): "the launcher's stdout/stderr and token pipes",
+    ("perf/bench.h", "Figures write(Engine& e"): "not a system call: sluice-perf's write test",
 }
 # The system calls: ::send() and friends as the sources write them, and write() with or without ::.
 CALL = re.compile(r"(?<![\w:.>])(?:::(send|sendmsg|sendto)|(?:::)?(write|writev|pwrite))\s*\(")
