@@ -130,7 +130,7 @@ void EngineCore::on_ctrl_done(Op* op, absl::StatusCode code) {
       transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
-  if (kind == wire::kDecline) send_declines(p);
+  if (kind == wire::kDecline) landings_.send_declines(p);
   if (kind == wire::kCredit && p.tx.credit_again && p.state == PeerState::kReady) {
     p.tx.credit_again = false;
     if (p.rx.owed.owed() != 0) {
@@ -175,7 +175,7 @@ void EngineCore::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const
   }
   switch (h.handler) {
     case wire::kCredit: break;
-    case wire::kDecline: on_decline(p, h, body); break;
+    case wire::kDecline: landings_.on_decline(p, h, body); break;
     case wire::kPing:
       reconcile_credits(p, h.aux);
       send_ctrl(p, wire::kPong, {});
@@ -268,7 +268,7 @@ void EngineCore::handle_hello(PeerData& p, const wire::Hello& hello) {
     p.rx.unreleased = 0;
     p.tx.next_seq = 1;
     p.tx.sent_seq = 0;
-    p.rx.landing = 0;
+    landings_.peer_restarted(p);
     p.link.bye_sent = p.link.bye_received = false;
     p.link.bye_seq = 0;
     p.rx.window = ReorderWindow<Incoming>();
@@ -302,9 +302,7 @@ void EngineCore::send_bye(PeerData& p) {
 
 void EngineCore::close_after_bye(PeerData& p) {
   if (!p.link.bye_received || p.state != PeerState::kReady) return;
-  if (static_cast<std::int64_t>(p.rx.window.delivered() - p.link.bye_seq) < 0 || p.rx.landing != 0 ||
-      p.rx.parked != 0 || p.rx.blocked)
-    return;
+  if (static_cast<std::int64_t>(p.rx.window.delivered() - p.link.bye_seq) < 0 || !p.landings.quiet()) return;
   fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 

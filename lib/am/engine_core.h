@@ -6,7 +6,7 @@
 //   control.cpp     HELLO, CREDIT, PING/PONG, BYE, REJECT
 //   send.cpp        packing, the send queue, coalescing (send_now.h: the inline path)
 //   receive.cpp     posted receives, first contact, ordering, dispatch (invoke.h), release
-//   rendezvous.cpp  landings, payloads waiting for memory, bounce-mode reassembly
+//   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
 //   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
 //   rpc_server.cpp  RpcServer: server slots, requests, replies (rpc_server.h)
 //   api.cpp         the public Engine, Peer and Message forwarding here
@@ -28,6 +28,7 @@
 #include "am/barrier.h"
 #include "am/call.h"
 #include "am/counters.h"
+#include "am/landings.h"
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
@@ -156,15 +157,6 @@ class EngineCore final : private Door::Owner {
 
  private:
   // ---- types used below
-  // A payload whose landing does not fit the receive budget now waits, its bytes at the
-  // sender, until messages are released (retry_landings, from progress()); in order, oldest
-  // first. An ordered one holds back the rest of its peer's messages meanwhile.
-  struct ParkedLanding {
-    std::uint32_t peer;
-    Message message;
-    wire::Header header;  // a fragment's first piece (bounce mode), or a rendezvous announcement
-    bool ordered;
-  };
   // Runs m's handler: kNoHandler when none is registered; kThrew (counted, logged, the
   // exception's message in handler_error_) when it threw. Handlers never throw past this point.
   // Inline (am/invoke.h): every handler call passes here.
@@ -383,36 +375,6 @@ class EngineCore final : private Door::Owner {
   // Runs m's handler; for one not registered the message is kept (no_handler).
   void dispatch(Message& m);
 
-  // ---- rendezvous.cpp: landings, parked payloads, bounce-mode reassembly
-  void start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
-  void post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered);
-  // Gives back an announcement's receive slot and its credit once its payload has a landing;
-  // the user header moves to the heap.
-  void free_announcement(PeerData& p, Message& m);
-  void on_rndv_done(Op* op, absl::StatusCode code, std::size_t length);
-  // Where a payload lands: the handler's sink (asked once per payload), else receive-pool
-  // memory. Empty when the receive budget has no room now, or never will (the peer failed).
-  std::span<std::byte> sink_landing(Message& m, std::size_t size);
-  // `frag`: a bounce-mode message, whose peer fails when it can never land (others are declined).
-  std::span<std::byte> pool_landing(PeerData& p, Message& m, std::size_t size, bool frag);
-  // The sink's buffer, else pool memory unless landings already wait (they go first).
-  std::span<std::byte> landing_for(PeerData& p, Message& m, std::size_t size, bool frag);
-  // Refuses one announced payload the receive budget can never hold (`why`), not its peer.
-  void decline_landing(PeerData& p, Message& m, const std::string& why);
-  // Posts a receive of no bytes for the peer's payload `seq`: taken and dropped.
-  void discard_payload(PeerData& p, std::uint64_t seq);
-  // Sends the peer's waiting DECLINEs (ours, and answers to its), one at a time.
-  void send_declines(PeerData& p);
-  // A DECLINE from the peer: with a reason, the send of that payload completes with
-  // ResourceExhausted (and is answered); without, its answer to ours (the payload is dropped).
-  void on_decline(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
-  void park_landing(PeerData& p, Message&& m, const wire::Header& h, bool ordered);
-  void retry_landings();
-  void drop_parked(PeerData& p);
-  void assemble_fragment(PeerData& p, Message&& m, const wire::Header& h);
-  void start_fragments(PeerData& p, Message&& m, std::span<std::byte> dest);
-  void add_fragment(PeerData& p, std::size_t piece);
-
   // ---- peer lookups, inline: every message passes here
   // The peer of `rank` (created on first use); nullptr for a rank outside the job.
   PeerData* peer_by_rank(int rank) {
@@ -431,8 +393,6 @@ class EngineCore final : private Door::Owner {
   }
 
   // ---- state used across the files above
-  std::deque<ParkedLanding> parked_;
-  std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
   std::string handler_error_;
   std::vector<Op*> unposted_;          // per-peer receive ops waiting to be posted
   std::vector<Straggler> stale_tags_;  // tags of failed connections, purged until `until`
@@ -514,6 +474,7 @@ class EngineCore final : private Door::Owner {
   MessageAnchor* anchor_ = new MessageAnchor{this};
   RpcClient rpc_client_{*this};
   RpcServer rpc_server_{*this};
+  Landings landings_{*this};
   // invalid()'s rate limits, by call site (file, line).
   std::map<std::pair<const char*, std::uint_least32_t>, RateLimit> invalid_limits_;
   std::size_t tx_inflight_ = 0;
@@ -559,6 +520,7 @@ class EngineCore final : private Door::Owner {
   friend class ::sluice::Message;
   friend class RpcClient;
   friend class RpcServer;
+  friend class Landings;
 };
 
 // The status code carried on the wire (absl codes fit in 16 bits).

@@ -212,11 +212,10 @@ void EngineCore::close_transport(Clock::time_point deadline) {
     op.slot.release();
     op.pending = Message();
   }
-  parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
+  landings_.close();
   for (auto& p : peers_) {
     if (!p) continue;
     p->rx.window.clear();
-    p->rx.frag = Message();
     p->ep = Endpoint();
   }
   // Whatever waits unmatched (a failed peer's late messages, a goodbye that crossed
@@ -334,7 +333,7 @@ const Stats& EngineCore::stats() {
   }));
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
-  stats_.counter("am.landings_waiting").set(parked_.size());
+  stats_.counter("am.landings_waiting").set(landings_.waiting());
   stats_.counter("am.unclaimed").set(unclaimed_.size());
   return stats_;
 }

@@ -35,7 +35,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
     case OpKind::kSendPayload: on_send_done(op, code); break;
     case OpKind::kCtrl: on_ctrl_done(op, code); break;
     case OpKind::kRx: on_rx(op, code, length, tag); break;
-    case OpKind::kRndvRx: on_rndv_done(op, code, length); break;
+    case OpKind::kRndvRx: landings_.on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
     case OpKind::kContactRx: on_contact_rx(op, code, length, tag); break;
   }
@@ -132,8 +132,7 @@ bool EngineCore::progress() {
   // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
   // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
   if (!unposted_.empty()) post_receives();
-  if (!parked_.empty() && recv_pool_->returns() != parked_at_returns_) [[unlikely]]
-    retry_landings();
+  landings_.retry(false);
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -163,7 +162,7 @@ bool EngineCore::progress() {
     // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
     if (!failed_eps_.empty()) drain_completions();
     if (!stale_tags_.empty()) purge_stragglers(now_);
-    if (!parked_.empty()) retry_landings();  // room may come from slots given back elsewhere
+    landings_.retry(true);  // room may come from slots given back elsewhere
   }
   probe::progress_end();
   return any;

@@ -12,6 +12,7 @@
 
 #include <sluice/engine.h>
 
+#include "am/landings.h"
 #include "am/op.h"
 #include "am/rpc_client.h"
 #include "am/rpc_server.h"
@@ -81,7 +82,6 @@ struct PeerData {
     std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
     std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 8> ctrl_buf{};
     std::array<bool, 8> ctrl_busy{};
-    std::deque<std::pair<std::uint64_t, std::string>> declines;  // DECLINEs to send: sequence, why
     bool credit_again = false;
     // Since when messages wait in `queue` for credits the peer holds (timers(): logged once
     // per such stretch when it lasts a heartbeat interval), and the credit stalls then.
@@ -101,11 +101,6 @@ struct PeerData {
     std::uint64_t key = 0;         // the id our HELLO gave it for its EAGER tags to us; 0: closed
     std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
     ReorderWindow<Incoming> window;
-    bool blocked = false;  // an ordered rendezvous is landing
-    Message frag;          // bounce mode: payload being reassembled
-    std::size_t frag_received = 0;
-    std::uint32_t landing = 0;  // exact receives posted for its payloads
-    std::uint32_t parked = 0;   // its payloads waiting for receive memory (parked_)
     // Since when every credit it has is held by a Message the application has not released
     // (timers(): logged once per such stretch when it lasts a heartbeat interval).
     Clock::time_point held_since{};
@@ -115,6 +110,8 @@ struct PeerData {
   // RPC both ways: our calls to it (RpcClient's), its calls to us (RpcServer's).
   CallsTo calls;
   RequestsFrom requests;
+  // Its large payloads arriving (Landings').
+  LandingsFrom landings;
 
   PeerTraffic traffic;
 

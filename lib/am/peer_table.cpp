@@ -85,7 +85,6 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
   p.tx.queued = 0;
-  p.tx.declines.clear();  // a revived peer's sequences are new: none of these is its
   drop_queue(p, p.tx.queue, status);
   rpc_client_.drop_waiting(p, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
@@ -99,9 +98,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
   complete_stuck_sends(p, status);
   p.rx.window.clear();
-  p.rx.frag = Message();
-  drop_parked(p);
-  p.rx.blocked = false;
+  landings_.peer_failed(p);
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : ops_) {
     if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
@@ -180,7 +177,7 @@ void EngineCore::count_drop(const char* what) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.link.close_pending || p.rx.unreleased != 0 || p.rx.landing != 0 ||
+  if (p.state != PeerState::kDead || p.link.close_pending || p.rx.unreleased != 0 || p.landings.landing() != 0 ||
       std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
@@ -362,7 +359,7 @@ void EngineCore::transfer_failed(PeerData& p, const std::string& why) {
   // and nothing more of the client is delivered meanwhile.
   bool lost = p.link.lost_at != Clock::time_point::max();  // closed already: its grace runs
   if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
-    p.rx.blocked = true;
+    landings_.hold(p);
     if (!lost) link_lost(p.id, why);
     return;
   }

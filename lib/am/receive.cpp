@@ -311,7 +311,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   m.s_.payload = std::span<std::byte>(d + h.user_header_len, inl);
   m.s_.borrowed = true;
   m.s_.lender = lender;
-  if (!p->rx.blocked && !early && p->rx.window.take_in_order(seq)) [[likely]] {
+  if (!p->landings.blocked() && !early && p->rx.window.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {
@@ -324,7 +324,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     // owned but the borrow).
     if (m.s_.anchor != nullptr && (!m.s_.request || m.s_.replied)) [[likely]]
       release_handled(*p, m);
-    if (!p->rx.blocked && p->rx.window.held() != 0) deliver(*p);
+    if (!p->landings.blocked() && p->rx.window.held() != 0) deliver(*p);
     if (p->link.bye_received) [[unlikely]]
       close_after_bye(*p);
     if (returned && p->has_waiting()) flush(*p);
@@ -354,7 +354,7 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
 }
 
 void EngineCore::deliver(PeerData& p) {
-  while (!p.rx.blocked && p.state == PeerState::kReady) {
+  while (!p.landings.blocked() && p.state == PeerState::kReady) {
     Incoming in;
     if (!p.rx.window.next(&in)) break;
     process(p, in.message, in.header);
@@ -365,14 +365,14 @@ void EngineCore::deliver(PeerData& p) {
 
 void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
   if (h.flags & wire::kFlagFrag) {
-    assemble_fragment(p, std::move(m), h);
+    landings_.assemble_fragment(p, std::move(m), h);
     return;
   }
   bool reply_into_buffer = (h.flags & wire::kFlagReply) && (h.flags & wire::kFlagReplyBuf);
   if ((h.flags & wire::kFlagRndv) && !reply_into_buffer) {
     bool ordered = true;
     if (m.s_.handler < kMaxHandlers && !m.s_.reply_flag) ordered = !handlers_[m.s_.handler].options.unordered;
-    start_rndv(p, std::move(m), h, ordered);
+    landings_.start_rndv(p, std::move(m), h, ordered);
     return;
   }
   finish_incoming(p, m);
