@@ -20,7 +20,7 @@ absl::Status to_status(Result r, std::string_view what) {
   std::string msg = std::string(what) + ": " + to_string(r);
   switch (r) {
     case Result::kOk: return absl::OkStatus();
-    case Result::kWouldBlock: return absl::ResourceExhaustedError(msg);
+    case Result::kWouldBlock:
     case Result::kExhausted: return absl::ResourceExhaustedError(msg);
     case Result::kInvalidArgument: return absl::InvalidArgumentError(msg);
     case Result::kUnavailable: return absl::UnavailableError(msg);
