@@ -66,7 +66,7 @@ class Server {
       }
       // Zero copy: the reply reads the block itself, kept alive until its send completes.
       Block block = it->second;
-      (void)m.reply({}, *block, [block](absl::Status) {});
+      (void)m.reply({}, *block, [block](const absl::Status&) {});
     }));
     SLUICE_ASSIGN_OR_RETURN(*port, engine.listen(address));
     return absl::OkStatus();
@@ -112,7 +112,7 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
     sluice::Result r = sluice::Result::kWouldBlock;
     engine.run_until([&] {
       r = (*peer)->call(kWrite, std::as_bytes(std::span(&h, 1)), written[static_cast<std::size_t>(i)], {},
-                        [&](absl::Status s, sluice::Message&) {
+                        [&](const absl::Status& s, sluice::Message&) {
                           errors += !s.ok();
                           --pending;
                         });
@@ -139,17 +139,18 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
     o.reply_buffer = buf;  // the block lands here, straight from the server's memory
     sluice::Result r = sluice::Result::kWouldBlock;
     engine.run_until([&] {
-      r = (*peer)->call(kRead, std::as_bytes(std::span(&h, 1)), {}, o, [&, i](absl::Status s, sluice::Message& reply) {
-        --pending;
-        if (!s.ok()) {
-          ++errors;
-          return;
-        }
-        if (reply.payload().size() != written[static_cast<std::size_t>(i)].size() ||
-            std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(), reply.payload().size()) !=
-                0)
-          ++bad;
-      });
+      r = (*peer)->call(kRead, std::as_bytes(std::span(&h, 1)), {}, o,
+                        [&, i](const absl::Status& s, sluice::Message& reply) {
+                          --pending;
+                          if (!s.ok()) {
+                            ++errors;
+                            return;
+                          }
+                          if (reply.payload().size() != written[static_cast<std::size_t>(i)].size() ||
+                              std::memcmp(reply.payload().data(), written[static_cast<std::size_t>(i)].data(),
+                                          reply.payload().size()) != 0)
+                            ++bad;
+                        });
       return r != sluice::Result::kWouldBlock;
     });
     if (r != sluice::Result::kOk) {

@@ -47,7 +47,7 @@ void usage(FILE* out) {
                "  sluice-info -c -f | less\n");
 }
 
-std::string md_escape(std::string s) {
+std::string md_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (c == '|') out += "\\|";

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -313,6 +314,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c) {
 std::vector<std::unique_ptr<Bootstrap>> make_in_process_group(int n) {
   auto g = std::make_shared<detail::Group>(n);
   std::vector<std::unique_ptr<Bootstrap>> out;
+  out.reserve(static_cast<std::size_t>(std::max(n, 0)));
   for (int r = 0; r < n; ++r) out.push_back(std::make_unique<detail::InProcessBootstrap>(g, r));
   return out;
 }

@@ -107,6 +107,7 @@ template <typename E, typename S>
 Field enum_var(const char* name, const char* comp, const char* def, const char* doc, E S::*field,
                std::vector<std::pair<const char*, E>> values) {
   std::vector<std::string> names;
+  names.reserve(values.size());
   for (auto& [n, v] : values) names.emplace_back(n);
   return {name,
           comp,

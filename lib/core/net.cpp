@@ -123,7 +123,7 @@ std::string proc_address(const std::string& hex) {
   }
   if (addr.size() == 32) {
     in6_addr a{};
-    for (int w = 0; w < 4; ++w) {
+    for (std::size_t w = 0; w < 4; ++w) {
       auto word = static_cast<std::uint32_t>(std::strtoul(addr.substr(8 * w, 8).c_str(), nullptr, 16));
       std::memcpy(a.s6_addr + 4 * w, &word, 4);
     }

@@ -14,7 +14,9 @@ struct Rounds {
   std::uint64_t n = 0, n_end = 0;
   ~Rounds() {
     if (n == 0) return;
-    auto mean = [](std::uint64_t s, std::uint64_t k) { return k ? static_cast<double>(s) / k : 0.0; };
+    auto mean = [](std::uint64_t s, std::uint64_t k) {
+      return k ? static_cast<double>(s) / static_cast<double>(k) : 0.0;
+    };
     std::fprintf(stderr,
                  "sluice probes: %lu rounds: callback->taken %.1f taken->handler %.1f handler->send %.1f "
                  "total %.1f cycles | %lu with progress end: handler->end %.1f end->send %.1f\n",

@@ -133,14 +133,26 @@ class Door {
   Read read_frame(Conn& c, std::string* why);
   bool flush(Conn& c);
   void watch(int fd, std::uint64_t tag, std::uint32_t events, bool add);
-  // Server side: one frame of a client.
+  // Whether we have a key to prove and check (authentication optional or required).
+  bool auth_on() const { return options_.auth != door::AuthMode::kOff && options_.key != nullptr; }
+  // Server side (serve.cpp): one frame of a client, by the step it is in.
   void serve_frame(Conn& c);
-  // Client side: the dial's next step.
-  void dial_frame(Conn& c);
-  void dial_connected(Conn& c);
+  void serve_hello(Conn& c);
+  void serve_proof(Conn& c);
+  // The client's proof checked: whether it is authenticated, or nullopt when it was refused.
+  std::optional<bool> check_proof(Conn& c, const door::Credentials& cred);
+  void send_accept(Conn& c, const Admitted& admitted);
   void refuse(Conn& c, absl::StatusCode code, const std::string& reason);
+  void refuse_malformed(Conn& c, const std::string& what);
   // Server: a client's REFUSE instead of its proof (it gave up on our SERVER_HELLO).
-  void client_refused(Conn& c, std::span<const std::byte> body, bool auth_on);
+  void client_refused(Conn& c);
+  // Client side (dial.cpp): the dial's next step.
+  void dial_connected(Conn& c);
+  void dial_frame(Conn& c);
+  void dial_server_hello(Conn& c);
+  void dial_answer(Conn& c);
+  void dial_malformed(Conn& c, door::Parse p);
+  void dial_denied(Conn& c, const std::string& why);
   void drop(std::uint64_t id);
   void end_dial(absl::StatusOr<Dialed> result);
   std::string dial_limit_;  // what the current dial's deadline is called

@@ -1,6 +1,7 @@
 // The fake transport: transport.h implemented by an in-process fabric (fake.h says how it
-// behaves). Tests only; one recursive lock guards the fabric (callbacks re-post receives).
+// behaves; fake_fabric.h holds its state). Tests only.
 #include "transport/fake.h"
+#include "transport/fake_fabric.h"
 #include "transport/stream.h"
 
 #include <sys/eventfd.h>
@@ -9,259 +10,26 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
-#include <deque>
-#include <list>
-#include <map>
 #include <vector>
 
 #include <absl/strings/str_format.h>
 
 namespace sluice::detail {
-namespace {
 
-struct FakeWorker;
-
-struct FakeEp {
-  FakeWorker* local;
-  int remote;
-  Endpoint::ErrorCallback on_error;
-  void* arg;
-  bool failed = false;
-};
-
-struct Msg {
-  int from, to;
-  Tag tag;
-  std::vector<std::byte> bytes;
-  TransportOp* send_op = nullptr;  // a send of more than kEagerMax bytes, done when taken
-};
-using MsgPtr = std::unique_ptr<Msg>;
-
-struct PostedRecv {
-  TransportOp* op;
-  void* buf;
-  std::size_t len;
-  Tag tag, mask;
-};
-
-struct Completion {
-  TransportOp* op;
-  absl::StatusCode code;
-};
-
-struct FakeWorker {
-  int id = 0;
-  int efd = -1;
-  std::deque<MsgPtr> inbox;       // arrived, not yet seen by progress()
-  std::deque<MsgPtr> unexpected;  // seen, no receive took it
-  std::list<PostedRecv> posted;
-  std::deque<Completion> completions;  // sends, reported by progress()
-  std::deque<FakeEp*> errors;          // endpoints whose failure progress() reports
-  std::vector<FakeEp*> eps;
-};
-
-struct Rule {
-  std::function<bool(const fake::Packet&)> match;
-  fake::Action action;
-  int left;
-};
-
-struct FabricState {
-  std::recursive_mutex mu;
-  std::map<int, FakeWorker*> workers;
-  int next_id = 0;
-  std::vector<Rule> rules;
-  std::deque<MsgPtr> held;
-  std::vector<Msg*> pending;  // messages whose send_op waits for the receiver
-  std::uint64_t sent = 0, acted = 0;
-};
-
-FabricState& fabric() {
-  static auto* f = new FabricState();  // never destroyed: workers may outlive static teardown
-  return *f;
-}
-
-bool matches(Tag tag, Tag want, Tag mask) { return ((tag ^ want) & mask) == 0; }
-
-void wake(FakeWorker* w) {
-  std::uint64_t one = 1;
-  (void)!::write(w->efd, &one, sizeof(one));
-}
-
-// The message is leaving the fabric (taken, dropped with its link): its send is done.
-void finish_send(FabricState& f, Msg& m, absl::StatusCode code) {
-  if (m.send_op == nullptr) return;
-  std::erase(f.pending, &m);
-  auto it = f.workers.find(m.from);
-  if (it != f.workers.end()) {
-    it->second->completions.push_back({m.send_op, code});
-    wake(it->second);
-  }
-  m.send_op->request = nullptr;
-  m.send_op = nullptr;
-}
-
-void arrive(FabricState& f, MsgPtr m) {
-  auto it = f.workers.find(m->to);
-  if (it == f.workers.end()) {
-    finish_send(f, *m, absl::StatusCode::kUnavailable);
-    return;
-  }
-  it->second->inbox.push_back(std::move(m));
-  wake(it->second);
-}
-
-// Copies a message into a receive and completes it (the callback runs now).
-void take(FabricState& f, MsgPtr m, TransportOp* op, void* buf, std::size_t len) {
-  absl::StatusCode code = absl::StatusCode::kOk;
-  std::size_t n = m->bytes.size();
-  if (n > len) {
-    code = absl::StatusCode::kOutOfRange;  // UCX: message truncated
-    n = 0;
-  } else if (n != 0) {
-    std::memcpy(buf, m->bytes.data(), n);
-  }
-  Tag tag = m->tag;
-  finish_send(f, *m, absl::StatusCode::kOk);
-  op->request = nullptr;
-  op->on_complete(op, code, n, code == absl::StatusCode::kOk ? tag : 0);
-}
-
-void fail_between(FabricState& f, int a, int b) {
-  auto on_link = [&](const Msg& m) { return (m.from == a && m.to == b) || (m.from == b && m.to == a); };
-  for (int side : {a, b}) {
-    auto it = f.workers.find(side);
-    if (it == f.workers.end()) continue;
-    FakeWorker* w = it->second;
-    for (FakeEp* ep : w->eps) {
-      if (ep->remote == (side == a ? b : a) && !ep->failed) {
-        ep->failed = true;
-        w->errors.push_back(ep);
-        wake(w);
-      }
-    }
-    // Large payloads that had not been taken never arrive.
-    for (auto* q : {&w->inbox, &w->unexpected}) {
-      for (auto m = q->begin(); m != q->end();) {
-        if (on_link(**m) && (*m)->send_op != nullptr) {
-          finish_send(f, **m, absl::StatusCode::kUnavailable);
-          m = q->erase(m);
-        } else {
-          ++m;
-        }
-      }
-    }
-  }
-  for (auto m = f.held.begin(); m != f.held.end();) {
-    if (on_link(**m)) {
-      finish_send(f, **m, absl::StatusCode::kUnavailable);
-      m = f.held.erase(m);
-    } else {
-      ++m;
-    }
-  }
-}
-
-// A send on `ep`: the rules act, then the message arrives (or is held behind one of its tag).
-PostResult send(FakeEp* ep, TransportOp* op, const void* buf, std::size_t len, Tag tag) {
-  FabricState& f = fabric();
-  std::lock_guard lock(f.mu);
-  if (ep->failed) return {Post::kError, absl::StatusCode::kUnavailable};
-  auto m = std::make_unique<Msg>();
-  m->from = ep->local->id;
-  m->to = ep->remote;
-  m->tag = tag;
-  m->bytes.assign(static_cast<const std::byte*>(buf), static_cast<const std::byte*>(buf) + len);
-  ++f.sent;
-  fake::Action action = fake::Action::kHold;
-  bool acted = false;
-  fake::Packet packet{m->from, m->to, tag, m->bytes};
-  for (Rule& r : f.rules) {
-    // Only an immediate send can be refused: a posted one waits in UCX instead.
-    if (r.action == fake::Action::kRefuse && op != nullptr) continue;
-    if (r.left > 0 && r.match(packet)) {
-      --r.left;
-      action = r.action;
-      acted = true;
-      ++f.acted;
-      break;
-    }
-  }
-  if (acted && action == fake::Action::kRefuse) return {Post::kError, absl::StatusCode::kResourceExhausted};
-  if (acted && action == fake::Action::kFailLink) {
-    fail_between(f, m->from, m->to);
-    return {Post::kError, absl::StatusCode::kUnavailable};
-  }
-  if (acted && action == fake::Action::kDrop) return {Post::kDone};
-  bool large = len > fake::kEagerMax && op != nullptr;
-  if (large) {
-    m->send_op = op;
-    op->request = m.get();
-    f.pending.push_back(m.get());
-  }
-  if (acted && action == fake::Action::kDuplicate) {
-    auto copy = std::make_unique<Msg>(*m);
-    copy->send_op = nullptr;
-    arrive(f, std::move(copy));
-  }
-  bool behind = std::any_of(f.held.begin(), f.held.end(),
-                            [&](const MsgPtr& h) { return h->from == m->from && h->to == m->to && h->tag == m->tag; });
-  if ((acted && action == fake::Action::kHold) || behind) f.held.push_back(std::move(m));
-  else arrive(f, std::move(m));
-  return {large ? Post::kPending : Post::kDone};
-}
-
-FakeWorker* worker_of(void* p) { return static_cast<FakeWorker*>(p); }
-
-}  // namespace
-
-// ---- controls ------------------------------------------------------------------------------
-
-namespace fake {
-
-void Fabric::on_send(std::function<bool(const Packet&)> match, Action action, int count) {
-  FabricState& f = fabric();
-  std::lock_guard lock(f.mu);
-  f.rules.push_back({std::move(match), action, count});
-}
-
-std::size_t Fabric::release_held() {
-  FabricState& f = fabric();
-  std::lock_guard lock(f.mu);
-  std::size_t n = f.held.size();
-  while (!f.held.empty()) {
-    MsgPtr m = std::move(f.held.front());
-    f.held.pop_front();
-    arrive(f, std::move(m));
-  }
-  return n;
-}
-
-std::size_t Fabric::held() {
-  std::lock_guard lock(fabric().mu);
-  return fabric().held.size();
-}
-
-std::uint64_t Fabric::sent() {
-  std::lock_guard lock(fabric().mu);
-  return fabric().sent;
-}
-
-std::uint64_t Fabric::acted() {
-  std::lock_guard lock(fabric().mu);
-  return fabric().acted;
-}
-
-void Fabric::reset() {
-  release_held();
-  FabricState& f = fabric();
-  std::lock_guard lock(f.mu);
-  f.rules.clear();
-  f.sent = f.acted = 0;
-}
-
-}  // namespace fake
+using fake::Completion;
+using fake::fabric;
+using fake::FabricState;
+using fake::fail_between;
+using fake::FakeEp;
+using fake::FakeWorker;
+using fake::finish_send;
+using fake::matches;
+using fake::Msg;
+using fake::MsgPtr;
+using fake::PostedRecv;
+using fake::take;
+using fake::wake;
+using fake::worker_of;
 
 // ---- context and memory ----------------------------------------------------------------
 
@@ -309,12 +77,12 @@ Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
 Endpoint::~Endpoint() { (void)start_close(true); }
 
 PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void*) const {
-  return send(static_cast<FakeEp*>(ep_), op, buf, len, tag);
+  return fake::send(static_cast<FakeEp*>(ep_), op, buf, len, tag);
 }
 
 PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
   if (len > fake::kEagerMax) return {Post::kError, absl::StatusCode::kResourceExhausted};
-  return send(static_cast<FakeEp*>(ep_), nullptr, buf, len, tag);
+  return fake::send(static_cast<FakeEp*>(ep_), nullptr, buf, len, tag);
 }
 
 std::string Endpoint::transports() const { return ep_ != nullptr ? "fake" : ""; }

@@ -16,12 +16,10 @@
 namespace sluice::detail {
 
 namespace {
-constexpr std::size_t kAheadSize = 64 * 1024;
+constexpr std::size_t kAheadSize = std::size_t{64} * 1024;
 // What a held message counts against the unexpected bound at least: its record and the heap
 // block beside it, so that a flood of empty messages or announcements is bounded too.
 constexpr std::size_t kHeldMin = 256;
-// How much one readiness event reads before others get their turn.
-constexpr std::size_t kReadBudget = 4 << 20;
 
 bool matches(Tag have, Tag want, Tag mask) { return ((have ^ want) & mask) == 0; }
 // What a held message counts against the unexpected bound: its bytes, or an announcement's cost.

@@ -24,8 +24,8 @@ const char* to_string(Suite s) {
 }
 
 bool aes_available() {
-  static const bool ok = sodium_init() >= 0 && crypto_aead_aes256gcm_is_available() != 0;
-  return ok;
+  static const bool kAvailable = sodium_init() >= 0 && crypto_aead_aes256gcm_is_available() != 0;
+  return kAvailable;
 }
 
 namespace {

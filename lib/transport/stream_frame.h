@@ -24,7 +24,7 @@ inline constexpr std::size_t kHeaderSize = 24;
 inline constexpr std::size_t kMacSize = 16;
 // The largest body sealed as one piece: a receiver checks and decrypts a DATA body piece by
 // piece, in the landing, as it arrives.
-inline constexpr std::size_t kSealChunk = 64 * 1024;
+inline constexpr std::size_t kSealChunk = std::size_t{64} * 1024;
 
 enum class Kind : std::uint8_t { kEager = 1, kRts = 2, kCts = 3, kData = 4 };
 

@@ -15,7 +15,7 @@ namespace sluice::detail {
 
 namespace {
 // Sealed bytes buffered for the socket at most (frames are sealed as it takes them).
-constexpr std::size_t kSealedCap = 256 * 1024;
+constexpr std::size_t kSealedCap = std::size_t{256} * 1024;
 constexpr int kMaxIov = 64;
 
 ssize_t send_iov(int fd, iovec* iov, int n) {
@@ -123,7 +123,7 @@ PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
 
 bool StreamConn::hold_frame(const std::byte* header, const void* payload, std::size_t len) {
   // Small frames only (a copy each), behind nothing queued, and not beyond a bound.
-  constexpr std::size_t kHoldFrameMax = 1024, kOutMax = 256 * 1024;
+  constexpr std::size_t kHoldFrameMax = 1024, kOutMax = std::size_t{256} * 1024;
   if (!hub_->holding() || !tx_.empty() || len > kHoldFrameMax || out_.size() > kOutMax) return false;
   if (out_off_ == out_.size()) {
     out_.clear();

@@ -60,7 +60,7 @@ class StreamHub;
 struct StreamOptions {
   std::string name;                                   // in logs: "client 10.0.0.7:40312"
   std::size_t eager_max = 8192;                       // sends up to this go at once; larger ones wait for the receiver
-  std::size_t frame_max = 64 * 1024;                  // the largest eager frame accepted from the peer
+  std::size_t frame_max = std::size_t{64} * 1024;     // the largest eager frame accepted from the peer
   std::size_t unexpected_max = std::size_t{1} << 20;  // bytes held for no posted receive; beyond: the peer fails
   Tag tag_mask = 0, tag_value = 0;                    // every tag the peer sends has these bits; else it fails
   std::uint8_t suite = 0;                             // stream::Suite: 0 plain, else encrypted both ways
@@ -103,7 +103,7 @@ class MemoryRegistration {
   MemoryRegistration() = default;
   MemoryRegistration(MemoryRegistration&& other) noexcept;
   MemoryRegistration& operator=(MemoryRegistration&& other) noexcept;
-  ~MemoryRegistration();
+  ~MemoryRegistration();  // NOLINT(performance-trivially-destructible): ucx.cpp's unmaps; fake.cpp's is empty
   void* handle() const { return memh_; }  // ucp_mem_h
 
  private:

@@ -71,7 +71,8 @@ PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
 // and UCX still returns that request: keeping it would leave the op holding a freed request
 // (later cancelled, or taken for a posted receive). The op is marked before the call; the
 // callback clears the mark.
-void* const kPosting = reinterpret_cast<void*>(std::uintptr_t{1});
+void* const kPosting =
+    reinterpret_cast<void*>(std::uintptr_t{1});  // NOLINT(performance-no-int-to-ptr): a mark, never dereferenced
 
 // Parameters of every receive: completion through recv_trampoline, never in place; the op
 // marked as being posted.

@@ -14,7 +14,7 @@ NOT_SOCKETS = {
     ("lib/door/auth.cpp", "::write(fd, hex"): "the new key file",
     ("lib/am/live_stats.cpp", "::write(fd_,"): "the stats file or stderr",
     ("lib/core/fault.cpp", "write(STDERR_FILENO"): "stderr",
-    ("lib/transport/fake.cpp", "::write(w->efd"): "an eventfd",
+    ("lib/transport/fake_fabric.cpp", "::write(w->efd"): "an eventfd",
     ("apps/sluice-run/main.cpp", "::write(fd, s.data()"): "the launcher's stdout/stderr and token pipes",
     ("perf/bench.h", "Figures write(Engine& e"): "not a system call: sluice-perf's write test",
 }

@@ -1,0 +1,68 @@
+// The front door's connections in handshake (internal to lib/door): what door.cpp (events,
+// reading and writing frames, links), serve.cpp (the server side) and dial.cpp (the client
+// side) share.
+#pragma once
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "door/door.h"
+
+namespace sluice::detail {
+
+// epoll data: what an event is about, in the top two bits.
+inline constexpr std::uint64_t kListenTag = 1ull << 62;
+inline constexpr std::uint64_t kConnTag = 2ull << 62;
+inline constexpr std::uint64_t kLinkTag = 3ull << 62;
+inline constexpr std::uint64_t kTagMask = 3ull << 62;
+
+inline void no_delay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// A REFUSE's code as a status code (anything unknown is kUnknown).
+inline absl::StatusCode code_from_refuse(std::uint16_t v) {
+  return v == 0 || v > 16 ? absl::StatusCode::kUnknown : static_cast<absl::StatusCode>(v);
+}
+
+// A connection in its pre-handshake, on either side.
+struct Door::Conn {
+  enum class Step : std::uint8_t {
+    kConnecting,       // client: TCP connect in progress
+    kWantClientHello,  // server
+    kWantClientProof,  // server
+    kWantServerHello,  // client
+    kWantAnswer,       // client: ACCEPT or REFUSE
+    kClosing,          // server: ACCEPT or REFUSE being written, then link or close
+  };
+  std::uint64_t id = 0;
+  int fd = -1;
+  bool client = false;
+  Step step = Step::kWantClientHello;
+  Clock::time_point deadline{};
+  std::string name;  // the other side's address
+  std::vector<std::byte> in;
+  door::FrameHeader header;
+  bool have_header = false;
+  std::vector<std::byte> out;
+  std::size_t out_off = 0;
+  bool want_out = false;  // EPOLLOUT is watched
+  door::Nonce client_nonce{}, server_nonce{};
+  std::uint32_t our_slot = 0;          // client: ours, sent in the proof
+  std::uint32_t link_slot = 0;         // server, kClosing: the slot whose link this becomes
+  bool becomes_link = false;           // server, kClosing after ACCEPT
+  door::Link link = door::Link::kUcx;  // server, after ACCEPT: a stream goes to the owner
+  bool peer_authenticated = false;
+  door::AuthMode server_mode = door::AuthMode::kOff;  // client: what the server asked for
+
+  // The body of the frame just read.
+  std::span<const std::byte> body() const { return {in.data() + door::kFrameHeaderSize, header.body_len}; }
+};
+
+}  // namespace sluice::detail

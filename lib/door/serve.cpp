@@ -1,0 +1,245 @@
+// The front door's server side: listening, accepting, and a client's pre-handshake up to its
+// ACCEPT or REFUSE.
+#include <arpa/inet.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <absl/strings/str_format.h>
+
+#include "core/log.h"
+#include "core/net.h"
+#include "door/conn.h"
+
+namespace sluice::detail {
+
+using door::AuthMode;
+using door::Kind;
+using door::ProofOf;
+
+namespace {
+
+std::string endpoint_name(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
+    port = ntohs(s->sin_port);
+    return absl::StrFormat("%s:%d", host, port);
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
+    port = ntohs(s->sin6_port);
+  }
+  return absl::StrFormat("[%s]:%d", host, port);
+}
+
+}  // namespace
+
+absl::StatusOr<int> Door::listen(const std::string& host, int port) {
+  if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
+  if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
+  SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port));
+  listen_fd_ = l.fd;
+  watch(l.fd, kListenTag, EPOLLIN, true);
+  return l.port;
+}
+
+void Door::accept_all(Clock::time_point now) {
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      // Out of descriptors or memory: stop accepting for a moment instead of spinning on a
+      // listener that stays readable.
+      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "cannot accept a connection: %s; accepting again in 100 ms",
+                              std::strerror(errno));
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      listen_paused_ = true;
+      listen_resume_ = now + std::chrono::milliseconds(100);
+      update_deadline();
+      return;
+    }
+    // At the bound of connections in handshake, the oldest makes room: a client that
+    // completes its handshake promptly gets through however many idle ones an attacker opens.
+    while (conns_.size() - (dial_ != 0 ? 1 : 0) >= options_.max_pending && !accept_order_.empty()) {
+      std::uint64_t oldest = accept_order_.front();
+      accept_order_.pop_front();
+      if (!conns_.contains(oldest)) continue;
+      c_.evicted->add();
+      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s closed: %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
+                              conns_.at(oldest)->name, options_.max_pending);
+      drop(oldest);
+    }
+    no_delay(fd);
+    auto c = std::make_unique<Conn>();
+    c->id = next_id_++;
+    c->fd = fd;
+    c->step = Conn::Step::kWantClientHello;
+    c->deadline = options_.handshake_timeout == kInfinite ? Clock::time_point::max() : now + options_.handshake_timeout;
+    c->name = endpoint_name(ss);
+    watch(fd, kConnTag | c->id, EPOLLIN, true);
+    accept_order_.push_back(c->id);
+    next_deadline_ = std::min(next_deadline_, c->deadline);
+    conns_.emplace(c->id, std::move(c));
+  }
+}
+
+void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {
+  door::Refuse r{static_cast<std::uint16_t>(code), reason};
+  c.out.clear();
+  c.out_off = 0;
+  door::encode(r, &c.out);
+  c.step = Conn::Step::kClosing;
+  c.becomes_link = false;
+  // Best effort: a client that left gets nothing; one that is there gets the reason.
+  if (!flush(c) || c.out.empty()) drop(c.id);
+  else watch(c.fd, kConnTag | c.id, EPOLLOUT, false);  // what it sends now is not read
+}
+
+void Door::refuse_malformed(Conn& c, const std::string& what) {
+  c_.bad_frames->add();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: %s; closed", c.name, what);
+  refuse(c, absl::StatusCode::kInvalidArgument, what);
+}
+
+void Door::serve_frame(Conn& c) {
+  if (c.step == Conn::Step::kWantClientHello) serve_hello(c);
+  else serve_proof(c);  // kWantClientProof
+}
+
+void Door::serve_hello(Conn& c) {
+  door::ClientHello hello;
+  if (c.header.kind != Kind::kClientHello)
+    return refuse_malformed(c, absl::StrFormat("a %s frame first", door::to_string(c.header.kind)));
+  if (door::Parse p = door::decode(c.body(), &hello); p != door::Parse::kOk)
+    return refuse_malformed(c, absl::StrFormat("malformed client hello: %s", door::to_string(p)));
+  c.client_nonce = hello.nonce;
+  c.server_nonce = door::random_nonce();
+  door::ServerHello answer;
+  answer.nonce = c.server_nonce;
+  answer.mode = auth_on() ? options_.auth : AuthMode::kOff;
+  if (auth_on()) {
+    answer.has_proof = true;
+    answer.proof = options_.key->prove(ProofOf::kServerHello, c.client_nonce, c.server_nonce);
+  }
+  door::encode(answer, &c.out);
+  c.step = Conn::Step::kWantClientProof;
+  if (!flush(c)) drop(c.id);
+}
+
+void Door::serve_proof(Conn& c) {
+  door::Credentials cred;
+  if (c.header.kind == Kind::kRefuse) return client_refused(c);
+  if (c.header.kind != Kind::kClientProof)
+    return refuse_malformed(c, absl::StrFormat("a %s frame instead of its proof", door::to_string(c.header.kind)));
+  if (door::Parse p = door::decode(c.body(), &cred); p != door::Parse::kOk)
+    return refuse_malformed(c, absl::StrFormat("malformed client proof: %s", door::to_string(p)));
+  std::optional<bool> authenticated = check_proof(c, cred);
+  if (!authenticated) return;  // refused
+  Admission a{c.name, cred.slot, cred.address, *authenticated, cred.link, std::nullopt};
+  if (*authenticated) a.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
+  absl::StatusOr<Admitted> admitted = owner_->admit(a);
+  if (!admitted.ok()) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s not admitted: %s", c.name, admitted.status().message());
+    return refuse(c, admitted.status().code(), std::string(admitted.status().message()));
+  }
+  c_.accepted->add();
+  send_accept(c, *admitted);
+}
+
+std::optional<bool> Door::check_proof(Conn& c, const door::Credentials& cred) {
+  if (!auth_on()) return false;
+  if (cred.has_proof) {
+    if (options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot, cred.address,
+                             cred.link))
+      return true;
+    c_.refused_auth->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door",
+                            "client %s refused: its proof does not match our key "
+                            "(SLUICE_AUTH_KEY_FILE differs, or a replayed handshake)",
+                            c.name);
+    refuse(c, absl::StatusCode::kPermissionDenied,
+           "authentication failed: the client's key is not the server's (SLUICE_AUTH_KEY_FILE)");
+    return std::nullopt;
+  }
+  if (options_.auth != AuthMode::kRequired) return false;
+  c_.refused_auth->add();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s refused: no proof of the key (SLUICE_AUTH=required)", c.name);
+  refuse(c, absl::StatusCode::kPermissionDenied,
+         "authentication required: set SLUICE_AUTH_KEY_FILE to the server's key file");
+  return std::nullopt;
+}
+
+void Door::send_accept(Conn& c, const Admitted& admitted) {
+  door::Credentials ours;
+  ours.slot = admitted.slot;
+  ours.address = options_.worker_address;
+  ours.link = static_cast<std::uint8_t>(admitted.link);
+  if (auth_on()) {
+    ours.has_proof = true;
+    ours.proof =
+        options_.key->prove(ProofOf::kAccept, c.client_nonce, c.server_nonce, ours.slot, ours.address, ours.link);
+  }
+  door::encode(Kind::kAccept, ours, &c.out);
+  c.step = Conn::Step::kClosing;
+  c.becomes_link = true;
+  c.link_slot = admitted.slot;
+  c.link = admitted.link;
+  if (!flush(c)) {
+    std::uint32_t s = c.link_slot;
+    drop(c.id);
+    owner_->link_lost(s, "closed its connection before our accept");
+    return;
+  }
+  if (c.out.empty()) to_link(c, c.link_slot);
+  else watch(c.fd, kConnTag | c.id, EPOLLOUT, false);
+}
+
+void Door::client_refused(Conn& c) {
+  door::Refuse r;
+  if (door::Parse p = door::decode(c.body(), &r); p != door::Parse::kOk) {
+    c_.bad_frames->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: malformed refuse: %s; closed", c.name, door::to_string(p));
+    return drop(c.id);
+  }
+  // The client's own text is not logged: only what its code means here.
+  std::uint64_t suppressed = 0;
+  if (r.code == static_cast<std::uint16_t>(absl::StatusCode::kPermissionDenied)) {
+    c_.refused_auth->add();
+    if (log_enabled(LogLevel::kWarn) && refused_log_.allow(&suppressed)) {
+      log_write(LogLevel::kWarn, "door",
+                absl::StrFormat("client %s refused us: %s (door.refused_auth)%s", c.name,
+                                auth_on() ? "our proof does not match its key (SLUICE_AUTH_KEY_FILE differs)"
+                                          : "it requires authentication (SLUICE_AUTH=required) and we have no key",
+                                suppressed ? absl::StrFormat(" (%u similar lines suppressed)", suppressed) : ""));
+    }
+  } else {
+    c_.closed_early->add();
+    SLUICE_LOG_RATE_LIMITED(kInfo, "door", "client %s gave up during the handshake (%s)", c.name,
+                            absl::StatusCodeToString(code_from_refuse(r.code)));
+  }
+  drop(c.id);
+}
+
+void Door::to_link(Conn& c, std::uint32_t slot) {
+  int fd = c.fd;
+  door::Link link = c.link;
+  c.fd = -1;
+  conns_.erase(c.id);
+  if (link == door::Link::kUcx) {
+    add_link(slot, fd);
+    return;
+  }
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  owner_->link_ready(slot, fd);
+}
+
+}  // namespace sluice::detail
