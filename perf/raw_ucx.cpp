@@ -39,7 +39,7 @@ struct RawProbe {
   }
   ~RawProbe() {
     if (n != 0)
-      std::fprintf(stderr, "raw probes: callback->send %.1f cycles over %lu rounds\n", double(sum) / n,
+      std::fprintf(stderr, "raw probes: callback->send %.1f cycles over %lu rounds\n", double(sum) / double(n),
                    (unsigned long)n);
   }
 } raw_probe;

@@ -102,7 +102,7 @@ std::vector<Row> measure(const Options& o, int sides, const std::function<Figure
   Progress progress;
   for (const auto& name : o.tests) {
     const Test& t = *find_test(name);  // parse() checked the names
-    for (std::size_t size : o.sizes.empty() ? std::vector<std::size_t>(t.sizes) : o.sizes) {
+    for (std::size_t size : o.sizes.empty() ? std::vector<std::size_t>(t.sizes.begin(), t.sizes.end()) : o.sizes) {
       Row row = plan(o, t, size);
       if (sides < t.min_sides) {
         row.note = "skipped: needs " + std::to_string(t.min_sides) +

@@ -12,6 +12,12 @@ namespace {
 
 constexpr std::size_t kKi = 1024, kMi = kKi * 1024, kGi = kMi * 1024;
 
+// Sizes without -s of the tests that move large payloads, and of fanin.
+constexpr std::size_t kLargeSizes[] = {64 * kKi, kMi};
+constexpr std::size_t kBulkSizes[] = {64 * kKi, kMi, 16 * kMi};
+constexpr std::size_t kFaninSizes[] = {1024};
+constexpr std::size_t kRpcLatSizes[] = {0, 8};  // an empty request and reply, and 8-byte bodies
+
 // The window of the tests -W applies to, without it (bulk_bw's is 16).
 constexpr int kWindow = 64;
 
@@ -49,7 +55,7 @@ const Test kTests[] = {
      .measures = "round trip of a call",
      .sides = "0 calls with SIZE bytes; 1 replies with the request's payload",
      .by_default = true,
-     .sizes = {0, 8},  // an empty request and reply, and 8-byte bodies
+     .sizes = kRpcLatSizes,
      .run = &Bench::rpc_lat,
      .raw = &RawUcx::run_rpc_lat},
     {.name = "rpc_rate",
@@ -65,14 +71,14 @@ const Test kTests[] = {
      .mode = Mode::kLatency,
      .measures = "round trip of a storage read",
      .sides = "0 asks for SIZE bytes in an 8-byte request; 1 replies from its block",
-     .sizes = {64 * kKi, kMi},
+     .sizes = kLargeSizes,
      .run = &Bench::read,
      .raw = &RawUcx::run_read},
     {.name = "write",
      .mode = Mode::kLatency,
      .measures = "round trip of a storage write",
      .sides = "0 sends SIZE bytes into 1's sink; 1 replies 8 bytes",
-     .sizes = {64 * kKi, kMi},
+     .sizes = kLargeSizes,
      .run = &Bench::write,
      .raw = &RawUcx::run_write},
     {.name = "bulk_bw",
@@ -82,7 +88,7 @@ const Test kTests[] = {
      .by_default = true,
      .window = 16,
      .takes_window = true,
-     .sizes = {64 * kKi, kMi, 16 * kMi},
+     .sizes = kBulkSizes,
      .bytes_per_rep = 2 * kGi,
      .run = &Bench::bulk_bw,
      .raw = &RawUcx::run_stream},
@@ -102,7 +108,7 @@ const Test kTests[] = {
      .baseline = Baseline::kBudget,
      .window = kWindow,  // raw UCX's senders' (Sluice's are held by their credits)
      .takes_window = true,
-     .sizes = {1024},
+     .sizes = kFaninSizes,
      .driver_holds = true,
      .run = &Bench::fanin,
      .raw = &RawUcx::run_fanin,

@@ -41,6 +41,9 @@ enum class Baseline {
   kBudget,       // the receive budget; with --baseline ucx, raw UCX's run is reported beside
 };
 
+// Sizes without -s: the small-message tests' (a static array: a table entry's sizes outlive it).
+inline constexpr std::size_t kSmallSizes[] = {8};
+
 // One test. Fields left out of an entry take the defaults below.
 struct Test {
   const char* name;
@@ -53,7 +56,7 @@ struct Test {
   // Operations in flight: `window` unless -W applies (`takes_window`) and is given.
   int window = 1;
   bool takes_window = false;
-  std::initializer_list<std::size_t> sizes = {8};      // without -s
+  std::span<const std::size_t> sizes = kSmallSizes;    // without -s
   int iters = 20000;                                   // without -n, at most (fewer for large sizes)
   std::size_t bytes_per_rep = std::size_t{256} << 20;  // -n's default moves about this much per repetition
   bool until_done = false;    // the answering sides serve until the driver says the test is over

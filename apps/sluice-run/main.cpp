@@ -235,6 +235,7 @@ void set_rank_env(const Job& job, int r) {
     set_rank_env(job, r);
   }
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
@@ -383,6 +384,7 @@ void supervise(Job& job) {
 
 void print_stats(const Job& job) {
   std::vector<bool> here;
+  here.reserve(static_cast<std::size_t>(job.o.n));
   for (int r = 0; r < job.o.n; ++r) here.push_back(!job.remote(r));
   job.stats->print(stderr, here);
 }

@@ -42,9 +42,9 @@
 #include <numeric>
 #include <vector>
 
-#ifndef IORING_SEND_ZC_REPORT_USAGE  // liburing 2.3 predates them
-#define IORING_SEND_ZC_REPORT_USAGE (1U << 3)
-#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)
+#ifndef IORING_SEND_ZC_REPORT_USAGE              // liburing 2.3 predates them (the kernel's names)
+#define IORING_SEND_ZC_REPORT_USAGE (1U << 3)    // NOLINT(readability-identifier-naming)
+#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)  // NOLINT(readability-identifier-naming)
 #endif
 
 namespace {
@@ -59,7 +59,8 @@ struct Frame {  // a small message: header + 8-byte payload
 };
 static_assert(sizeof(Hdr) == 24 && sizeof(Frame) == 32);
 
-constexpr std::size_t kReadAhead = 64 * 1024, kBulk = 1 << 20, kBulkFrame = sizeof(Hdr) + kBulk;
+constexpr std::size_t kReadAhead = std::size_t{64} * 1024, kBulk = std::size_t{1} << 20,
+                      kBulkFrame = sizeof(Hdr) + kBulk;
 constexpr long kLatN = 20000, kRateN = 300000, kBulkN = 1024;
 constexpr int kRateWindow = 32, kBulkWindow = 8;
 constexpr std::uint64_t kRecvTag = 1ull << 62, kSendTag = 1ull << 61;
@@ -140,14 +141,14 @@ struct EchoCfg {
 // batch of consecutive slots is one iovec array (one writev, one SENDMSG SQE). Each side answers
 // every frame it receives (the client with its next call); the client primes a window of calls.
 struct Echo {
-  static constexpr unsigned N = 1024;
+  static constexpr unsigned kN = 1024;
   EchoCfg c;
   std::vector<char> buf = std::vector<char>(kReadAhead);
   std::size_t have = 0;
   long received = 0, sent = 0;
-  Frame frames[N];
-  iovec iov[N];
-  msghdr mh[N];
+  Frame frames[kN];
+  iovec iov[kN];
+  msghdr mh[kN];
   unsigned head = 0, first = 0, busy = 0;  // next free slot, first unsent, slots whose send is open
 
   explicit Echo(const EchoCfg& cfg) : c(cfg) {
@@ -155,9 +156,9 @@ struct Echo {
     for (; c.client && sent < c.window; ++sent) add(reinterpret_cast<const char*>(&call));
   }
   void add(const char* frame) {
-    if (busy == N) die("outbox overflow", ENOBUFS);
-    std::memcpy(&frames[head % N], frame, sizeof(Frame));  // an eager send copies 8 bytes
-    iov[head % N] = {&frames[head % N], sizeof(Frame)};
+    if (busy == kN) die("outbox overflow", ENOBUFS);
+    std::memcpy(&frames[head % kN], frame, sizeof(Frame));  // an eager send copies 8 bytes
+    iov[head % kN] = {&frames[head % kN], sizeof(Frame)};
     ++head, ++busy;
   }
   // Takes `bytes` more received bytes and answers each complete frame; flush() sends what is
@@ -168,14 +169,14 @@ struct Echo {
       if (++received, c.stamps) c.stamps->push_back(now_ns());
       if (sent == c.n) return;
       add(f), ++sent;
-      if (flush_each || head % N == 0) flush();
+      if (flush_each || head % kN == 0) flush();
     });
     flush();
   }
 };
 
 void flush_sock(int fd, Echo& e) {
-  unsigned k = e.head - e.first, at = e.first % Echo::N;
+  unsigned k = e.head - e.first, at = e.first % Echo::kN;
   if (k == 0) return;
   ssize_t r = k == 1 ? send(fd, &e.frames[at], sizeof(Frame), 0) : writev(fd, &e.iov[at], int(k));
   if (r != ssize_t(k * sizeof(Frame))) die("short send of small frames");
@@ -184,7 +185,7 @@ void flush_sock(int fd, Echo& e) {
 
 // Queues the pending frames: one SENDMSG (batch) or a chain of linked SENDs, one per frame.
 void flush_uring(io_uring* ring, Echo& e) {
-  unsigned k = e.head - e.first, at = e.first % Echo::N;
+  unsigned k = e.head - e.first, at = e.first % Echo::kN;
   if (k == 0) return;
   if (e.c.batch) {
     e.mh[at] = msghdr{};
@@ -195,7 +196,7 @@ void flush_uring(io_uring* ring, Echo& e) {
   }
   for (unsigned i = 0; !e.c.batch && i < k; ++i) {
     io_uring_sqe* sqe = io_uring_get_sqe(ring);
-    io_uring_prep_send(sqe, 0, &e.frames[(at + i) % Echo::N], sizeof(Frame), 0);
+    io_uring_prep_send(sqe, 0, &e.frames[(at + i) % Echo::kN], sizeof(Frame), 0);
     fixed(sqe, kSendTag | 1);
     if (i + 1 < k) sqe->flags |= IOSQE_IO_LINK;
   }
@@ -401,7 +402,7 @@ double run_variant(int fd, bool client, const Variant& v) {
   EchoCfg c{client, v.batch, lat ? 1 : kRateWindow, lat ? kLatN : kRateN, client && lat ? &stamps : nullptr};
   stamps.push_back(now_ns());
   double ns = uring ? echo_uring(fd, c, v.engine) : echo_epoll(fd, c);
-  if (!lat || !client) return c.n / (ns / 1e9);
+  if (!lat || !client) return static_cast<double>(c.n) / (ns / 1e9);
   std::adjacent_difference(stamps.begin(), stamps.end(), stamps.begin());
   return median(std::vector<double>(stamps.begin() + 1, stamps.end())) / 1e3;
 }
