@@ -19,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <source_location>
 #include <vector>
 
 #include <sluice/bootstrap.h>
@@ -81,7 +80,7 @@ class EngineCore final : private Door::Owner {
   Result bad_status() { return invalid("Message::reply_error: the status is OK (use reply() for an answer)"); }
   // kInvalidArgument, counted (api.invalid_argument) and logged with `why`, rate-limited per
   // call site.
-  Result invalid(const std::string& why, std::source_location at = std::source_location::current());
+  Result invalid(const std::string& why, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE());
   // Binds the calling thread when nothing drives the engine; false (after refused()) when
   // another thread does.
   bool bind_driver(const char* what);
@@ -476,7 +475,7 @@ class EngineCore final : private Door::Owner {
   RpcServer rpc_server_{*this};
   Landings landings_{*this};
   // invalid()'s rate limits, by call site (file, line).
-  std::map<std::pair<const char*, std::uint_least32_t>, RateLimit> invalid_limits_;
+  std::map<std::pair<const char*, unsigned>, RateLimit> invalid_limits_;
   std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};

@@ -91,10 +91,10 @@ bool EngineCore::bind_driver(const char* what) {
   return false;
 }
 
-Result EngineCore::invalid(const std::string& why, std::source_location at) {
+Result EngineCore::invalid(const std::string& why, const char* file, unsigned line) {
   c_.invalid_argument->add();
   if (log_enabled(LogLevel::kWarn)) [[unlikely]] {
-    auto [it, _] = invalid_limits_.try_emplace({at.file_name(), at.line()});
+    auto [it, _] = invalid_limits_.try_emplace({file, line});
     std::uint64_t suppressed = 0;
     if (it->second.allow(&suppressed))
       log_write(LogLevel::kWarn, "api",

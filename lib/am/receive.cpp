@@ -344,7 +344,8 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
       c_.duplicates->add();
-      in.message.s_.credit = false;
+      // offer() moves only what it keeps (kEarly, kDeliver): a duplicate is still here.
+      in.message.s_.credit = false;  // NOLINT(bugprone-use-after-move)
       --p.rx.unreleased;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
                               p.rx.window.expected());

@@ -9,20 +9,29 @@
 
 namespace sluice::detail {
 
-Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
-                       std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
-                       CallId* id_out, PayloadCopy copy) {
+// kOk, or why call() refuses at once: a dead peer, bad arguments, a full queue.
+[[gnu::always_inline]] inline Result RpcClient::refusal(const PeerData& p, HandlerId method, bool has_cb,
+                                                        std::size_t header, std::size_t payload) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
-  if (!cb) return e_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
-  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message)
+  if (!has_cb) return e_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
+  if (header > kMaxUserHeader || payload > e_.config_.max_message)
     return e_.invalid(absl::StrFormat(
         "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
-        method, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
-  CallsTo& mine = p.calls;
-  if (p.tx.queued + mine.queue_.size() >= e_.config_.send_queue_max) {
+        method, p.name, header, kMaxUserHeader, payload, e_.config_.max_message));
+  if (p.tx.queued + p.calls.queue_.size() >= e_.config_.send_queue_max) {
     e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
+  return Result::kOk;
+}
+
+Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte> header,
+                       std::span<const std::byte> payload, const CallOptions& options, ReplyCallback&& cb,
+                       CallId* id_out, PayloadCopy copy) {
+  if (Result r = refusal(p, method, static_cast<bool>(cb), header.size(), payload.size()); r != Result::kOk)
+      [[unlikely]]
+    return r;
+  CallsTo& mine = p.calls;
   auto [id, cp] = calls_.insert();
   if (cp == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
     e_.c_.would_block->add();
@@ -221,6 +230,7 @@ void RpcClient::reply_declined(PeerData& p, CallId id, const std::string& why) {
     finish(id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name, why)));
 }
 
+// `status` by value: it may be the call's own final_status, which erasing the call destroys.
 void RpcClient::finish(CallId id, absl::Status status) {
   Call* found = calls_.find(id);
   if (found == nullptr) return;
@@ -228,7 +238,7 @@ void RpcClient::finish(CallId id, absl::Status status) {
   if (c.reply_rx != nullptr) {
     // The transport may still write into the caller's buffer: complete once it cannot.
     c.finishing = true;
-    c.landing->final_status = status;
+    c.landing->final_status = std::move(status);
     e_.worker_->cancel(c.reply_rx);
     return;
   }

@@ -71,6 +71,7 @@ class RpcClient {
   void clear() { calls_.clear(); }
 
  private:
+  Result refusal(const PeerData& p, HandlerId method, bool has_cb, std::size_t header, std::size_t payload);
   void finish(CallId id, absl::Status status);
   // The reply-buffer receive of call `id`, posted before its request leaves.
   void post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer);

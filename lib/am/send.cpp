@@ -179,7 +179,7 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&
     c_.copied_bytes->add(piece);
     offset += piece;
     if (offset == payload.size()) {
-      op->send.on_done = std::move(cb);
+      op->send.on_done = std::move(cb);  // NOLINT(bugprone-use-after-move): the last piece, once
       op->send.releases_rpc_slot = releases_rpc_slot;
     }
     if (first && p.state == PeerState::kDead) {
