@@ -20,13 +20,6 @@ absl::Status wrong_thread(const char* what) {
 }
 }  // namespace
 
-// Returns `fail` from the enclosing function when the calling thread may not use `core`.
-#define SLUICE_ENGINE_THREAD_OR_RETURN(core, what, fail) \
-  do {                                                   \
-    if (!(core)->engine_thread(what)) [[unlikely]]       \
-      return fail;                                       \
-  } while (0)
-
 // ---- Message ---------------------------------------------------------------------------------
 
 Message& Message::operator=(Message&& o) noexcept {
@@ -57,7 +50,8 @@ void Message::release() {
 
 Peer* Message::peer() const {
   if (!valid()) return nullptr;
-  SLUICE_ENGINE_THREAD_OR_RETURN(s_.anchor->core, "Message::peer", nullptr);
+  if (!s_.anchor->core->engine_thread("Message::peer")) [[unlikely]]
+    return nullptr;
   return s_.anchor->core->peer_handle(s_.peer);
 }
 
@@ -113,19 +107,22 @@ Result Message::reply_error(const absl::Status& status) {
 // ---- Peer ----------------------------------------------------------------------------------
 
 bool Peer::alive() const {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::alive", false);
+  if (!engine_->engine_thread("Peer::alive")) [[unlikely]]
+    return false;
   return data_->state != detail::PeerState::kDead;
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback&& on_done) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
+  if (!engine_->engine_thread("Peer::send")) [[unlikely]]
+    return Result::kInvalidArgument;
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
                   SendCallback&& on_done) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send", Result::kInvalidArgument);
+  if (!engine_->engine_thread("Peer::send")) [[unlikely]]
+    return Result::kInvalidArgument;
   if (!payload || length > detail::slot_size(payload)) return engine_->bad_slot("Peer::send", payload, length);
   return engine_->send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
                        std::move(on_done), detail::PayloadCopy::kNo, detail::slot_memh(payload));
@@ -133,19 +130,22 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& pa
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                        SendCallback&& on_done) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::send_copy", Result::kInvalidArgument);
+  if (!engine_->engine_thread("Peer::send_copy")) [[unlikely]]
+    return Result::kInvalidArgument;
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                   CallOptions options, ReplyCallback&& on_reply, CallId* id) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call", Result::kInvalidArgument);
+  if (!engine_->engine_thread("Peer::call")) [[unlikely]]
+    return Result::kInvalidArgument;
   return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
 Result Peer::call_copy(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                        CallOptions options, ReplyCallback&& on_reply, CallId* id) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(engine_, "Peer::call_copy", Result::kInvalidArgument);
+  if (!engine_->engine_thread("Peer::call_copy")) [[unlikely]]
+    return Result::kInvalidArgument;
   return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id,
                                     detail::PayloadCopy::kPool);
 }
@@ -159,24 +159,29 @@ int Engine::rank() const { return core_->rank(); }
 int Engine::size() const { return core_->size(); }
 int Engine::id() const { return core_->id(); }
 absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::register_handler", wrong_thread("Engine::register_handler"));
+  if (!core_->engine_thread("Engine::register_handler")) [[unlikely]]
+    return wrong_thread("Engine::register_handler");
   return core_->register_handler(id, std::move(fn), std::move(options));
 }
 absl::Status Engine::unregister_handler(HandlerId id) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::unregister_handler", wrong_thread("Engine::unregister_handler"));
+  if (!core_->engine_thread("Engine::unregister_handler")) [[unlikely]]
+    return wrong_thread("Engine::unregister_handler");
   return core_->unregister_handler(id);
 }
 Peer* Engine::peer(int rank) { return core_->peer(rank); }
 absl::StatusOr<int> Engine::listen(std::string_view host_port) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::listen", wrong_thread("Engine::listen"));
+  if (!core_->engine_thread("Engine::listen")) [[unlikely]]
+    return wrong_thread("Engine::listen");
   return core_->listen(host_port);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::connect", wrong_thread("Engine::connect"));
+  if (!core_->engine_thread("Engine::connect")) [[unlikely]]
+    return wrong_thread("Engine::connect");
   return core_->connect(host_port, std::nullopt);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port, Duration timeout) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::connect", wrong_thread("Engine::connect"));
+  if (!core_->engine_thread("Engine::connect")) [[unlikely]]
+    return wrong_thread("Engine::connect");
   return core_->connect(host_port, timeout);
 }
 bool Engine::progress() { return core_->progress(); }
@@ -212,7 +217,8 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
 void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
 void Engine::post(absl::AnyInvocable<void()> fn) { core_->post(std::move(fn)); }
 absl::Status Engine::barrier(Clock::time_point deadline) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::barrier", wrong_thread("Engine::barrier"));
+  if (!core_->engine_thread("Engine::barrier")) [[unlikely]]
+    return wrong_thread("Engine::barrier");
   std::uint64_t epoch = core_->barrier_enter();
   absl::Status status;
   bool done = false;
@@ -230,20 +236,24 @@ Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point de
 }
 void Engine::release_thread() { core_->release_thread(); }
 void Engine::cancel(CallId id) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::cancel", );
+  if (!core_->engine_thread("Engine::cancel")) [[unlikely]]
+    return;
   core_->rpc_client().cancel(id);
 }
 Result Engine::try_get_send_slot(std::size_t size, Slot* out) {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::try_get_send_slot", Result::kInvalidArgument);
+  if (!core_->engine_thread("Engine::try_get_send_slot")) [[unlikely]]
+    return Result::kInvalidArgument;
   return core_->try_get_send_slot(size, out);
 }
 const Stats& Engine::stats() {
   static const Stats kNone;
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::stats", kNone);
+  if (!core_->engine_thread("Engine::stats")) [[unlikely]]
+    return kNone;
   return core_->stats();
 }
 PoolStats Engine::pool_stats(Direction d) const {
-  SLUICE_ENGINE_THREAD_OR_RETURN(core_, "Engine::pool_stats", (PoolStats{d, 0, 0, 0, {}}));
+  if (!core_->engine_thread("Engine::pool_stats")) [[unlikely]]
+    return (PoolStats{d, 0, 0, 0, {}});
   return core_->pool_stats(d);
 }
 std::size_t Engine::eager_limit() const { return core_->eager_limit(); }
@@ -260,12 +270,14 @@ struct EngineAccess {
 namespace testing {
 std::size_t outstanding_sends(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
-  SLUICE_ENGINE_THREAD_OR_RETURN(core, "testing::outstanding_sends", 0);
+  if (!core->engine_thread("testing::outstanding_sends")) [[unlikely]]
+    return 0;
   return core->outstanding_sends();
 }
 std::size_t posted_exact_receives(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
-  SLUICE_ENGINE_THREAD_OR_RETURN(core, "testing::posted_exact_receives", 0);
+  if (!core->engine_thread("testing::posted_exact_receives")) [[unlikely]]
+    return 0;
   return core->posted_exact_receives();
 }
 void* memh(const Slot& slot) { return slot ? detail::slot_memh(slot) : nullptr; }
