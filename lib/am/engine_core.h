@@ -327,6 +327,9 @@ class EngineCore final : private Door::Owner {
   // nullptr (one of a coalesced tagged message's messages: a move copies them). Inline, in
   // receive.cpp: every received message passes here.
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
+  // A message from a peer not ready: true when it is taken (its HELLO came meanwhile, or it
+  // waits for it: *early), false when dropped (counted).
+  bool admit_unready(PeerData& p, bool* early);
   // A message not next in order (or while an ordered rendezvous lands): the reorder window
   // keeps it, or it is dropped as a duplicate; then what is deliverable is delivered.
   void hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq);

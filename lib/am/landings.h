@@ -25,9 +25,8 @@ class LandingsFrom {
   // Its messages wait: an ordered payload lands (or waits for memory), or the peer's link
   // is closing and nothing more of it is delivered (hold()).
   bool blocked() const { return blocked_; }
-  // Payloads of it landing now, and waiting for receive memory.
+  // Payloads of it landing now.
   std::uint32_t landing() const { return landing_; }
-  std::uint32_t parked() const { return parked_; }
   // Nothing of it lands, waits or holds its messages back.
   bool quiet() const { return landing_ == 0 && parked_ == 0 && !blocked_; }
 

@@ -258,20 +258,8 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     return;
   }
   bool early = false;  // before its sender's HELLO
-  if (p->state != PeerState::kReady) [[unlikely]] {
-    // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
-    // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-    if (p->state != PeerState::kDead && !p->link.hello_received) take_first_contacts();
-    // Or it is still on its way (a transport that reorders between tags): the peer has our
-    // HELLO, since it used our key, so the message waits in the window for the peer's, within
-    // the grant, for at most a heartbeat interval (timers()).
-    early = p->state == PeerState::kConnecting && p->link.hello_sent && !p->link.hello_received;
-    if (p->state != PeerState::kReady && !early) {
-      count_drop(p->state == PeerState::kDead ? "from a dead peer" : "before the handshake");
-      return;
-    }
-    if (early && p->link.early_since == Clock::time_point{}) p->link.early_since = now_;
-  }
+  if (p->state != PeerState::kReady) [[unlikely]]
+    if (!admit_unready(*p, &early)) return;
   count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]]
@@ -332,6 +320,23 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   }
   hold_or_drop(*p, std::move(m), h, seq);
   if (returned && p->has_waiting()) flush(*p);
+}
+
+bool EngineCore::admit_unready(PeerData& p, bool* early) {
+  // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
+  // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
+  if (p.state != PeerState::kDead && !p.link.hello_received) take_first_contacts();
+  if (p.state == PeerState::kReady) return true;
+  // Or it is still on its way (a transport that reorders between tags): the peer has our
+  // HELLO, since it used our key, so the message waits in the window for the peer's, within
+  // the grant, for at most a heartbeat interval (timers()).
+  *early = p.state == PeerState::kConnecting && p.link.hello_sent && !p.link.hello_received;
+  if (!*early) {
+    count_drop(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+    return false;
+  }
+  if (p.link.early_since == Clock::time_point{}) p.link.early_since = now_;
+  return true;
 }
 
 void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std::uint64_t seq) {

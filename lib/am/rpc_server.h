@@ -16,12 +16,8 @@ namespace sluice::detail {
 class EngineCore;
 struct PeerData;
 
-// A peer's server part: written by RpcServer alone, read by anyone.
+// A peer's server part: RpcServer's alone.
 class RequestsFrom {
- public:
-  const SlotTable& slots() const { return slots_; }
-
- private:
   friend class RpcServer;
   SlotTable slots_;
 };
