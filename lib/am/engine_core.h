@@ -3,8 +3,10 @@
 //   lifecycle.cpp   construction, init, the orderly close, handlers, stats
 //   loop.cpp        progress, sleeping, posted work, timers, completions
 //   peer_table.cpp  rank and client/server peers, endpoints, failure, the front door
-//   control.cpp     HELLO, CREDIT, PING/PONG, BYE, REJECT
-//   send.cpp        packing, the send queue, coalescing (send_now.h: the inline path)
+//   link_control.cpp LinkControl: HELLO, BYE, REJECT, control messages received (link_control.h;
+//                   link_timers.cpp: handshake deadlines, silence, heartbeats)
+//   sender.cpp      Sender: packing, the send queue, coalescing, credits spent (sender.h;
+//                   send_now.h: the inline path; send_control.cpp: control messages)
 //   receive.cpp     posted receives, first contact, ordering, dispatch (invoke.h), release
 //   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
 //   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
@@ -28,11 +30,13 @@
 #include "am/call.h"
 #include "am/counters.h"
 #include "am/landings.h"
+#include "am/link_control.h"
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
 #include "am/rpc_client.h"
 #include "am/rpc_server.h"
+#include "am/sender.h"
 #include "am/submissions.h"
 #include "am/unclaimed.h"
 #include "core/fault.h"
@@ -104,8 +108,7 @@ class EngineCore final : private Door::Owner {
   std::uint64_t barrier_enter();
   absl::Status barrier_status(std::uint64_t epoch, bool* done);
   absl::Status barrier_timed_out(std::uint64_t epoch);
-  Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-              SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
+  Sender& sender() { return sender_; }
   RpcClient& rpc_client() { return rpc_client_; }
   RpcServer& rpc_server() { return rpc_server_; }
   void release(Message& m);
@@ -139,7 +142,7 @@ class EngineCore final : private Door::Owner {
   // the busiest peers' traffic (docs/stats.md#live-stats).
   std::string stats_line(const char* trigger);
   PoolStats pool_stats(Direction d) const;
-  std::size_t outstanding_sends() const { return tx_inflight_; }
+  std::size_t outstanding_sends() const { return sender_.inflight(); }
   std::size_t posted_exact_receives() const { return exact_posted_; }
   std::size_t eager_limit() const { return eager_limit_; }
   Duration spin() const { return config_.spin; }
@@ -186,9 +189,6 @@ class EngineCore final : private Door::Owner {
   // Logs a peer all of whose credits the application's unreleased messages hold, once per
   // stretch that lasts SLUICE_HEARTBEAT.
   void watch_held_credits(PeerData& p, Clock::time_point now);
-  // Logs, once per stretch of a heartbeat interval or longer, that our messages wait for
-  // credits the peer holds (the sender's side of watch_held_credits).
-  void watch_starved_sends(PeerData& p, Clock::time_point now);
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping (at most a
@@ -201,9 +201,6 @@ class EngineCore final : private Door::Owner {
 
   // ---- peer_table.cpp: rank and client/server peers, endpoints, failure, the front door
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
-  // Queued messages (or requests) that never reached the transport complete with `status`.
-  void drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status);
-  void complete_stuck_sends(PeerData& p, const absl::Status& status);
   absl::Status ensure_endpoint(PeerData& p);
   PeerData* create_rank_peer(int rank);
   PeerData* peer_by_slot_slow(std::uint32_t slot);
@@ -232,86 +229,6 @@ class EngineCore final : private Door::Owner {
   // The client's side: the endpoint the server's ACCEPT asked for.
   absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   void count_drop(const char* what);
-  // Drops what waited for a HELLO that did not come (timers()).
-  void drop_early(PeerData& p);
-
-  // ---- control.cpp: HELLO, CREDIT, PING/PONG, BYE, REJECT
-  void start_handshake(PeerData& p);
-  bool send_hello(PeerData& p);
-  void send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux = 0);
-  void handle_ctrl(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
-  void handle_hello(PeerData& p, const wire::Hello& hello);
-  void on_ctrl_done(Op* op, absl::StatusCode code);
-  void maybe_ready(PeerData& p);
-  // After the peer's BYE: closes it once every message it sent before is in (delivered, and
-  // no payload of it still landing).
-  void close_after_bye(PeerData& p);
-  void send_bye(PeerData& p);
-  // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
-  void refuse(PeerData& p, const std::string& why);
-  // A heartbeat's count of the credits the peer returned in all, against ours (flow.h).
-  void reconcile_credits(PeerData& p, std::uint64_t peer_returned);
-
-  // ---- send.cpp: packing, the send queue, coalescing, transmission, completions
-  Result enqueue(PeerData& p, Op* header, Op* payload);
-  // A plain eager message, too large to go inline, to a ready peer with a credit and nothing
-  // queued: packed into a send-pool slot with its final header and posted at once (what
-  // pack_message + enqueue + transmit do, without rewriting the header and without the
-  // queue's checks). False when it cannot, with nothing changed.
-  bool send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                   SendCallback& cb);
-  // Coalescing at enqueue time: a small plain send to a peer whose send queue waits for
-  // credits is written straight into the queue's last tagged message when that one is a small
-  // plain send with room (no pool slot and no copy of its own). False when it cannot.
-  bool append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                     SendCallback& cb);
-  // A completion for a message that left inline: runs `cb` from progress(), as every
-  // completion does.
-  void complete_inline(std::uint32_t peer, SendCallback&& cb);
-  // Packs `m` (its payload inline) into a send-pool slot with a full header announcing
-  // `payload_len` bytes.
-  Result pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out);
-  // Coalescing (docs/wire-protocol.md, MORE): `head`'s tagged message grows by one run of
-  // `len` bytes (one message, or several already joined); returns where the run goes, or
-  // nullptr when the slot has no room. The caller writes it there.
-  std::byte* grow_batch(Op* head, std::size_t len);
-  // `op`, and the sends riding with it, complete with `head`.
-  static void chain(Op* head, Op* op);
-  // Posts a message. With `open` (a queue draining), a small one joins the batch *open
-  // instead (or opens one); the caller posts *open when it is done.
-  void transmit(PeerData& p, const Pending& m, Op** open = nullptr);
-  void flush(PeerData& p);
-  // Sends a packed, queued message inline when nothing has to wait (frees `header`); false
-  // when it must take the ordinary path.
-  bool send_packed_now(PeerData& p, Op* header);
-  void on_send_done(Op* op, absl::StatusCode code);
-  void maybe_return_credits(PeerData& p);
-  // Bounce mode: `m`'s payload in pieces through send-pool slots.
-  // `cb` is taken only when the first piece is (kWouldBlock leaves it with the caller).
-  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot = false);
-  Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
-  // Packs an eager message, or a rendezvous announcement plus its payload operation (`*pop`,
-  // nullptr for eager). Not for bounce mode's pieces.
-  Result pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop);
-  // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
-  // rode in `head`'s tagged message (not `head` itself).
-  void post_batch(PeerData& p, Op** open);
-  void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
-  void post_message(PeerData& p, Op* header);
-
-  // ---- send_now.h: the inline send path
-  // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
-  // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
-  // and reports the transport's error.
-  bool send_inline(PeerData& p, const Outgoing& m);
-  // Writes the wire header of the next message to `p` (its sequence number, the credits we
-  // owe it; the compact header when the flags allow, else the full one with our
-  // acknowledgement), the user header and the payload at `out`; returns the bytes. The
-  // message must leave as written: a queued one is patched at transmit (full header only).
-  std::size_t encode_next(const PeerData& p, const Outgoing& m, std::byte* out) const;
-  // Counts a message that left at once (encode_next's header): its credit, the credits
-  // returned with it, its sequence number.
-  void count_sent_now(PeerData& p, std::size_t total);
 
   // ---- receive.cpp: posting, first contact, parsing, ordering, dispatch, release
   void post_receives();
@@ -474,12 +391,13 @@ class EngineCore final : private Door::Owner {
   }
   // Messages point here, not at the engine: one that outlives the engine finds it gone.
   MessageAnchor* anchor_ = new MessageAnchor{this};
+  LinkControl link_{*this};
+  Sender sender_{*this};
   RpcClient rpc_client_{*this};
   RpcServer rpc_server_{*this};
   Landings landings_{*this};
   // invalid()'s rate limits, by call site (file, line).
   std::map<std::pair<const char*, unsigned>, RateLimit> invalid_limits_;
-  std::size_t tx_inflight_ = 0;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
   Clock::time_point now_ = Clock::now();          // coarse: updated when timers are checked
@@ -520,6 +438,8 @@ class EngineCore final : private Door::Owner {
       if (p) fn(*p);
   }
   friend class ::sluice::Message;
+  friend class LinkControl;
+  friend class Sender;
   friend class RpcClient;
   friend class RpcServer;
   friend class Landings;

@@ -162,9 +162,9 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
   // in-flight ones, rendezvous payloads included, until the deadline...
   auto unsent = [&] {
-    if (tx_inflight_ > 0) return true;
+    if (sender_.inflight() > 0) return true;
     for (auto& p : peers_)
-      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) && !p->tx.queue.empty())
+      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) && p->tx.waiting())
         return true;  // a connecting peer's queue goes out once its HELLO is in
     return false;
   };
@@ -176,7 +176,7 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // it; then a short wait for the peers' own goodbyes, so no message arrives after the
   // receives go.
   for (auto& p : peers_) {
-    if (p && p->state == PeerState::kReady) send_bye(*p);
+    if (p && p->state == PeerState::kReady) link_.send_bye(*p);
   }
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
   auto live = [&] {
@@ -184,7 +184,7 @@ void EngineCore::close_peers(Clock::time_point deadline) {
       if (p && p->state == PeerState::kReady) return true;
     return false;
   };
-  drain_while([&] { return tx_inflight_ > 0 || live(); }, bye_deadline);
+  drain_while([&] { return sender_.inflight() > 0 || live(); }, bye_deadline);
   for (auto& p : peers_) {
     if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
   }
@@ -199,7 +199,9 @@ void EngineCore::close_transport(Clock::time_point deadline) {
     return false;
   };
   drain_while(
-      [&] { return tx_inflight_ > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted(); },
+      [&] {
+        return sender_.inflight() > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted();
+      },
       deadline);
   // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
   // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
@@ -326,7 +328,7 @@ const Stats& EngineCore::stats() {
       stats_.counter(base + ".cross_thread_returns").set(c.cross_thread_returns);
     }
   }
-  stats_.counter("am.tx_inflight").set(tx_inflight_);
+  stats_.counter("am.tx_inflight").set(sender_.inflight());
   stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
   stats_.counter("flow.peers_held").set(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
     return p && p->state == PeerState::kReady && p->rx.granted != 0 && p->rx.unreleased >= p->rx.granted;

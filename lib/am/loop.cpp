@@ -23,17 +23,16 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
   std::string why = p->ep.failure();
-  // A link that closed already said why (the client's process ended); the endpoint follows.
-  if (p->link.lost_at == Clock::time_point::max())
-    p->link.fail_reason = why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why;
+  LinkControl::endpoint_failed(
+      p->link, why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why);
   p->handle->engine_->failed_eps_.push_back(p->id);
 }
 
 void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   switch (op->kind) {
     case OpKind::kSend:
-    case OpKind::kSendPayload: on_send_done(op, code); break;
-    case OpKind::kCtrl: on_ctrl_done(op, code); break;
+    case OpKind::kSendPayload: sender_.on_send_done(op, code); break;
+    case OpKind::kCtrl: sender_.on_ctrl_done(op, code); break;
     case OpKind::kRx: on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: landings_.on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
@@ -59,8 +58,8 @@ void EngineCore::drain_completions() {
     if (p.state == PeerState::kDead) continue;
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
-    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason);
-    else transfer_failed(p, p.link.fail_reason);
+    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason());
+    else transfer_failed(p, p.link.fail_reason());
   }
 }
 
@@ -258,57 +257,16 @@ void EngineCore::timers(Clock::time_point now) {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!peers_[i]) continue;
     PeerData& p = *peers_[i];
-    if (p.state == PeerState::kConnecting && config_.connect_timeout != kInfinite && now >= p.link.hello_deadline) {
-      fail_peer(
-          p, absl::StatusCode::kDeadlineExceeded,
-          absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(config_.connect_timeout)));
-      continue;
-    }
-    if (p.state == PeerState::kConnecting && p.link.early_since != Clock::time_point{} &&
-        now - p.link.early_since >= config_.heartbeat) [[unlikely]] {
-      drop_early(p);
-      continue;
-    }
-    if (p.state != PeerState::kReady) continue;
-    if (now - p.link.lost_at >= kLinkGrace) [[unlikely]] {
-      fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason);
-      continue;
-    }
-    if (away) p.link.last_heard = now;
-    Duration silent = now - p.link.last_heard;
-    if (config_.peer_timeout != kInfinite && silent >= config_.peer_timeout) {
-      // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
-      PoolClassStats rx = recv_pool_->eager().stats();
-      SLUICE_LOG(kWarn, "am",
-                 "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
-                 "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-                 "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
-                 "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-                 p.name, p.tx.credits.available(), p.tx.credits.granted(), p.tx.queued, p.tx.queue.size(),
-                 p.calls.queued(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
-                 std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->recv.busy; }),
-                 p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, tx_inflight_,
-                 worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
-      fail_peer(p, absl::StatusCode::kUnavailable,
-                absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
-                                format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
-                                format_duration(config_.peer_timeout)));
-      continue;
-    }
+    if (link_.expired(p, now, away) || p.state != PeerState::kReady) continue;
     watch_held_credits(p, now);
-    watch_starved_sends(p, now);
+    sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
     if (p.rx.owed.owed() != 0) {
       c_.credit_msgs->add();
-      send_ctrl(p, wire::kCredit, {});
+      sender_.send_ctrl(p, wire::kCredit, {});
     }
-    if (silent >= config_.heartbeat && (!p.link.ping_outstanding || now - p.link.ping_sent >= config_.heartbeat)) {
-      p.link.ping_outstanding = true;
-      p.link.ping_sent = now;
-      c_.heartbeats->add();
-      send_ctrl(p, wire::kPing, {});
-    }
+    link_.keep_alive(p, now);
   }
   rpc_client_.expire(now);
 }

@@ -13,9 +13,11 @@
 #include <sluice/engine.h>
 
 #include "am/landings.h"
+#include "am/link_control.h"
 #include "am/op.h"
 #include "am/rpc_client.h"
 #include "am/rpc_server.h"
+#include "am/sender.h"
 #include "flow/flow.h"
 #include "transport/transport.h"
 #include "wire/wire.h"
@@ -52,43 +54,11 @@ struct PeerData {
   Endpoint ep;
   std::unique_ptr<Peer> handle;
 
-  // The handshake, the link's liveness, the goodbye.
-  struct Link {
-    bool hello_sent = false;
-    bool hello_received = false;
-    Clock::time_point hello_deadline{};
-    Clock::time_point early_since{};  // data of it waits for its HELLO since (EngineCore::accept)
-    Clock::time_point last_heard{};
-    bool ping_outstanding = false;
-    Clock::time_point ping_sent{};
-    bool bye_sent = false;
-    bool bye_received = false;  // the peer closes once everything up to bye_seq is in
-    std::uint64_t bye_seq = 0;
-    std::string fail_reason;
-    bool close_pending = false;  // its endpoint's force close did not finish: UCX may still call
-    // Client/server: when its front-door link closed (its process ended, or it is closing: its
-    // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
-    Clock::time_point lost_at = Clock::time_point::max();
-  } link;
+  // The handshake, the link's liveness, the goodbye (LinkControl's).
+  LinkState link;
 
-  // What we send it: credits, sequence, the send queue, control-message buffers.
-  struct Transmit {
-    SendCredits credits;
-    std::uint64_t tag = 0;  // our EAGER tag to it (its slot for us, the key its HELLO gave)
-    std::uint64_t next_seq = 1;
-    std::uint64_t sent_seq = 0;  // the last sequence handed to the transport (in order)
-    std::deque<Pending> queue;
-    std::size_t queued = 0;            // messages in `queue` (an entry may carry several)
-    std::uint32_t reply_reserved = 0;  // send slots held back for replies to it (2 x RPC slots)
-    std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 8> ctrl_buf{};
-    std::array<bool, 8> ctrl_busy{};
-    bool credit_again = false;
-    // Since when messages wait in `queue` for credits the peer holds (timers(): logged once
-    // per such stretch when it lasts a heartbeat interval), and the credit stalls then.
-    Clock::time_point starved_since{};
-    std::uint64_t starved_stalls = 0;
-    bool starved_logged = false;
-  } tx;
+  // What we send it: credits, sequence, the send queue (Sender's).
+  SendsTo tx;
 
   // What we receive from it: posted receives, credits owed back, ordering, landings.
   struct Receive {
@@ -116,10 +86,10 @@ struct PeerData {
   PeerTraffic traffic;
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
-  bool has_waiting() const { return !tx.queue.empty() || calls.waiting(); }
+  bool has_waiting() const { return tx.waiting() || calls.waiting(); }
   // A message may leave at once: the handshake is done, a credit is free, nothing queued
   // ahead of it.
-  bool can_send_now() const { return state == PeerState::kReady && tx.queue.empty() && tx.credits.available() != 0; }
+  bool can_send_now() const { return state == PeerState::kReady && !tx.waiting() && tx.credits().available() != 0; }
 };
 
 }  // namespace sluice::detail

@@ -49,19 +49,6 @@ absl::Status EngineCore::ensure_endpoint(PeerData& p) {
   return absl::OkStatus();
 }
 
-void EngineCore::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status) {
-  while (!q.empty()) {
-    Pending m = q.front();
-    q.pop_front();
-    Op* last = m.payload ? m.payload : m.header;
-    if (last->send.on_done) last->send.on_done(status);
-    if (last->send.releases_rpc_slot) rpc_server_.reply_sent(p);  // a reply that never left
-    complete_coalesced(m.header, status, false);                  // sends that joined it in the queue
-    free_op(m.header);
-    if (m.payload) free_op(m.payload);
-  }
-}
-
 void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
   if (p.state == PeerState::kDead) return;
   // A stream that failed knows why (a send failing right after it would only say "failed").
@@ -78,25 +65,23 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
   }
   p.state = PeerState::kDead;
-  p.link.fail_reason = reason;
-  p.link.lost_at = Clock::time_point::max();
+  LinkControl::failed(p.link, reason);
   if (p.rank < 0 && door_) door_->close_link(p.id);
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
                       absl::StrFormat("peer %s: %s", p.name, reason));
   // Queued messages never reached the transport: complete them here, once.
-  p.tx.queued = 0;
-  drop_queue(p, p.tx.queue, status);
+  sender_.drop_queued(p, status);
   rpc_client_.drop_waiting(p, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
   if (p.ep.valid()) {
     void* req = p.ep.start_close(true);
     if (req != nullptr)
-      p.link.close_pending =
-          absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1)));
+      LinkControl::close_pending(
+          p.link, absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1))));
   }
   // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
   // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
-  complete_stuck_sends(p, status);
+  sender_.complete_stuck(p, status);
   p.rx.window.clear();
   landings_.peer_failed(p);
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
@@ -113,58 +98,9 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     p.rx.granted = 0;
     p.rx.reserved = 0;
   }
-  if (p.tx.reply_reserved != 0) {
-    send_pool_->eager().unreserve(p.tx.reply_reserved);
-    p.tx.reply_reserved = 0;
-  }
+  sender_.release_held(p);
   rpc_server_.grant(p, config_.rpc_slots);
   if (p.rank < 0) gone_cs_.push_back(p.id);
-}
-
-void EngineCore::complete_stuck_sends(PeerData& p, const absl::Status& status) {
-  auto stuck = [&](const Op& op) {
-    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id && op.request != nullptr &&
-           !op.orphaned;
-  };
-  bool any = false;
-  for (auto& op : ops_) {
-    if (stuck(op)) {
-      worker_->cancel(&op);
-      any = true;
-    }
-  }
-  if (!any) return;
-  for (int i = 0; i < 100; ++i) worker_->progress();
-  for (auto& op : ops_) {
-    if (!stuck(op)) continue;
-    op.orphaned = true;
-    --tx_inflight_;
-    c_.orphaned_sends->add();
-    SLUICE_LOG_RATE_LIMITED(
-        kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
-    if (op.send.on_done) {
-      SendCallback cb = std::move(op.send.on_done);
-      op.send.on_done = nullptr;
-      cb(status);
-    }
-    if (op.send.releases_rpc_slot) op.send.releases_rpc_slot = false;
-    complete_coalesced(&op, status, false);
-    // Its pool slot goes back now ("pools full again" must not wait for a callback that may
-    // never come). The endpoint is closed, so the transport sends nothing more from it, and
-    // pool memory stays mapped while the engine lives, so even a late read would be harmless.
-    // (A heap copy is kept until the callback: that memory could be unmapped; so is a request's
-    // landing, which the receive pool unmaps when another class needs the room.)
-    op.slot.release();
-    if (op.pending.valid() && !op.pending.s_.heap && !op.pending.s_.landing) op.pending = Message();  // its eager slot
-  }
-}
-
-void EngineCore::drop_early(PeerData& p) {
-  // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
-  // within a heartbeat interval is not coming, and what waited for it goes.
-  for (std::size_t n = p.rx.window.held(); n > 0; --n) count_drop("before the handshake (no HELLO came)");
-  p.rx.window.clear();  // their Messages release their slots and credits
-  p.link.early_since = {};
 }
 
 void EngineCore::count_drop(const char* what) {
@@ -177,7 +113,7 @@ void EngineCore::count_drop(const char* what) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.link.close_pending || p.rx.unreleased != 0 || p.landings.landing() != 0 ||
+  if (p.state != PeerState::kDead || p.link.close_pending() || p.rx.unreleased != 0 || p.landings.landing() != 0 ||
       std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (open_receives) once their
@@ -262,7 +198,7 @@ absl::StatusOr<int> EngineCore::listen(std::string_view host_port) {
 
 void EngineCore::abandon_cs_peer(PeerData& p, const std::string& why) {
   p.state = PeerState::kDead;
-  p.link.fail_reason = why;
+  LinkControl::abandoned(p.link, why);
   gone_cs_.push_back(p.id);
 }
 
@@ -322,10 +258,7 @@ absl::StatusOr<Door::Admitted> EngineCore::admit(const Door::Admission& a) {
     return link.status();
   }
   // The client speaks first: its HELLO, then ours (handle_hello).
-  p.state = PeerState::kConnecting;
-  watch_timers();
-  p.link.hello_deadline =
-      config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + config_.connect_timeout;
+  link_.connecting(p, link_.connect_deadline());
   SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s, over %s)", p.name, p.id,
              a.authenticated ? "authenticated" : "no key", p.ep.stream() ? p.ep.transports() : "ucx");
   return Door::Admitted{p.id, *link};
@@ -344,20 +277,16 @@ void EngineCore::link_lost(std::uint32_t slot, const std::string& why) {
   if (slot >= peers_.size() || !peers_[slot]) return;
   PeerData& p = *peers_[slot];
   if (p.state == PeerState::kDead) return;
-  p.link.fail_reason = why;
-  if (p.state == PeerState::kReady) {
-    p.link.lost_at = Clock::now();  // its BYE may still be on its way
-    next_timer_ = std::min(next_timer_, p.link.lost_at + kLinkGrace);
-  } else {
-    fail_peer(p, absl::StatusCode::kUnavailable, why);
-  }
+  Clock::time_point now = Clock::now();
+  if (link_.link_lost(p, why, now)) next_timer_ = std::min(next_timer_, now + kLinkGrace);
+  else fail_peer(p, absl::StatusCode::kUnavailable, why);
 }
 
 void EngineCore::transfer_failed(PeerData& p, const std::string& why) {
   // A client killed mid-transfer fails the transfer before its link closes (its memory goes
   // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
   // and nothing more of the client is delivered meanwhile.
-  bool lost = p.link.lost_at != Clock::time_point::max();  // closed already: its grace runs
+  bool lost = link_.lost(p);  // closed already: its grace runs
   if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
     landings_.hold(p);
     if (!lost) link_lost(p.id, why);
@@ -419,17 +348,15 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port, std::optio
     return dialed.status();
   }
   if (p.state == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason()));
   }
   p.remote_slot = dialed->slot;
   if (absl::Status s = attach_dialed(p, *dialed); !s.ok()) {
     abandon_cs_peer(p, std::string(s.message()));
     return absl::Status(s.code(), absl::StrFormat("cannot connect to %s: %s", host_port, s.message()));
   }
-  p.state = PeerState::kConnecting;
-  watch_timers();
-  p.link.hello_deadline = deadline;
-  send_hello(p);
+  link_.connecting(p, deadline);
+  link_.send_hello(p);
   // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
   // fails the peer.
   while (p.state == PeerState::kConnecting) {
@@ -440,7 +367,7 @@ absl::StatusOr<Peer*> EngineCore::connect(std::string_view host_port, std::optio
     }
   }
   if (p.state != PeerState::kReady) {
-    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason));
+    return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason()));
   }
   return p.handle.get();
 }

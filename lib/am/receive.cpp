@@ -196,7 +196,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
       std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d", wire::to_string(pr),
                                         wire::kVersion);
       if (p->ep.valid() || ensure_endpoint(*p).ok())
-        send_ctrl(*p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
+        sender_.send_ctrl(*p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
       fail_peer(*p, absl::StatusCode::kUnavailable, why);
     }
     return;
@@ -252,9 +252,9 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
 [[gnu::always_inline]] inline void EngineCore::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
                                                       const wire::Header& h) {
   std::size_t length = bytes.size();
-  p->link.last_heard = now_;
+  LinkControl::heard(p->link, now_);
   if (h.flags & wire::kFlagCtrl) {
-    handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
+    link_.handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
   bool early = false;  // before its sender's HELLO
@@ -269,7 +269,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   // its sequence; the credits it carries were counted with the original.
   if (returned && static_cast<std::int64_t>(seq - p->rx.window.expected()) < 0) [[unlikely]]
     returned = false;
-  else if (returned && !p->tx.credits.give_back(h.credits)) {
+  else if (returned && !Sender::credits_back(p->tx, h.credits)) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
   }
@@ -313,29 +313,29 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     if (m.s_.anchor != nullptr && (!m.s_.request || m.s_.replied)) [[likely]]
       release_handled(*p, m);
     if (!p->landings.blocked() && p->rx.window.held() != 0) deliver(*p);
-    if (p->link.bye_received) [[unlikely]]
-      close_after_bye(*p);
-    if (returned && p->has_waiting()) flush(*p);
+    if (p->link.bye_received()) [[unlikely]]
+      link_.close_after_bye(*p);
+    if (returned && p->has_waiting()) sender_.flush(*p);
     return;
   }
   hold_or_drop(*p, std::move(m), h, seq);
-  if (returned && p->has_waiting()) flush(*p);
+  if (returned && p->has_waiting()) sender_.flush(*p);
 }
 
 bool EngineCore::admit_unready(PeerData& p, bool* early) {
   // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
   // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-  if (p.state != PeerState::kDead && !p.link.hello_received) take_first_contacts();
+  if (p.state != PeerState::kDead && !p.link.hello_received()) take_first_contacts();
   if (p.state == PeerState::kReady) return true;
   // Or it is still on its way (a transport that reorders between tags): the peer has our
   // HELLO, since it used our key, so the message waits in the window for the peer's, within
   // the grant, for at most a heartbeat interval (timers()).
-  *early = p.state == PeerState::kConnecting && p.link.hello_sent && !p.link.hello_received;
+  *early = p.state == PeerState::kConnecting && p.link.hello_sent() && !p.link.hello_received();
   if (!*early) {
     count_drop(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
     return false;
   }
-  if (p.link.early_since == Clock::time_point{}) p.link.early_since = now_;
+  LinkControl::early(p.link, now_);
   return true;
 }
 
@@ -365,8 +365,8 @@ void EngineCore::deliver(PeerData& p) {
     if (!p.rx.window.next(&in)) break;
     process(p, in.message, in.header);
   }
-  if (p.link.bye_received) [[unlikely]]
-    close_after_bye(p);
+  if (p.link.bye_received()) [[unlikely]]
+    link_.close_after_bye(p);
 }
 
 void EngineCore::process(PeerData& p, Message& m, const wire::Header& h) {
@@ -438,7 +438,7 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
   if (p.state != PeerState::kReady) [[unlikely]]
     return;
   p.rx.owed.released();
-  maybe_return_credits(p);
+  sender_.maybe_return_credits(p);
 }
 
 void EngineCore::give_back_sink(Message& m) {

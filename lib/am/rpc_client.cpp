@@ -18,7 +18,7 @@ namespace sluice::detail {
     return e_.invalid(absl::StrFormat(
         "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
         method, p.name, header, kMaxUserHeader, payload, e_.config_.max_message));
-  if (p.tx.queued + p.calls.queue_.size() >= e_.config_.send_queue_max) {
+  if (p.tx.queued() + p.calls.queue_.size() >= e_.config_.send_queue_max) {
     e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
@@ -51,12 +51,13 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   bool fragmented = false;
   // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
-  bool sent = options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() && e_.send_inline(p, out);
+  bool sent =
+      options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() && e_.sender_.send_inline(p, out);
   Result r = Result::kOk;
   if (sent) {
     mine.window_.start();
   } else if (header.size() + payload.size() <= e_.eager_limit_ || e_.config_.rndv) {
-    r = e_.pack_message(p, out, copy, &hop, &pop);
+    r = e_.sender_.pack_message(p, out, copy, &hop, &pop);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
@@ -68,7 +69,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
                           method, p.name, header.size() + payload.size()));
     }
     if (p.state != PeerState::kReady || !mine.window_.may_start()) {
-      if (p.state == PeerState::kNew) e_.start_handshake(p);
+      if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
       calls_.erase(id);
       return Result::kWouldBlock;
     }
@@ -91,13 +92,13 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   if (sent) return Result::kOk;
   if (fragmented) {
     mine.window_.start();
-    return e_.send_fragmented(p, out, SendCallback());
+    return e_.sender_.send_fragmented(p, out, SendCallback());
   }
   if (p.state == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
     mine.window_.start();
-    return e_.enqueue(p, hop, pop);
+    return e_.sender_.enqueue(p, hop, pop);
   }
-  if (p.state == PeerState::kNew) e_.start_handshake(p);
+  if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
   mine.queue_.push_back({hop, pop});
   return Result::kOk;
 }
@@ -133,14 +134,14 @@ void RpcClient::start_waiting(PeerData& p) {
     Pending m = mine.queue_.front();
     mine.queue_.pop_front();
     mine.window_.start();
-    if (m.payload == nullptr && e_.send_packed_now(p, m.header)) continue;
-    (void)e_.enqueue(p, m.header, m.payload);
+    if (m.payload == nullptr && e_.sender_.send_packed_now(p, m.header)) continue;
+    (void)e_.sender_.enqueue(p, m.header, m.payload);
   }
 }
 
 void RpcClient::slot_freed(PeerData& p) {
   p.calls.window_.finish();
-  if (p.has_waiting()) e_.flush(p);  // a request waiting for this slot may go now
+  if (p.has_waiting()) e_.sender_.flush(p);  // a request waiting for this slot may go now
 }
 
 void RpcClient::on_reply(PeerData& p, Message& m) {
@@ -283,7 +284,9 @@ bool RpcClient::has_calls_to(const PeerData& p) const {
   return !calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty();
 }
 
-void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) { e_.drop_queue(p, p.calls.queue_, status); }
+void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) {
+  e_.sender_.drop_queue(p, p.calls.queue_, status);
+}
 
 void RpcClient::end_calls(PeerData& p, const absl::Status& status) {
   for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish(id, status);
@@ -295,7 +298,7 @@ void RpcClient::close() {
   // queued for a server slot (which frees only with another reply). A server that answers
   // late, or never, would otherwise hold the close until the deadline.
   absl::Status closing = absl::CancelledError("the engine is shutting down");
-  e_.for_each_peer([&](PeerData& p) { e_.drop_queue(p, p.calls.queue_, closing); });
+  e_.for_each_peer([&](PeerData& p) { e_.sender_.drop_queue(p, p.calls.queue_, closing); });
   for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
     e_.c_.rpc_cancelled->add();
     finish(id, closing);

@@ -95,25 +95,25 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
                .rpc_id = state(m).rpc_id,
                .aux = 0,
                .status = status};
-  if (e_.send_inline(p, out)) [[likely]] {
+  if (e_.sender_.send_inline(p, out)) [[likely]] {
     answered(p, m, true);  // its send is complete already
-    e_.complete_inline(p.id, std::move(on_done));
+    e_.sender_.complete_inline(p.id, std::move(on_done));
     return Result::kOk;
   }
   if (header.size() + payload.size() > e_.eager_limit_ && !e_.config_.rndv) {
     answered(p, m, false);
-    return e_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
+    return e_.sender_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
   }
   Op* hop = nullptr;
   Op* pop = nullptr;
-  if (Result r = e_.pack_message(p, out, copy, &hop, &pop); r != Result::kOk) return r;
+  if (Result r = e_.sender_.pack_message(p, out, copy, &hop, &pop); r != Result::kOk) return r;
   answered(p, m, false);
   if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
   Op* last = pop ? pop : hop;
   last->send.on_done = std::move(on_done);
   last->send.releases_rpc_slot = state(m).holds_rpc_slot;
   if (last_out != nullptr) *last_out = last;
-  return e_.enqueue(p, hop, pop);
+  return e_.sender_.enqueue(p, hop, pop);
 }
 
 Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
@@ -128,9 +128,10 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
                         .aux = 0,
                         .status = 0};
   Op* hop = nullptr;
-  if (Result r = e_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop); r != Result::kOk) return r;
+  if (Result r = e_.sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop); r != Result::kOk)
+    return r;
   Op* pop = e_.new_op(OpKind::kSendPayload, p.id);
-  if (Result r = e_.prepare_payload(pop, payload, copy); r != Result::kOk) {
+  if (Result r = e_.sender_.prepare_payload(pop, payload, copy); r != Result::kOk) {
     e_.free_op(hop);
     e_.free_op(pop);
     return r;
@@ -141,7 +142,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   pop->send.releases_rpc_slot = state(m).holds_rpc_slot;
   pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
   if (last_out != nullptr) *last_out = pop;
-  return e_.enqueue(p, hop, pop);
+  return e_.sender_.enqueue(p, hop, pop);
 }
 
 Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
@@ -164,7 +165,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     }
     Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();
-    e_.maybe_return_credits(p);  // a queued reply carries it later
+    e_.sender_.maybe_return_credits(p);  // a queued reply carries it later
     return r;
   }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty

@@ -35,13 +35,13 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
 // (a reply buffer's capacity).
 constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wire::compactable(flags) && aux == 0; }
 
-[[gnu::always_inline]] inline std::size_t EngineCore::encode_next(const PeerData& p, const Outgoing& m,
-                                                                  std::byte* out) const {
+[[gnu::always_inline]] inline std::size_t Sender::encode_next(const PeerData& p, const Outgoing& m,
+                                                              std::byte* out) const {
   std::size_t hs;
   auto credits = static_cast<std::uint16_t>(p.rx.owed.owed());
   auto header_len = static_cast<std::uint16_t>(m.header.size());
   if (takes_compact(m.flags, m.aux)) [[likely]] {
-    hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq, m.rpc_id, out);
+    hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq_, m.rpc_id, out);
   } else {
     wire::Header wh;
     wh.flags = m.flags;
@@ -50,7 +50,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
     wh.payload_len = static_cast<std::uint32_t>(m.payload.size());
     wh.credits = credits;
     wh.status = m.status;
-    wh.seq = p.tx.next_seq;
+    wh.seq = p.tx.next_seq_;
     wh.ack = p.rx.window.delivered();
     wh.rpc_id = m.rpc_id;
     wh.aux = m.aux;
@@ -62,24 +62,24 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   return hs + m.header.size() + m.payload.size();
 }
 
-[[gnu::always_inline]] inline void EngineCore::count_sent_now(PeerData& p, std::size_t total) {
-  (void)p.tx.credits.try_consume();
+[[gnu::always_inline]] inline void Sender::count_sent_now(PeerData& p, std::size_t total) {
+  (void)p.tx.credits_.try_consume();
   (void)p.rx.owed.take();
-  ++p.tx.next_seq;
-  ++p.tx.sent_seq;
-  count_sent(p, 1, total);
+  ++p.tx.next_seq_;
+  ++p.tx.sent_seq_;
+  e_.count_sent(p, 1, total);
 }
 
-[[gnu::always_inline]] inline bool EngineCore::send_inline(PeerData& p, const Outgoing& m) {
+[[gnu::always_inline]] inline bool Sender::send_inline(PeerData& p, const Outgoing& m) {
   std::size_t hs = takes_compact(m.flags, m.aux) ? wire::compact_size(m.flags) : wire::kHeaderSize;
   if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
   std::size_t total = encode_next(p, m, buf);
-  PostResult r = p.ep.send_now(buf, total, p.tx.tag);
+  PostResult r = p.ep.send_now(buf, total, p.tx.tag_);
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);
-  c_.sent_inline->add();
+  e_.c_.sent_inline->add();
   return true;
 }
 

@@ -10,15 +10,15 @@
 
 namespace sluice::detail {
 
-Result EngineCore::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out) {
+Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out) {
   std::size_t total = wire::kHeaderSize + m.header.size() + m.payload.size();
-  PoolClass& cls = send_pool_->eager();
+  PoolClass& cls = e_.send_pool_->eager();
   if (total > cls.slot_size()) return Result::kInvalidArgument;
   Slot slot;
   // Replies may use the capacity held back for them; everything else leaves it.
   Result got = (m.flags & wire::kFlagReply) ? cls.try_get_reserved(&slot) : cls.try_get(&slot);
   if (got != Result::kOk) [[unlikely]] {
-    c_.would_block->add();
+    e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
   wire::Header wh;
@@ -33,40 +33,40 @@ Result EngineCore::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_le
   wire::encode(wh, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
-  Op* op = new_op(OpKind::kSend, p.id);
+  Op* op = e_.new_op(OpKind::kSend, p.id);
   op->slot = std::move(slot);
   op->send.message_len = total;
   *out = op;
   return Result::kOk;
 }
 
-Result EngineCore::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop) {
+Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop) {
   auto len = static_cast<std::uint32_t>(m.payload.size());
   *pop = nullptr;
-  if (m.header.size() + m.payload.size() <= eager_limit_) [[likely]]
+  if (m.header.size() + m.payload.size() <= e_.eager_limit_) [[likely]]
     return pack(p, m, len, hop);
   Outgoing announcement = m;  // the payload follows by rendezvous
   announcement.flags |= wire::kFlagRndv;
   announcement.payload = {};
   Result r = pack(p, announcement, len, hop);
   if (r != Result::kOk) return r;
-  *pop = new_op(OpKind::kSendPayload, p.id);
+  *pop = e_.new_op(OpKind::kSendPayload, p.id);
   r = prepare_payload(*pop, m.payload, copy);
   if (r != Result::kOk) {
-    free_op(*hop);
-    free_op(*pop);
+    e_.free_op(*hop);
+    e_.free_op(*pop);
   }
   return r;
 }
 
-bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                             std::span<const std::byte> payload, SendCallback& cb) {
-  if (header.size() + payload.size() > eager_limit_ || !p.can_send_now()) return false;
+bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                         std::span<const std::byte> payload, SendCallback& cb) {
+  if (header.size() + payload.size() > e_.eager_limit_ || !p.can_send_now()) return false;
   Slot slot;
   // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
   // here, so it is counted once).
-  if (send_pool_->eager().try_take(&slot) != Result::kOk) return false;
-  Op* op = new_op(OpKind::kSend, p.id);
+  if (e_.send_pool_->eager().try_take(&slot) != Result::kOk) return false;
+  Op* op = e_.new_op(OpKind::kSend, p.id);
   op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
   op->incarnation = p.epoch;
@@ -76,25 +76,25 @@ bool EngineCore::send_direct(PeerData& p, HandlerId h, std::span<const std::byte
   return true;
 }
 
-void EngineCore::complete_inline(std::uint32_t peer, SendCallback&& cb) {
+void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
-  Op* op = new_op(OpKind::kSend, peer);
-  op->incarnation = peers_[peer]->epoch;
+  Op* op = e_.new_op(OpKind::kSend, peer);
+  op->incarnation = e_.peers_[peer]->epoch;
   op->send.on_done = std::move(cb);
-  ++tx_inflight_;
-  done_.push_back({op, absl::StatusCode::kOk, 0, 0});
+  ++inflight_;
+  e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});
 }
 
-Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy) {
+Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy) {
   op->send.payload_len = payload.size();
   if (copy == PayloadCopy::kNo) {
     op->send.payload = payload.data();
     return Result::kOk;
   }
-  if (PoolClass* cls = send_pool_->class_for(payload.size())) {
+  if (PoolClass* cls = e_.send_pool_->class_for(payload.size())) {
     Slot slot;
     if (cls->try_get(&slot) == Result::kOk) {
-      c_.copied_bytes->add(payload.size());
+      e_.c_.copied_bytes->add(payload.size());
       copy_payload(slot_data(slot), payload.data(), payload.size());
       op->send.payload = slot_data(slot);
       op->send.payload_memh = slot_memh(slot);
@@ -102,34 +102,34 @@ Result EngineCore::prepare_payload(Op* op, std::span<const std::byte> payload, P
       return Result::kOk;
     }
     if (copy == PayloadCopy::kPool) {
-      c_.would_block->add();
+      e_.c_.would_block->add();
       return Result::kWouldBlock;
     }
     // A copying reply: the heap rather than a refusal (the slot table bounds how many exist).
   }
   // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
-  c_.copied_bytes->add(payload.size());
+  e_.c_.copied_bytes->add(payload.size());
   op->heap.reset(new std::byte[payload.size()]);
   copy_payload(op->heap.get(), payload.data(), payload.size());
   op->send.payload = op->heap.get();
   return Result::kOk;
 }
 
-Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                        SendCallback&& cb, PayloadCopy copy, void* memh) {
+Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                    SendCallback&& cb, PayloadCopy copy, void* memh) {
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
-  if (header.size() > kMaxUserHeader || payload.size() > config_.max_message) [[unlikely]]
-    return invalid(
+  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message) [[unlikely]]
+    return e_.invalid(
         absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
                         "SLUICE_MAX_MESSAGE)",
-                        h, p.name, header.size(), kMaxUserHeader, payload.size(), config_.max_message));
-  if (p.tx.queued >= config_.send_queue_max) [[unlikely]] {
-    c_.would_block->add();
+                        h, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
+  if (p.tx.queued_ >= e_.config_.send_queue_max) [[unlikely]] {
+    e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
   Outgoing m = plain_message(h, header, payload);
-  if (p.tx.queue.empty()) [[likely]] {
+  if (p.tx.queue_.empty()) [[likely]] {
     if (send_inline(p, m)) [[likely]] {
       complete_inline(p.id, std::move(cb));
       return Result::kOk;
@@ -138,7 +138,7 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   } else if (append_queued(p, h, header, payload, cb)) {
     return Result::kOk;
   }
-  if (!config_.rndv && header.size() + payload.size() > eager_limit_) return send_fragmented(p, m, std::move(cb));
+  if (!e_.config_.rndv && header.size() + payload.size() > e_.eager_limit_) return send_fragmented(p, m, std::move(cb));
   Op *hop, *pop;
   Result r = pack_message(p, m, copy, &hop, &pop);
   if (r != Result::kOk) return r;
@@ -148,7 +148,7 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   return enqueue(p, hop, pop);
 }
 
-Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot) {
+Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.
@@ -157,12 +157,12 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&
   bool first = true;
   while (offset < payload.size()) {
     std::span<const std::byte> uh = first ? header : std::span<const std::byte>();
-    std::size_t room = eager_limit_ - uh.size();
+    std::size_t room = e_.eager_limit_ - uh.size();
     std::size_t piece = std::min(room, payload.size() - offset);
     Op* op = nullptr;
     Result r;
     auto deadline =
-        Clock::now() + (config_.connect_timeout == kInfinite ? std::chrono::hours(24) : config_.connect_timeout);
+        Clock::now() + (e_.config_.connect_timeout == kInfinite ? std::chrono::hours(24) : e_.config_.connect_timeout);
     Outgoing piece_m = m;  // a piece's aux is its offset
     piece_m.flags |= wire::kFlagFrag;
     piece_m.header = uh;
@@ -172,18 +172,18 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&
     while ((r = pack(p, piece_m, static_cast<std::uint32_t>(payload.size()), &op)) == Result::kWouldBlock) {
       if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
       if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
-      progress();
+      e_.progress();
     }
     if (r != Result::kOk) return r;
-    c_.bounce_bytes->add(piece);
-    c_.copied_bytes->add(piece);
+    e_.c_.bounce_bytes->add(piece);
+    e_.c_.copied_bytes->add(piece);
     offset += piece;
     if (offset == payload.size()) {
       op->send.on_done = std::move(cb);  // NOLINT(bugprone-use-after-move): the last piece, once
       op->send.releases_rpc_slot = releases_rpc_slot;
     }
     if (first && p.state == PeerState::kDead) {
-      free_op(op);
+      e_.free_op(op);
       return Result::kUnavailable;
     }
     first = false;
@@ -192,8 +192,8 @@ Result EngineCore::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&
   return Result::kOk;
 }
 
-Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
-  std::uint64_t seq = p.tx.next_seq++;
+Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
+  std::uint64_t seq = p.tx.next_seq_++;
   wire::patch_seq(slot_data(header->slot), seq);
   std::uint32_t me = p.remote_slot;
   header->incarnation = p.epoch;
@@ -201,27 +201,27 @@ Result EngineCore::enqueue(PeerData& p, Op* header, Op* payload) {
     if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);
     payload->incarnation = p.epoch;
   }
-  if (p.state == PeerState::kNew) start_handshake(p);
-  if (p.state == PeerState::kReady && p.tx.queue.empty() && p.tx.credits.try_consume()) [[likely]] {
+  if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
+  if (p.state == PeerState::kReady && p.tx.queue_.empty() && p.tx.credits_.try_consume()) [[likely]] {
     transmit(p, {header, payload});
     return Result::kOk;
   }
   if (p.state == PeerState::kDead) {
-    free_op(header);
-    if (payload) free_op(payload);
+    e_.free_op(header);
+    if (payload) e_.free_op(payload);
     return Result::kUnavailable;
   }
-  if (p.state == PeerState::kReady) count_credit_stall(p);
-  p.tx.queue.push_back({header, payload});
-  c_.queue_hwm->update(++p.tx.queued);
+  if (p.state == PeerState::kReady) e_.count_credit_stall(p);
+  p.tx.queue_.push_back({header, payload});
+  e_.c_.queue_hwm->update(++p.tx.queued_);
   return Result::kOk;
 }
 
-void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
+void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
-  p.tx.sent_seq += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
+  p.tx.sent_seq_ += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
   wire::patch_piggyback(slot_data(h->slot), p.rx.owed.take(), p.rx.window.delivered());
-  count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
+  e_.count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
@@ -231,7 +231,7 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
         copy_payload(at, slot_data(h->slot), h->send.message_len);
         h->slot.release();
         chain(head, h);
-        c_.coalesced->add();
+        e_.c_.coalesced->add();
         return;
       }
       post_batch(p, open);
@@ -240,21 +240,21 @@ void EngineCore::transmit(PeerData& p, const Pending& m, Op** open) {
     return;
   }
   if (open != nullptr) post_batch(p, open);  // what was batched goes first
-  if (m.payload != nullptr) fault_.pass(FaultPoint::kRndvAnnounce);
+  if (m.payload != nullptr) e_.fault_.pass(FaultPoint::kRndvAnnounce);
   post_message(p, h);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
-    c_.rndv_sent->add();
-    ++tx_inflight_;
+    e_.c_.rndv_sent->add();
+    ++inflight_;
     PostResult r = p.ep.post_send(m.payload, m.payload->send.payload, m.payload->send.payload_len, m.payload->send.tag,
                                   m.payload->send.payload_memh);
     if (r.kind != Post::kPending)
-      done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
-    fault_.pass(FaultPoint::kRndvPayload);
+      e_.done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+    e_.fault_.pass(FaultPoint::kRndvPayload);
   }
 }
 
-std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
+std::byte* Sender::grow_batch(Op* head, std::size_t len) {
   std::size_t off = (head->send.message_len + 7) / 8 * 8;
   if (off + len > slot_size(head->slot)) return nullptr;
   std::byte* b = slot_data(head->slot);
@@ -269,23 +269,23 @@ std::byte* EngineCore::grow_batch(Op* head, std::size_t len) {
   return b + off;
 }
 
-void EngineCore::chain(Op* head, Op* op) {
+void Sender::chain(Op* head, Op* op) {
   Op* tail = head->send.coalesced_tail != nullptr ? head->send.coalesced_tail : head;
   tail->send.coalesced_next = op;
   head->send.coalesced_tail = op->send.coalesced_tail != nullptr ? op->send.coalesced_tail : op;
   op->send.coalesced_tail = nullptr;
 }
 
-bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
-                               std::span<const std::byte> payload, SendCallback& cb) {
-  if (p.tx.queue.empty() || !config_.coalesce) return false;
-  const Pending& last = p.tx.queue.back();
+bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                           std::span<const std::byte> payload, SendCallback& cb) {
+  if (p.tx.queue_.empty() || !e_.config_.coalesce) return false;
+  const Pending& last = p.tx.queue_.back();
   Op* head = last.header;
   std::size_t len = wire::kHeaderSize + header.size() + payload.size();
   // At most half the grant rides in one tagged message, so a batch goes as soon as half the
   // credits are back (and always can: it never needs more than the peer granted).
   if (last.payload != nullptr || !head->send.batchable || len > kCoalesceMax ||
-      head->send.batch_count >= std::max<std::uint32_t>(1, p.tx.credits.granted() / 2)) {
+      head->send.batch_count >= std::max<std::uint32_t>(1, p.tx.credits_.granted() / 2)) {
     return false;
   }
   std::byte* at = grow_batch(head, len);
@@ -294,109 +294,103 @@ bool EngineCore::append_queued(PeerData& p, HandlerId h, std::span<const std::by
   wh.handler = h;
   wh.user_header_len = static_cast<std::uint16_t>(header.size());
   wh.payload_len = static_cast<std::uint32_t>(payload.size());
-  wh.seq = p.tx.next_seq++;
+  wh.seq = p.tx.next_seq_++;
   wire::encode(wh, at);
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
   if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
   ++head->send.batch_count;
-  c_.queue_hwm->update(++p.tx.queued);
+  e_.c_.queue_hwm->update(++p.tx.queued_);
   if (cb) {
-    Op* op = new_op(OpKind::kSend, p.id);
+    Op* op = e_.new_op(OpKind::kSend, p.id);
     op->incarnation = p.epoch;
     op->send.on_done = std::move(cb);
     chain(head, op);
   }
-  c_.coalesced->add();
-  if (p.state == PeerState::kReady) count_credit_stall(p);
+  e_.c_.coalesced->add();
+  if (p.state == PeerState::kReady) e_.count_credit_stall(p);
   return true;
 }
 
-void EngineCore::post_message(PeerData& p, Op* header) {
-  ++tx_inflight_;
+void Sender::post_message(PeerData& p, Op* header) {
+  ++inflight_;
   // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
   PostResult r =
-      p.ep.post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag, slot_memh(header->slot));
-  if (r.kind != Post::kPending) done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+      p.ep.post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag_, slot_memh(header->slot));
+  if (r.kind != Post::kPending)
+    e_.done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
-void EngineCore::post_batch(PeerData& p, Op** open) {
+void Sender::post_batch(PeerData& p, Op** open) {
   if (*open == nullptr) return;
   post_message(p, *open);
   *open = nullptr;
 }
 
-void EngineCore::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
+void Sender::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
   Op* op = head->send.coalesced_next;
   head->send.coalesced_next = nullptr;
   while (op != nullptr) {
     Op* next = op->send.coalesced_next;
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
-    if (op->send.releases_rpc_slot && release_slots) rpc_server_.reply_sent(*peers_[op->peer]);
-    free_op(op);
+    if (op->send.releases_rpc_slot && release_slots) e_.rpc_server_.reply_sent(*e_.peers_[op->peer]);
+    e_.free_op(op);
     op = next;
   }
 }
 
-bool EngineCore::send_packed_now(PeerData& p, Op* header) {
+bool Sender::send_packed_now(PeerData& p, Op* header) {
   // A call that waited for a slot, packed already: it leaves inline when it may, so a window
   // beyond the server's slots costs no transport request and completion per call.
   if (header->send.message_len > kInlineMax || header->send.batch_count != 1 || !p.can_send_now()) return false;
   std::byte* bytes = slot_data(header->slot);
-  wire::patch_seq(bytes, p.tx.next_seq);
+  wire::patch_seq(bytes, p.tx.next_seq_);
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed.owed()), p.rx.window.delivered());
-  if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag).kind != Post::kDone) return false;
+  if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
   count_sent_now(p, header->send.message_len);
-  c_.sent_inline->add();
-  free_op(header);
+  e_.c_.sent_inline->add();
+  e_.free_op(header);
   return true;
 }
 
-void EngineCore::flush(PeerData& p) {
+void Sender::flush(PeerData& p) {
   if (p.state != PeerState::kReady) return;
-  rpc_client_.start_waiting(p);
+  e_.rpc_client_.start_waiting(p);
   Op* open = nullptr;
-  Op** coalesce = config_.coalesce ? &open : nullptr;
-  while (!p.tx.queue.empty() && p.tx.credits.try_consume(p.tx.queue.front().header->send.batch_count)) {
-    Pending m = p.tx.queue.front();
-    p.tx.queue.pop_front();
-    p.tx.queued -= m.header->send.batch_count;
+  Op** coalesce = e_.config_.coalesce ? &open : nullptr;
+  while (!p.tx.queue_.empty() && p.tx.credits_.try_consume(p.tx.queue_.front().header->send.batch_count)) {
+    Pending m = p.tx.queue_.front();
+    p.tx.queue_.pop_front();
+    p.tx.queued_ -= m.header->send.batch_count;
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.tx.queue.empty()) count_credit_stall(p);  // waits for the peer to return credits
+  if (!p.tx.queue_.empty()) e_.count_credit_stall(p);  // waits for the peer to return credits
 }
 
-void EngineCore::on_send_done(Op* op, absl::StatusCode code) {
+void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (op->orphaned) [[unlikely]] {  // completed already when its peer died
-    free_op(op);
+    e_.free_op(op);
     return;
   }
-  --tx_inflight_;
-  PeerData& p = *peers_[op->peer];
+  --inflight_;
+  PeerData& p = *e_.peers_[op->peer];
   bool stale = op->incarnation != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
-    transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+    e_.transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
-  absl::Status status = code == absl::StatusCode::kOk
-                            ? absl::OkStatus()
-                            : absl::UnavailableError(absl::StrFormat(
-                                  "%s: %s", p.name, p.link.fail_reason.empty() ? "send failed" : p.link.fail_reason));
+  absl::Status status =
+      code == absl::StatusCode::kOk
+          ? absl::OkStatus()
+          : absl::UnavailableError(
+                absl::StrFormat("%s: %s", p.name, p.link.fail_reason().empty() ? "send failed" : p.link.fail_reason()));
   if (declined) [[unlikely]]
     status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name, op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
-  if (op->send.releases_rpc_slot && !stale) rpc_server_.reply_sent(p);
+  if (op->send.releases_rpc_slot && !stale) e_.rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
-  free_op(op);
-}
-
-void EngineCore::maybe_return_credits(PeerData& p) {
-  if (p.state == PeerState::kReady && p.rx.owed.explicit_due()) {
-    fault_.pass(FaultPoint::kCreditReturn);
-    c_.credit_msgs->add();
-    send_ctrl(p, wire::kCredit, {});
-  }
+  e_.free_op(op);
 }
 
 }  // namespace sluice::detail

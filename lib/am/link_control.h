@@ -1,0 +1,115 @@
+// Link control (internal): the life of each connection. HELLO both ways (what we grant the
+// peer, what it grants us), REJECT, BYE and the orderly close, PING/PONG heartbeats, and the
+// timers that end a link: the handshake's deadline, silence beyond SLUICE_PEER_TIMEOUT, a
+// closed front-door link's grace. It owns each peer's link part; the sender carries what it
+// decides to send.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include <sluice/engine.h>
+
+#include "wire/wire.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+struct PeerData;
+
+// A peer's link part: written by LinkControl alone, read by anyone.
+class LinkState {
+ public:
+  bool hello_sent() const { return hello_sent_; }
+  bool hello_received() const { return hello_received_; }
+  // Its BYE came: it closes once everything up to the sequence the BYE carried is in.
+  bool bye_received() const { return bye_received_; }
+  // Why it failed (or why its link or endpoint went: the cause its failure reports).
+  const std::string& fail_reason() const { return fail_reason_; }
+  // Its endpoint's force close did not finish: the transport may still call back for it.
+  bool close_pending() const { return close_pending_; }
+
+ private:
+  friend class LinkControl;
+  bool hello_sent_ = false;
+  bool hello_received_ = false;
+  Clock::time_point hello_deadline_{};
+  Clock::time_point early_since_{};  // data of it waits for its HELLO since
+  Clock::time_point last_heard_{};
+  bool ping_outstanding_ = false;
+  Clock::time_point ping_sent_{};
+  bool bye_sent_ = false;
+  bool bye_received_ = false;
+  std::uint64_t bye_seq_ = 0;
+  std::string fail_reason_;
+  bool close_pending_ = false;
+  // Client/server: when its front-door link closed (its process ended, or it is closing: its
+  // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
+  Clock::time_point lost_at_ = Clock::time_point::max();
+};
+
+class LinkControl {
+ public:
+  explicit LinkControl(EngineCore& e) : e_(e) {}
+  LinkControl(const LinkControl&) = delete;
+  LinkControl& operator=(const LinkControl&) = delete;
+
+  // ---- the handshake and control messages (link_control.cpp)
+  // A new rank peer: its endpoint, then our HELLO, answered within SLUICE_CONNECT_TIMEOUT.
+  void start_handshake(PeerData& p);
+  // The peer connects: its HELLO must come by `deadline`.
+  void connecting(PeerData& p, Clock::time_point deadline);
+  // SLUICE_CONNECT_TIMEOUT from now (max when infinite).
+  Clock::time_point connect_deadline() const;
+  bool send_hello(PeerData& p);
+  void handle_ctrl(PeerData& p, const wire::Header& h, std::span<const std::byte> body);
+  // After the peer's BYE: closes it once every message it sent before is in (delivered, and
+  // no payload of it still landing).
+  void close_after_bye(PeerData& p);
+  void send_bye(PeerData& p);
+  // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
+  void refuse(PeerData& p, const std::string& why);
+
+  // ---- timers (link_timers.cpp), per peer on each timer tick
+  // Ends the link when its time is up: no handshake by its deadline, data that waited a
+  // heartbeat for a HELLO, a closed link's grace, silence (`away`: nobody progressed this
+  // engine for a while, which is no silence of the peer's). True when the peer is done for
+  // this tick.
+  bool expired(PeerData& p, Clock::time_point now, bool away);
+  // A heartbeat to a peer silent for SLUICE_HEARTBEAT.
+  void keep_alive(PeerData& p, Clock::time_point now);
+
+  // ---- what others learn and tell
+  // A message from the peer arrived (every message passes here).
+  static void heard(LinkState& l, Clock::time_point now) { l.last_heard_ = now; }
+  // Data of a connecting peer waits for its HELLO (since `now`, unless it waited already).
+  static void early(LinkState& l, Clock::time_point now) {
+    if (l.early_since_ == Clock::time_point{}) l.early_since_ = now;
+  }
+  static void not_early(LinkState& l) { l.early_since_ = {}; }
+  // The transport failed the peer's endpoint (`why`); a link that closed said why already.
+  static void endpoint_failed(LinkState& l, std::string why);
+  // The peer's front-door link closed (`why`): a ready peer fails kLinkGrace after `now`
+  // unless it closes first (true); any other is for the caller to fail (false).
+  bool link_lost(PeerData& p, const std::string& why, Clock::time_point now);
+  bool lost(const PeerData& p) const;
+  // The peer failed (`reason`); its endpoint's force close may not have finished.
+  static void failed(LinkState& l, const std::string& reason);
+  // A client/server peer that never got going (`why`).
+  static void abandoned(LinkState& l, const std::string& why) { l.fail_reason_ = why; }
+  static void close_pending(LinkState& l, bool pending) { l.close_pending_ = pending; }
+
+ private:
+  void handle_hello(PeerData& p, const wire::Hello& hello);
+  // A HELLO from a peer we knew: whatever was towards its old incarnation is over.
+  void restart(PeerData& p, const wire::Hello& hello);
+  void maybe_ready(PeerData& p);
+  void on_bye(PeerData& p, const wire::Header& h);
+  void on_pong(PeerData& p);
+  // Drops what waited for a HELLO that did not come.
+  void drop_early(PeerData& p);
+
+  EngineCore& e_;
+};
+
+}  // namespace sluice::detail

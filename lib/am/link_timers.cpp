@@ -1,0 +1,90 @@
+// Link control's timers: the handshake's deadline, data waiting for a HELLO, a closed link's
+// grace, silence, heartbeats; and what the rest of the engine tells it about a link.
+#include <algorithm>
+
+#include <absl/strings/str_format.h>
+
+#include "am/engine_core.h"
+#include "core/log.h"
+
+namespace sluice::detail {
+
+bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
+  if (p.state == PeerState::kConnecting && e_.config_.connect_timeout != kInfinite && now >= p.link.hello_deadline_) {
+    e_.fail_peer(
+        p, absl::StatusCode::kDeadlineExceeded,
+        absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(e_.config_.connect_timeout)));
+    return true;
+  }
+  if (p.state == PeerState::kConnecting && p.link.early_since_ != Clock::time_point{} &&
+      now - p.link.early_since_ >= e_.config_.heartbeat) [[unlikely]] {
+    drop_early(p);
+    return true;
+  }
+  if (p.state != PeerState::kReady) return false;
+  if (now - p.link.lost_at_ >= e_.kLinkGrace) [[unlikely]] {
+    e_.fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason_);
+    return true;
+  }
+  if (away) p.link.last_heard_ = now;
+  Duration silent = now - p.link.last_heard_;
+  if (e_.config_.peer_timeout != kInfinite && silent >= e_.config_.peer_timeout) {
+    // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
+    PoolClassStats rx = e_.recv_pool_->eager().stats();
+    SLUICE_LOG(kWarn, "am",
+               "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
+               "queued; we hold %u of its messages unreleased and owe it %u credits; next "
+               "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
+               "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
+               p.name, p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(),
+               p.calls.queued(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
+               std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->recv.busy; }),
+               p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, e_.sender_.inflight(),
+               e_.worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
+    e_.fail_peer(p, absl::StatusCode::kUnavailable,
+              absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
+                              format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+                              format_duration(e_.config_.peer_timeout)));
+    return true;
+  }
+  return false;
+}
+
+void LinkControl::keep_alive(PeerData& p, Clock::time_point now) {
+  const Duration beat = e_.config_.heartbeat;
+  if (now - p.link.last_heard_ >= beat && (!p.link.ping_outstanding_ || now - p.link.ping_sent_ >= beat)) {
+    p.link.ping_outstanding_ = true;
+    p.link.ping_sent_ = now;
+    e_.c_.heartbeats->add();
+    e_.sender_.send_ctrl(p, wire::kPing, {});
+  }
+}
+
+void LinkControl::drop_early(PeerData& p) {
+  // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
+  // within a heartbeat interval is not coming, and what waited for it goes.
+  for (std::size_t n = p.rx.window.held(); n > 0; --n) e_.count_drop("before the handshake (no HELLO came)");
+  p.rx.window.clear();  // their Messages release their slots and credits
+  p.link.early_since_ = {};
+}
+
+void LinkControl::endpoint_failed(LinkState& l, std::string why) {
+  // A link that closed already said why (the client's process ended); the endpoint follows.
+  if (l.lost_at_ == Clock::time_point::max()) l.fail_reason_ = std::move(why);
+}
+
+bool LinkControl::link_lost(PeerData& p, const std::string& why, Clock::time_point now) {
+  p.link.fail_reason_ = why;
+  if (p.state != PeerState::kReady) return false;
+  p.link.lost_at_ = now;  // its BYE may still be on its way
+  return true;
+}
+
+bool LinkControl::lost(const PeerData& p) const { return p.link.lost_at_ != Clock::time_point::max(); }
+
+void LinkControl::failed(LinkState& l, const std::string& reason) {
+  l.fail_reason_ = reason;
+  l.lost_at_ = Clock::time_point::max();
+}
+
+}  // namespace sluice::detail
