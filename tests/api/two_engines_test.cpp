@@ -1,8 +1,8 @@
 // Two engines in one process (two ranks of an in-process group), over the real UCX transports.
+#include <sys/resource.h>
 #include <atomic>
 #include <cstring>
 #include <ctime>
-#include <sys/resource.h>
 #include <thread>
 #include <vector>
 
