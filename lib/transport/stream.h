@@ -33,6 +33,7 @@
 
 #include "transport/stream_crypto.h"
 #include "transport/stream_frame.h"
+#include "transport/stream_writer.h"
 #include "transport/transport.h"
 
 namespace sluice::detail {
@@ -55,6 +56,9 @@ struct StreamMsg {
   class StreamConn* conn = nullptr;
 };
 
+// One connection: its socket and lifecycle (attached, failed, closed), and its reading half:
+// the receives posted, the messages arrived for none, the frame being read. Its writing half
+// is its StreamWriter.
 class StreamConn {
  public:
   StreamConn(StreamHub* hub, StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
@@ -74,8 +78,13 @@ class StreamConn {
   std::size_t unexpected_bytes() const { return unexpected_bytes_; }
   const std::string& failure() const { return failure_; }
 
-  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag);
-  PostResult send_now(const void* buf, std::size_t len, Tag tag);
+  // Whether it may still send and receive: attached or not yet, but neither failed nor closed.
+  bool usable() const { return !failed_ && !closed_; }
+
+  PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag) {
+    return writer_.post_send(op, buf, len, tag);
+  }
+  PostResult send_now(const void* buf, std::size_t len, Tag tag) { return writer_.send_now(buf, len, tag); }
   PostResult post_recv(TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask);
   // The first unexpected message matching (tag, mask), removed from the queue; nullptr if none.
   StreamMsg* take_unexpected(Tag tag, Tag mask);
@@ -85,15 +94,20 @@ class StreamConn {
   // Force close: every send and receive still open completes with kCancelled (callbacks run
   // now); the socket closes.
   void close();
-  // Writes what waits (the hub's release of held sends).
+  // Writes what waits (the hub's release of held sends), and watches for the socket's room
+  // while some of it still waits.
   void flush();
+  // Fails the connection (failure() says why) and calls its error callback, now; nothing more
+  // is read or written.
+  void fail(const std::string& why);
+  // Whether epoll reports the socket writable (while the writer has bytes the socket did not take).
+  void want_out(bool on);
 
   // epoll readiness.
   void on_readable();
   void on_writable();
 
  private:
-  struct Send;
   enum class Sink : std::uint8_t { kRecv, kUnexpected, kDiscard };
   // The reader: a frame header, then its body piece by piece.
   bool read_header();
@@ -112,25 +126,6 @@ class StreamConn {
   bool take_posted(Tag tag, StreamRecv* out);
   void add_unexpected(std::unique_ptr<StreamMsg> m);
   void clear_to_send(StreamRecv r, std::uint64_t transfer, std::size_t length, Tag tag);
-  // The writer.
-  Send* new_send(TransportOp* op, const std::byte* payload, std::size_t len);
-  void queue(Send* s);
-  void queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id);
-  // While the hub holds sends: a small frame is copied into out_ (it has left, as far as the
-  // caller is concerned) and the connection written once, at release. False when it cannot.
-  bool hold_frame(const std::byte* header, const void* payload, std::size_t len);
-  bool flush_plain();
-  bool flush_sealed();
-  // Appends sealed frames to the seal buffer while there is room; false when nothing was added.
-  bool seal_more();
-  // Seals one whole frame into the seal buffer (a copy of its payload).
-  void seal_frame(const std::byte* header, const std::byte* payload, std::size_t len);
-  void sent(Send* s);
-  // A send not yet begun is taken back (kCancelled); false when `op` is no send of ours, or
-  // its bytes are partly on the wire.
-  bool cancel_send(TransportOp* op);
-  void want_out(bool on);
-  void fail(const std::string& why);
 
   StreamHub* hub_;
   StreamOptions options_;
@@ -162,33 +157,8 @@ class StreamConn {
   std::unique_ptr<std::byte[]> scratch_;  // discarded bodies land here, a piece at a time
   stream::Cipher rx_cipher_;
 
-  // Sending.
-  std::vector<std::byte> out_;  // plain: copied frames, written before tx_
-  std::size_t out_off_ = 0;
-  std::deque<Send*> tx_;                               // frames to write, in order
-  std::unordered_map<std::uint64_t, Send*> rts_sent_;  // transfers waiting for their CTS
-  std::uint64_t next_transfer_ = 1;
-  std::size_t tx_head_done_ = 0;  // plain: bytes of tx_.front() written
-  stream::Cipher tx_cipher_;
-  // Sealed bytes not yet written: [sealed_off_, sealed_len_) of sealed_ (grown, never zeroed).
-  std::unique_ptr<std::byte[]> sealed_;
-  std::size_t sealed_cap_ = 0, sealed_len_ = 0, sealed_off_ = 0;
-  // Room for `n` more sealed bytes at the end (what is written is dropped from the front first).
-  std::byte* sealed_room(std::size_t n);
-  // Seals `len` bytes of `src` (a header or a body piece) and its tag onto the end.
-  void seal_piece(const std::byte* src, std::size_t len);
-  std::size_t seal_head_done_ = 0;  // sealed: payload bytes of tx_.front() sealed (header first)
-  bool seal_head_started_ = false;
-};
-
-// A frame to write: its header, and the payload that follows it (the caller's bytes, kept valid
-// until the op completes, or `owned`).
-struct StreamConn::Send {
-  TransportOp* op = nullptr;  // nullptr: nothing to complete (a control frame, a send_now's rest)
-  std::byte header[stream::kHeaderSize];
-  const std::byte* payload = nullptr;
-  std::size_t payload_len = 0;
-  std::unique_ptr<std::byte[]> owned;
+  // Sending: declared after options_, which it is made from.
+  StreamWriter writer_;
 };
 
 class StreamHub {

@@ -1,5 +1,5 @@
-// The stream transport's connection: reading and matching (this file's first half), writing
-// (stream_send.cpp). stream.h describes the protocol and its bounds.
+// The stream transport's connection: its lifecycle, reading and matching; its writing half is
+// stream_writer.cpp. stream.h describes the protocol and its bounds.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,22 +24,24 @@ constexpr std::size_t kHeldMin = 256;
 bool matches(Tag have, Tag want, Tag mask) { return ((have ^ want) & mask) == 0; }
 // What a held message counts against the unexpected bound: its bytes, or an announcement's cost.
 std::size_t held_cost(const StreamMsg& m) { return m.transfer != 0 ? kHeldMin : std::max(m.length, kHeldMin); }
+// One direction's cipher: none when the connection is plain.
+stream::Cipher cipher(const StreamOptions& o, const stream::SessionKey& key) {
+  return o.suite != 0 ? stream::Cipher(static_cast<stream::Suite>(o.suite), key) : stream::Cipher();
+}
 }  // namespace
 
 StreamConn::StreamConn(StreamHub* hub, StreamOptions options, Endpoint::ErrorCallback on_error, void* arg)
-    : hub_(hub), options_(std::move(options)), on_error_(on_error), arg_(arg) {
+    : hub_(hub),
+      options_(std::move(options)),
+      on_error_(on_error),
+      arg_(arg),
+      rx_cipher_(cipher(options_, options_.rx_key)),
+      writer_(this, hub, cipher(options_, options_.tx_key), options_.eager_max) {
   ahead_.reset(new std::byte[kAheadSize]);
-  if (options_.suite != 0) {
-    auto suite = static_cast<stream::Suite>(options_.suite);
-    rx_cipher_ = stream::Cipher(suite, options_.rx_key);
-    tx_cipher_ = stream::Cipher(suite, options_.tx_key);
-  }
 }
 
 StreamConn::~StreamConn() {
   if (fd_ >= 0) ::close(fd_);
-  for (Send* s : tx_) delete s;
-  for (auto& [id, s] : rts_sent_) delete s;
 }
 
 void StreamConn::attach(int fd) {
@@ -55,6 +57,22 @@ void StreamConn::fail(const std::string& why) {
   failure_ = why;
   if (fd_ >= 0) hub_->watch(this, 0, false);
   if (on_error_ != nullptr) on_error_(arg_, -25 /* UCS_ERR_CONNECTION_RESET */);
+}
+
+void StreamConn::want_out(bool on) {
+  if (on == out_armed_ || fd_ < 0) return;
+  out_armed_ = on;
+  hub_->watch(this, EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u), false);
+}
+
+void StreamConn::on_writable() {
+  if (!failed_ && !closed_) flush();
+}
+
+void StreamConn::flush() {
+  if (fd_ < 0 || failed_ || closed_) return;  // not attached yet (attach() flushes), or gone
+  bool done = writer_.write();
+  if (!failed_ && !closed_) want_out(!done);
 }
 
 void StreamConn::complete_recv(const StreamRecv& r, absl::StatusCode code, std::size_t length, Tag tag) {
@@ -117,7 +135,7 @@ void StreamConn::clear_to_send(StreamRecv r, std::uint64_t transfer, std::size_t
     return;
   }
   awaiting_.emplace(transfer, r);
-  queue_ctrl(stream::Kind::kCts, 0, 0, transfer);
+  writer_.queue_ctrl(stream::Kind::kCts, 0, 0, transfer);
 }
 
 StreamMsg* StreamConn::take_unexpected(Tag tag, Tag mask) {
@@ -139,7 +157,7 @@ bool StreamConn::has_unexpected(Tag tag, Tag mask) const {
 }
 
 void StreamConn::cancel(TransportOp* op) {
-  if (cancel_send(op)) return;
+  if (writer_.cancel(op)) return;
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (it->op != op) continue;
     StreamRecv r = *it;
@@ -175,16 +193,7 @@ void StreamConn::close() {
   in_body_ = false;
   unexpected_.clear();
   unexpected_bytes_ = 0;
-  std::deque<Send*> tx;
-  tx.swap(tx_);
-  for (auto& [id, s] : rts_sent_) tx.push_back(s);
-  rts_sent_.clear();
-  for (Send* s : tx) {
-    TransportOp* op = s->op;
-    delete s;
-    if (op != nullptr) op->request = op->stream = nullptr;
-    if (op != nullptr) op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);
-  }
+  writer_.cancel_all();
 }
 
 // ---- reading -----------------------------------------------------------------------------
@@ -266,17 +275,12 @@ bool StreamConn::handle_header(const stream::Header& h) {
   switch (h.kind) {
     case stream::Kind::kEager: return on_eager(h);
     case stream::Kind::kRts: return on_rts(h);
-    case stream::Kind::kCts: {
-      auto it = rts_sent_.find(h.id);
-      if (it == rts_sent_.end()) {
+    case stream::Kind::kCts:
+      if (!writer_.cleared(h.id)) {
         fail(absl::StrFormat("cleared transfer %u, which we never announced", h.id));
         return false;
       }
-      Send* s = it->second;
-      rts_sent_.erase(it);
-      queue(s);
       return true;
-    }
     case stream::Kind::kData: {
       auto it = awaiting_.find(h.id);
       if (it == awaiting_.end() || it->second.announced != h.length) {

@@ -19,7 +19,7 @@ case "$target" in
     export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" ;;
   stream)
     # The stream transport's reader over a socketpair, with libsodium for the sealed mode.
-    sources="$src/lib/transport/stream.cpp $src/lib/transport/stream_conn.cpp $src/lib/transport/stream_send.cpp
+    sources="$src/lib/transport/stream.cpp $src/lib/transport/stream_conn.cpp $src/lib/transport/stream_writer.cpp
              $src/lib/transport/stream_crypto.cpp $src/lib/core/log.cpp"
     flags=$(pkg-config --cflags --libs libsodium libcrypto absl_status absl_statusor absl_str_format) ;;
   *) sources="$src/lib/wire/${target}.cpp"; flags= ;;

@@ -1,6 +1,6 @@
-// The stream transport's connection, writing: eager frames at once from the caller's buffer
-// (writev), larger ones announced (RTS) and written when cleared (CTS), everything in order.
-// Sealed, frames are encrypted into the seal buffer piece by piece as the socket takes them.
+// The stream transport's writing half (stream_writer.h): eager frames at once from the caller's
+// buffer (writev), larger ones announced (RTS) and written when cleared (CTS), everything in
+// order. Sealed, frames are encrypted into the seal buffer piece by piece as the socket takes them.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -28,11 +28,53 @@ ssize_t send_iov(int fd, iovec* iov, int n) {
 bool would_block(ssize_t n) { return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR); }
 }  // namespace
 
-PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag) {
-  if (failed_ || closed_) [[unlikely]]
+// A frame to write: its header, and the payload that follows it (the caller's bytes, kept valid
+// until the op completes, or `owned`).
+struct StreamWriter::Send {
+  TransportOp* op = nullptr;  // nullptr: nothing to complete (a control frame, a send_now's rest)
+  std::byte header[stream::kHeaderSize];
+  const std::byte* payload = nullptr;
+  std::size_t payload_len = 0;
+  std::unique_ptr<std::byte[]> owned;
+};
+
+StreamWriter::StreamWriter(StreamConn* conn, StreamHub* hub, stream::Cipher cipher, std::size_t eager_max)
+    : conn_(conn), hub_(hub), eager_max_(eager_max), cipher_(std::move(cipher)) {}
+
+StreamWriter::~StreamWriter() {
+  for (Send* s : tx_) delete s;
+  for (auto& [id, s] : rts_sent_) delete s;
+}
+
+bool StreamWriter::write() { return cipher_.on() ? flush_sealed() : flush_plain(); }
+
+bool StreamWriter::cleared(std::uint64_t id) {
+  auto it = rts_sent_.find(id);
+  if (it == rts_sent_.end()) return false;
+  Send* s = it->second;
+  rts_sent_.erase(it);
+  queue(s);
+  return true;
+}
+
+void StreamWriter::cancel_all() {
+  std::deque<Send*> tx;
+  tx.swap(tx_);
+  for (auto& [id, s] : rts_sent_) tx.push_back(s);
+  rts_sent_.clear();
+  for (Send* s : tx) {
+    TransportOp* op = s->op;
+    delete s;
+    if (op != nullptr) op->request = op->stream = nullptr;
+    if (op != nullptr) op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);
+  }
+}
+
+PostResult StreamWriter::post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag) {
+  if (!conn_->usable()) [[unlikely]]
     return {Post::kError, absl::StatusCode::kUnavailable};
   const auto* payload = static_cast<const std::byte*>(buf);
-  if (len > options_.eager_max) {
+  if (len > eager_max_) {
     // Rendezvous: the payload waits here until the receiver has posted its buffer.
     std::uint64_t id = next_transfer_++;
     Send* s = new_send(op, payload, len);
@@ -43,23 +85,23 @@ PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t l
   }
   std::byte header[stream::kHeaderSize];
   stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
-  if (tx_cipher_.on() && tx_.empty()) {
+  if (cipher_.on() && tx_.empty()) {
     // Sealed into the seal buffer now: a copy, so the caller's buffer is free at once.
     seal_frame(header, payload, len);
-    if (hub_->holding()) hub_->dirty(this);
-    else flush();
-    return failed_ ? PostResult{Post::kError, absl::StatusCode::kUnavailable} : PostResult{Post::kDone};
+    if (hub_->holding()) hub_->dirty(conn_);
+    else conn_->flush();
+    return conn_->failed() ? PostResult{Post::kError, absl::StatusCode::kUnavailable} : PostResult{Post::kDone};
   }
   if (hold_frame(header, payload, len)) return {Post::kDone};
   ssize_t n = 0;
-  if (tx_.empty() && out_off_ == out_.size() && fd_ >= 0) {
+  if (tx_.empty() && out_off_ == out_.size() && conn_->fd() >= 0) {
     // Nothing ahead of it: straight from the caller's buffer.
     iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<std::byte*>(payload), len}};
-    n = send_iov(fd_, iov, len != 0 ? 2 : 1);
+    n = send_iov(conn_->fd(), iov, len != 0 ? 2 : 1);
     if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) [[likely]]
       return {Post::kDone};
     if (n < 0 && !would_block(n)) {
-      fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
       return {Post::kError, absl::StatusCode::kUnavailable};
     }
   }
@@ -69,43 +111,43 @@ PostResult StreamConn::post_send(TransportOp* op, const void* buf, std::size_t l
   if (n > 0) {  // the head of an empty queue, partly written
     tx_.push_back(s);
     tx_head_done_ = static_cast<std::size_t>(n);
-    want_out(true);
+    conn_->want_out(true);
   } else {
     queue(s);
   }
   return {Post::kPending};
 }
 
-StreamConn::Send* StreamConn::new_send(TransportOp* op, const std::byte* payload, std::size_t len) {
+StreamWriter::Send* StreamWriter::new_send(TransportOp* op, const std::byte* payload, std::size_t len) {
   auto* s = new Send;
   s->op = op;
   s->payload = payload;
   s->payload_len = len;
   op->request = s;  // pending (the engine looks at it), and where Worker::cancel finds it
-  op->stream = this;
+  op->stream = conn_;
   return s;
 }
 
-PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
-  if (failed_ || closed_) [[unlikely]]
+PostResult StreamWriter::send_now(const void* buf, std::size_t len, Tag tag) {
+  if (!conn_->usable()) [[unlikely]]
     return {Post::kError, absl::StatusCode::kUnavailable};
-  if (!tx_.empty() || fd_ < 0 || len > options_.eager_max || sealed_off_ != sealed_len_)
+  if (!tx_.empty() || conn_->fd() < 0 || len > eager_max_ || sealed_off_ != sealed_len_)
     return {Post::kError, absl::StatusCode::kResourceExhausted};
   std::byte header[stream::kHeaderSize];
   stream::encode({stream::Kind::kEager, static_cast<std::uint32_t>(len), tag, 0}, header);
-  if (tx_cipher_.on()) {
+  if (cipher_.on()) {
     seal_frame(header, static_cast<const std::byte*>(buf), len);
-    if (hub_->holding()) hub_->dirty(this);
-    else flush();
+    if (hub_->holding()) hub_->dirty(conn_);
+    else conn_->flush();
     return {Post::kDone};
   }
   if (hold_frame(header, buf, len)) return {Post::kDone};
   if (out_off_ != out_.size()) return {Post::kError, absl::StatusCode::kResourceExhausted};
   iovec iov[2] = {{header, stream::kHeaderSize}, {const_cast<void*>(buf), len}};
-  ssize_t n = send_iov(fd_, iov, len != 0 ? 2 : 1);
+  ssize_t n = send_iov(conn_->fd(), iov, len != 0 ? 2 : 1);
   if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) return {Post::kDone};
   if (n <= 0) {
-    if (!would_block(n)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+    if (!would_block(n)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
     return {Post::kError, would_block(n) ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable};
   }
   // Partly written: the rest is ours to send (the caller's buffer is on its stack).
@@ -117,18 +159,18 @@ PostResult StreamConn::send_now(const void* buf, std::size_t len, Tag tag) {
   s->payload_len = len;
   tx_.push_back(s);
   tx_head_done_ = static_cast<std::size_t>(n);
-  want_out(true);
+  conn_->want_out(true);
   return {Post::kDone};
 }
 
-bool StreamConn::hold_frame(const std::byte* header, const void* payload, std::size_t len) {
+bool StreamWriter::hold_frame(const std::byte* header, const void* payload, std::size_t len) {
   // Small frames only (a copy each), behind nothing queued, and not beyond a bound.
   constexpr std::size_t kHoldFrameMax = 1024, kOutMax = std::size_t{256} * 1024;
   if (!hub_->holding() || !tx_.empty() || len > kHoldFrameMax || out_.size() > kOutMax) return false;
   if (out_off_ == out_.size()) {
     out_.clear();
     out_off_ = 0;
-    hub_->dirty(this);
+    hub_->dirty(conn_);
   }
   std::size_t at = out_.size();
   out_.resize(at + stream::kHeaderSize + len);
@@ -137,18 +179,18 @@ bool StreamConn::hold_frame(const std::byte* header, const void* payload, std::s
   return true;
 }
 
-void StreamConn::queue(Send* s) {
+void StreamWriter::queue(Send* s) {
   tx_.push_back(s);
-  if (fd_ >= 0 && !failed_ && !closed_) flush();
+  conn_->flush();  // when attached and usable
 }
 
-void StreamConn::queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id) {
+void StreamWriter::queue_ctrl(stream::Kind kind, std::uint32_t length, Tag tag, std::uint64_t id) {
   auto* s = new Send;
   stream::encode({kind, length, tag, id}, s->header);
   queue(s);
 }
 
-void StreamConn::sent(Send* s) {
+void StreamWriter::sent(Send* s) {
   if (TransportOp* op = s->op) {
     op->request = op->stream = nullptr;
     delete s;
@@ -158,7 +200,7 @@ void StreamConn::sent(Send* s) {
   delete s;
 }
 
-bool StreamConn::cancel_send(TransportOp* op) {
+bool StreamWriter::cancel(TransportOp* op) {
   for (auto it = rts_sent_.begin(); it != rts_sent_.end(); ++it) {
     if (it->second->op != op) continue;
     delete it->second;
@@ -180,24 +222,8 @@ bool StreamConn::cancel_send(TransportOp* op) {
   return false;
 }
 
-void StreamConn::want_out(bool on) {
-  if (on == out_armed_ || fd_ < 0) return;
-  out_armed_ = on;
-  hub_->watch(this, EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u), false);
-}
-
-void StreamConn::on_writable() {
-  if (!failed_ && !closed_) flush();
-}
-
-void StreamConn::flush() {
-  if (fd_ < 0 || failed_ || closed_) return;  // not attached yet (attach() flushes), or gone
-  bool done = tx_cipher_.on() ? flush_sealed() : flush_plain();
-  if (!failed_ && !closed_) want_out(!done);
-}
-
 // Writes what is queued; true when all of it went, false when the socket is full (or failed).
-bool StreamConn::flush_plain() {
+bool StreamWriter::flush_plain() {
   while (!tx_.empty() || out_off_ != out_.size()) {
     iovec iov[kMaxIov];
     int n = 0;
@@ -212,9 +238,9 @@ bool StreamConn::flush_plain() {
       if (s->payload_len > from) iov[n++] = {const_cast<std::byte*>(s->payload) + from, s->payload_len - from};
       skip = 0;
     }
-    ssize_t w = send_iov(fd_, iov, n);
+    ssize_t w = send_iov(conn_->fd(), iov, n);
     if (w < 0) {
-      if (!would_block(w)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      if (!would_block(w)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
       return false;
     }
     auto left = static_cast<std::size_t>(w);
@@ -233,13 +259,13 @@ bool StreamConn::flush_plain() {
       tx_head_done_ = 0;
       tx_.pop_front();
       sent(s);
-      if (failed_ || closed_) return false;
+      if (!conn_->usable()) return false;
     }
   }
   return true;
 }
 
-std::byte* StreamConn::sealed_room(std::size_t n) {
+std::byte* StreamWriter::sealed_room(std::size_t n) {
   if (sealed_off_ == sealed_len_) sealed_off_ = sealed_len_ = 0;
   if (sealed_len_ + n <= sealed_cap_) return sealed_.get() + sealed_len_;
   // Move what waits to the front, into a larger buffer when that is not enough.
@@ -257,13 +283,13 @@ std::byte* StreamConn::sealed_room(std::size_t n) {
   return sealed_.get() + sealed_len_;
 }
 
-void StreamConn::seal_piece(const std::byte* src, std::size_t len) {
+void StreamWriter::seal_piece(const std::byte* src, std::size_t len) {
   std::byte* at = sealed_room(len + stream::kMacSize);
-  tx_cipher_.seal_to(at, src, len, at + len);
+  cipher_.seal_to(at, src, len, at + len);
   sealed_len_ += len + stream::kMacSize;
 }
 
-void StreamConn::seal_frame(const std::byte* header, const std::byte* payload, std::size_t len) {
+void StreamWriter::seal_frame(const std::byte* header, const std::byte* payload, std::size_t len) {
   seal_piece(header, stream::kHeaderSize);
   for (std::size_t done = 0; done < len;) {
     std::size_t piece = std::min(stream::kSealChunk, len - done);
@@ -272,7 +298,7 @@ void StreamConn::seal_frame(const std::byte* header, const std::byte* payload, s
   }
 }
 
-bool StreamConn::seal_more() {
+bool StreamWriter::seal_more() {
   bool added = false;
   while (!tx_.empty() && sealed_len_ - sealed_off_ < kSealedCap) {
     Send* s = tx_.front();
@@ -293,20 +319,20 @@ bool StreamConn::seal_more() {
     tx_.pop_front();
     seal_head_started_ = false;
     sent(s);
-    if (failed_ || closed_) break;
+    if (!conn_->usable()) break;
   }
   return added;
 }
 
-bool StreamConn::flush_sealed() {
+bool StreamWriter::flush_sealed() {
   while (true) {
     seal_more();
-    if (failed_ || closed_) return false;
+    if (!conn_->usable()) return false;
     if (sealed_off_ == sealed_len_) return true;
     iovec iov{sealed_.get() + sealed_off_, sealed_len_ - sealed_off_};
-    ssize_t w = send_iov(fd_, &iov, 1);
+    ssize_t w = send_iov(conn_->fd(), &iov, 1);
     if (w < 0) {
-      if (!would_block(w)) fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      if (!would_block(w)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
       return false;
     }
     sealed_off_ += static_cast<std::size_t>(w);
