@@ -163,7 +163,7 @@ TEST(Frame, ALengthAboveTheLimitIsRefusedBeforeItsBody) {
 }
 
 TEST(Frame, APeerThatClosesMidFrameIsAnError) {
-  for (std::string sent : {std::string("\x10\x00", 2), u32(100) + std::string(10, 'x')}) {
+  for (const std::string& sent : {std::string("\x10\x00", 2), u32(100) + std::string(10, 'x')}) {
     SocketPair sp;
     sp.send_raw(sent);
     sp.close_writer();
@@ -174,7 +174,7 @@ TEST(Frame, APeerThatClosesMidFrameIsAnError) {
 }
 
 TEST(Frame, AReadThatWaitsTooLongTimesOut) {
-  for (std::string sent : {std::string(), std::string("\x10", 1), u32(100) + std::string(10, 'x')}) {
+  for (const std::string& sent : {std::string(), std::string("\x10", 1), u32(100) + std::string(10, 'x')}) {
     SocketPair sp;
     if (!sent.empty()) sp.send_raw(sent);
     auto got = read_frame(sp.fd[1], 50);

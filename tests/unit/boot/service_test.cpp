@@ -74,6 +74,14 @@ std::unique_ptr<Bootstrap> rank_client(const std::string& addr, const std::strin
   return make_bootstrap(c, env).value();
 }
 
+// Ranks 0 .. size - 1 of a job, as sluice-run starts them.
+std::vector<std::unique_ptr<Bootstrap>> job(const std::string& addr, const std::string& token, int size) {
+  std::vector<std::unique_ptr<Bootstrap>> ranks;
+  ranks.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) ranks.push_back(rank_client(addr, token, r, size));
+  return ranks;
+}
+
 std::vector<absl::Status> fence_all(const std::vector<std::unique_ptr<Bootstrap>>& ranks) {
   std::vector<absl::Status> st(ranks.size());
   std::vector<std::thread> threads;
@@ -112,8 +120,7 @@ std::string ask_rejected(const std::string& addr, std::string_view bytes) {
 TEST(BootstrapService, ThreeRanksFenceTwiceOverItsUnixSocket) {
   RunningService s(3);
   s.start();
-  std::vector<std::unique_ptr<Bootstrap>> ranks;
-  for (int r = 0; r < 3; ++r) ranks.push_back(rank_client(s.service().address(), s.service().token(), r, 3));
+  auto ranks = job(s.service().address(), s.service().token(), 3);
   const std::string binary("\0\n\xff FENCE 0 1\n", 14);
   const std::string large(std::size_t{1} << 20, 'L');  // more than one read of the service
   for (int r = 0; r < 3; ++r) {
@@ -143,11 +150,8 @@ TEST(BootstrapService, TwoRanksFenceOverTcpLoopback) {
   ASSERT_TRUE(port.ok()) << port.status();
   s.start();
   std::string addr = "tcp:127.0.0.1:" + std::to_string(*port);
-  std::vector<std::unique_ptr<Bootstrap>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.push_back(rank_client(addr, s.service().token(), r, 2));
-    ASSERT_TRUE(ranks[r]->put("who", std::to_string(r)).ok());
-  }
+  auto ranks = job(addr, s.service().token(), 2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r]->put("who", std::to_string(r)).ok());
   for (const absl::Status& st : fence_all(ranks)) ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(ranks[0]->get(1, "who").value_or("?"), "1");
   EXPECT_EQ(ranks[1]->get(0, "who").value_or("?"), "0");
@@ -164,8 +168,7 @@ TEST(BootstrapService, AWrongTokenIsRefusedAndTheJobGoesOn) {
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(st.message()), HasSubstr("sluice-run refused fence 1: ERR wrong token"));
   EXPECT_THAT(ask_rejected(s.service().address(), frame(token.substr(1) + " FENCE 0 1\n")), "ERR wrong token\n");
-  std::vector<std::unique_ptr<Bootstrap>> ranks;
-  for (int r = 0; r < 2; ++r) ranks.push_back(rank_client(s.service().address(), token, r, 2));
+  auto ranks = job(s.service().address(), token, 2);
   for (const absl::Status& f : fence_all(ranks)) EXPECT_TRUE(f.ok()) << f;
   EXPECT_EQ(s.rejected(), 2);
 }
@@ -177,8 +180,7 @@ TEST(BootstrapService, MalformedRequestsGetAClearErrAndTheRanksAreStillServed) {
   s.start();
   const std::string& token = s.service().token();
   const std::string& addr = s.service().address();
-  std::vector<std::unique_ptr<Bootstrap>> ranks;
-  for (int r = 0; r < 2; ++r) ranks.push_back(rank_client(addr, token, r, 2));
+  auto ranks = job(addr, token, 2);
   ASSERT_TRUE(ranks[0]->put("k", "zero").ok());
   absl::Status first;
   std::thread rank0([&] { first = ranks[0]->fence(); });
@@ -245,6 +247,7 @@ TEST(BootstrapService, SilentConnectionsAreBoundedAndARankIsStillServed) {
   RunningService s(1);
   s.start();
   std::vector<int> silent;
+  silent.reserve(30);
   for (int i = 0; i < 30; ++i) silent.push_back(connect_unix(s.service().address()));
   auto rank = rank_client(s.service().address(), s.service().token(), 0, 1);
   ASSERT_TRUE(rank->put("k", "v").ok());
