@@ -142,7 +142,11 @@ class FileBootstrap final : public ExchangeBase {
         if (in.good()) {
           std::stringstream ss;
           ss << in.rdbuf();
-          SLUICE_ASSIGN_OR_RETURN(all[static_cast<std::size_t>(r)], decode_kv(ss.str()));
+          auto kv = decode_kv(ss.str());
+          if (!kv.ok())
+            return absl::DataLossError(
+                absl::StrFormat("SLUICE_BOOT=file:%s: %s: %s", dir_, file_of(r), kv.status().message()));
+          all[static_cast<std::size_t>(r)] = *std::move(kv);
           break;
         }
         if (timeout_ != kInfinite && std::chrono::steady_clock::now() >= deadline) {
@@ -247,13 +251,17 @@ class LauncherBootstrap final : public ExchangeBase {
     }
     body.remove_prefix(3);
     std::vector<KvMap> all(static_cast<std::size_t>(size_));
+    // Every rank's blob, in rank order (as the service writes them), and nothing after.
     for (int i = 0; i < size_; ++i) {
       std::uint32_t r, len;
-      if (!get_u32(&body, &r) || !get_u32(&body, &len) || r >= static_cast<std::uint32_t>(size_) || len > body.size())
-        return absl::DataLossError("malformed fence reply from sluice-run");
+      if (!get_u32(&body, &r) || !get_u32(&body, &len) || r != static_cast<std::uint32_t>(i) || len > body.size())
+        return absl::DataLossError(absl::StrFormat("malformed fence reply from sluice-run at rank %d's entry", i));
       SLUICE_ASSIGN_OR_RETURN(all[r], decode_kv(body.substr(0, len)));
       body.remove_prefix(len);
     }
+    if (!body.empty())
+      return absl::DataLossError(
+          absl::StrFormat("malformed fence reply from sluice-run: %u bytes after the last rank's entry", body.size()));
     all_ = std::move(all);
     return absl::OkStatus();
   }
@@ -269,6 +277,19 @@ absl::Status need_rank_and_size(const ProcessEnv& c, const char* what) {
   if (c.rank < 0 || c.size < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("SLUICE_BOOT=%s needs SLUICE_RANK and SLUICE_SIZE (now %d and %d)", what, c.rank, c.size));
+  }
+  return absl::OkStatus();
+}
+
+// The token goes first on the service's request line: one word, at most what the service reads.
+absl::Status check_token(const std::string& token) {
+  if (token.empty())
+    return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_TOKEN (run under sluice-run)");
+  bool blank = std::any_of(token.begin(), token.end(), [](char ch) { return static_cast<unsigned char>(ch) <= ' '; });
+  if (blank || token.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SLUICE_BOOT_TOKEN is not 1 to 128 characters without a blank (%u characters): set it as sluice-run does",
+        token.size()));
   }
   return absl::OkStatus();
 }
@@ -289,6 +310,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c, const
     SLUICE_RETURN_IF_ERROR(need_rank_and_size(env, "sluice-run"));
     if (env.boot_addr.empty())
       return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_ADDR (run under sluice-run)");
+    SLUICE_RETURN_IF_ERROR(check_token(env.boot_token));
     return std::unique_ptr<Bootstrap>(
         new LauncherBootstrap(env.boot_addr, env.boot_token, env.rank, env.size, c.connect_timeout));
   }

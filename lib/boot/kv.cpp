@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include <absl/strings/escaping.h>
 #include <absl/strings/str_format.h>
 
 namespace sluice::detail {
@@ -35,16 +36,32 @@ std::string encode_kv(const KvMap& kv) {
   return out;
 }
 
+namespace {
+// One length-prefixed field of a blob; `what` and `at` (its byte offset) name it in the error.
+absl::StatusOr<std::string_view> take_field(std::string_view* blob, const char* what, std::size_t at) {
+  std::uint32_t len = 0;
+  if (!get_u32(blob, &len))
+    return absl::DataLossError(absl::StrFormat("bootstrap blob: %s length cut short at byte %u", what, at));
+  if (len > blob->size()) {
+    return absl::DataLossError(absl::StrFormat(
+        "bootstrap blob: %s length %u at byte %u runs past its end (%u bytes left)", what, len, at, blob->size()));
+  }
+  std::string_view field = blob->substr(0, len);
+  blob->remove_prefix(len);
+  return field;
+}
+}  // namespace
+
 absl::StatusOr<KvMap> decode_kv(std::string_view blob) {
   KvMap kv;
+  const std::size_t total = blob.size();
   while (!blob.empty()) {
-    std::uint32_t klen, vlen;
-    if (!get_u32(&blob, &klen) || klen > blob.size()) return absl::DataLossError("bad key length in bootstrap blob");
-    std::string key(blob.substr(0, klen));
-    blob.remove_prefix(klen);
-    if (!get_u32(&blob, &vlen) || vlen > blob.size()) return absl::DataLossError("bad value length in bootstrap blob");
-    kv[key] = std::string(blob.substr(0, vlen));
-    blob.remove_prefix(vlen);
+    SLUICE_ASSIGN_OR_RETURN(std::string_view key, take_field(&blob, "key", total - blob.size()));
+    SLUICE_ASSIGN_OR_RETURN(std::string_view value, take_field(&blob, "value", total - blob.size()));
+    // encode_kv writes each key once: a second one is a blob no rank wrote.
+    if (!kv.emplace(key, value).second)
+      return absl::DataLossError(absl::StrFormat("bootstrap blob: key '%s' twice",
+                                                 absl::CHexEscape(absl::string_view(key.data(), key.size()))));
   }
   return kv;
 }

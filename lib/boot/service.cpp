@@ -17,7 +17,9 @@
 #include <optional>
 #include <vector>
 
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_split.h>
 
 #include "boot/kv.h"
 #include "core/net.h"
@@ -167,7 +169,8 @@ class Service final : public BootstrapService {
     if (v.size() < len) return true;
     std::string_view body = v.substr(0, len);
     std::string_view blob = body.substr(body.find('\n') + 1);
-    if (!detail::decode_kv(blob).ok()) return reject(c, "malformed key-value blob");
+    if (auto kv = detail::decode_kv(blob); !kv.ok())
+      return reject(c, absl::StrFormat("malformed key-value blob: %s", kv.status().message()));
     int rank = c.rank, epoch = c.epoch;
     int expected = next_epoch_[rank] + 1;
     if (epoch != expected)
@@ -198,13 +201,15 @@ class Service final : public BootstrapService {
       return true;
     }
     if (nl >= len) return reject(c, "malformed request");
-    std::string line(v.substr(0, nl));
-    char tok[129] = {0}, op[16] = {0};
-    int rank = -1, epoch = -1;
-    if (std::sscanf(line.c_str(), "%128s %15s %d %d", tok, op, &rank, &epoch) != 4)
-      return reject(c, "malformed request");
-    if (!same_token(tok, token_)) return reject(c, "wrong token");
-    if (std::string_view(op) != "FENCE" || rank < 0 || rank >= size_) return reject(c, "malformed request");
+    std::vector<absl::string_view> f = absl::StrSplit(absl::string_view(v.data(), nl), ' ');
+    if (f.size() != 4) return reject(c, "malformed request");
+    if (!same_token({f[0].data(), f[0].size()}, token_)) return reject(c, "wrong token");
+    // Only once the token is shown does the reply say more than "malformed".
+    if (f[1] != "FENCE") return reject(c, absl::StrFormat("unknown request '%s'", f[1]));
+    int rank = -1, epoch = -1;  // SimpleAtoi fails on overflow: 2^32 + 1 is not rank 1
+    if (!absl::SimpleAtoi(f[2], &rank) || rank < 0 || rank >= size_)
+      return reject(c, absl::StrFormat("rank '%s' is not in [0, %d)", f[2], size_));
+    if (!absl::SimpleAtoi(f[3], &epoch)) return reject(c, absl::StrFormat("fence '%s' is not a number", f[3]));
     c.authenticated = true;
     c.rank = rank;
     c.epoch = epoch;
