@@ -42,9 +42,9 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
                p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, e_.sender_.inflight(),
                e_.worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
     e_.fail_peer(p, absl::StatusCode::kUnavailable,
-              absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
-                              format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
-                              format_duration(e_.config_.peer_timeout)));
+                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
+                                 format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+                                 format_duration(e_.config_.peer_timeout)));
     return true;
   }
   return false;

@@ -113,7 +113,7 @@ void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status&
     Op* last = m.payload ? m.payload : m.header;
     if (last->send.on_done) last->send.on_done(status);
     if (last->send.releases_rpc_slot) e_.rpc_server_.reply_sent(p);  // a reply that never left
-    complete_coalesced(m.header, status, false);                  // sends that joined it in the queue
+    complete_coalesced(m.header, status, false);                     // sends that joined it in the queue
     e_.free_op(m.header);
     if (m.payload) e_.free_op(m.payload);
   }
@@ -153,7 +153,8 @@ void Sender::complete_stuck(PeerData& p, const absl::Status& status) {
     // (A heap copy is kept until the callback: that memory could be unmapped; so is a request's
     // landing, which the receive pool unmaps when another class needs the room.)
     op.slot.release();
-    if (op.pending.valid() && !state(op.pending).heap && !state(op.pending).landing) op.pending = Message();  // its eager slot
+    if (op.pending.valid() && !state(op.pending).heap && !state(op.pending).landing)
+      op.pending = Message();  // its eager slot
   }
 }
 
