@@ -1,5 +1,5 @@
-// A rogue rank that speaks the wire protocol by hand over real UCX, and the test fixture that
-// puts it beside a real engine at rank 0 (tests/unit/am: protocol_test, protocol_walk_test).
+// A rogue rank that speaks the wire protocol by hand (over UCX or the fake transport, whichever
+// the test links), and the fixture that puts it beside a real engine at rank 0 (tests/unit/am).
 #pragma once
 
 #include <cstring>
@@ -23,6 +23,7 @@ struct Received {
   wire::Header header;
   Bytes body;  // after the wire header
   Tag tag;
+  std::uint64_t batch = 0;  // which tagged message it came in (coalesced ones share it)
 };
 
 class Rogue {
@@ -95,8 +96,8 @@ class Rogue {
   }
 
   void hello(std::uint32_t credits, std::uint64_t incarnation = 77, std::uint8_t version = wire::kVersion,
-             std::uint32_t rpc_slots = 4) {
-    wire::Hello h{1, 0, 8192, credits, rpc_slots, 1, incarnation, kKey};
+             std::uint32_t rpc_slots = 4, std::uint32_t rank = 1) {
+    wire::Hello h{rank, 0, 8192, credits, rpc_slots, 1, incarnation, kKey};
     Bytes body(wire::kHelloSize);
     wire::encode_hello(h, body.data());
     wire::Header hdr;
@@ -145,6 +146,17 @@ class Rogue {
     send_raw(std::move(out), eager_tag());
   }
 
+  // A control message of `kind` with a chosen aux (a BYE's last sequence, a heartbeat's count
+  // of credits returned), on the EAGER tag: in order with our data.
+  void ctrl(std::uint16_t kind, std::uint64_t aux = 0, std::span<const std::byte> body = {}) {
+    wire::Header h;
+    h.flags = wire::kFlagCtrl;
+    h.handler = kind;
+    h.aux = aux;
+    h.user_header_len = static_cast<std::uint16_t>(body.size());
+    send(h, body);
+  }
+
   void credit(std::uint16_t n) {
     wire::Header h;
     h.flags = wire::kFlagCtrl;
@@ -155,6 +167,8 @@ class Rogue {
 
   void progress() { worker_->progress(); }
   std::deque<Received>& received() { return got_; }
+  // The PINGs and PONGs the engine sent (kept apart: they come on its own timer).
+  std::deque<Received>& heartbeats() { return beats_; }
   // Credits the engine has returned to us so far, piggybacked or explicit.
   std::uint64_t credits_returned() const { return credits_returned_; }
 
@@ -182,12 +196,14 @@ class Rogue {
             m.header = h;
             m.body.assign(bytes.begin() + static_cast<std::ptrdiff_t>(wire::header_size(h)), bytes.end());
             m.tag = tag;
+            m.batch = rx->self->batches_;
             rx->self->credits_returned_ += h.credits;  // heartbeats carry them too
             bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
-            if (!heartbeat) rx->self->got_.push_back(std::move(m));
+            (heartbeat ? rx->self->beats_ : rx->self->got_).push_back(std::move(m));
             return true;
           });
       EXPECT_EQ(pr, wire::Parse::kOk);
+      ++rx->self->batches_;
       rx->self->post(*rx);
     };
     // EAGER and CTRL classes (bit 60 set in both): what the engine sends us but payloads.
@@ -198,6 +214,8 @@ class Rogue {
   Endpoint ep_;
   Rx rx_[8];
   std::deque<Received> got_;
+  std::deque<Received> beats_;
+  std::uint64_t batches_ = 0;
   std::uint64_t credits_returned_ = 0;
   std::uint64_t key_ = 0;
   std::vector<std::unique_ptr<Bytes>> keep_;
@@ -270,12 +288,37 @@ class ProtocolTest : public ::testing::Test {
     return h;
   }
 
+  // The handshake with `credits` granted to the engine; message 1 (expect_hello's) is out.
+  void ready(std::uint32_t credits) {
+    expect_hello();
+    rogue_.hello(credits);
+    ASSERT_TRUE(pump([&] { return data().size() == 1; }));
+  }
+  // The data messages (handler 5) the rogue received, in arrival order.
+  std::vector<Received> data() {
+    std::vector<Received> out;
+    for (const auto& r : rogue_.received())
+      if (!(r.header.flags & wire::kFlagCtrl) && r.header.handler == 5) out.push_back(r);
+    return out;
+  }
+  // Sends `v` (in `size` bytes) to the rogue on handler 5; with `track`, its completions are
+  // recorded in done_[*track].
+  Result send(std::uint32_t v, std::optional<std::size_t> track = std::nullopt, std::size_t size = sizeof(v)) {
+    Bytes payload(size);
+    std::memcpy(payload.data(), &v, sizeof(v));
+    if (!track) return engine_->peer(1)->send_copy(5, payload);
+    std::size_t i = *track;
+    if (done_.size() <= i) done_.resize(i + 1);
+    return engine_->peer(1)->send_copy(5, payload, [this, i](absl::Status s) { done_[i].push_back(s); });
+  }
+
   Rogue rogue_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Engine> engine_;
   std::vector<std::uint32_t> delivered_;
   std::vector<Message> kept_;
   bool keep_ = false;
+  std::vector<std::vector<absl::Status>> done_;  // each tracked send's completions
 };
 
 }  // namespace sluice::detail::rogue
