@@ -116,7 +116,7 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<cons
                   SendCallback&& on_done) {
   if (!engine_->engine_thread("Peer::send")) [[unlikely]]
     return Result::kInvalidArgument;
-  return engine_->sender().send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
@@ -124,15 +124,15 @@ Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& pa
   if (!engine_->engine_thread("Peer::send")) [[unlikely]]
     return Result::kInvalidArgument;
   if (!payload || length > detail::slot_size(payload)) return engine_->bad_slot("Peer::send", payload, length);
-  return engine_->sender().send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
-                                std::move(on_done), detail::PayloadCopy::kNo, detail::slot_memh(payload));
+  return engine_->send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
+                       std::move(on_done), detail::PayloadCopy::kNo, detail::slot_memh(payload));
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                        SendCallback&& on_done) {
   if (!engine_->engine_thread("Peer::send_copy")) [[unlikely]]
     return Result::kInvalidArgument;
-  return engine_->sender().send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
+  return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,

@@ -18,8 +18,7 @@ absl::Status EngineCore::barrier_status(std::uint64_t epoch, bool* done) {
     if (r != rank() && p.state == PeerState::kDead)
       return absl::UnavailableError(absl::StrFormat("barrier %u: %s failed: %s", epoch, p.name, p.link.fail_reason()));
     if (!barrier_.unsent(r)) continue;
-    Result sent =
-        sender_.send(p, kBarrierHandler, {}, std::as_bytes(std::span(&epoch, 1)), SendCallback(), PayloadCopy::kPool);
+    Result sent = send(p, kBarrierHandler, {}, std::as_bytes(std::span(&epoch, 1)), SendCallback(), PayloadCopy::kPool);
     if (sent == Result::kOk) barrier_.sent(r);
     else if (sent != Result::kWouldBlock)
       return absl::UnavailableError(

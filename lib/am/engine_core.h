@@ -7,7 +7,8 @@
 //                   link_timers.cpp: handshake deadlines, silence, heartbeats)
 //   sender.cpp      Sender: packing, the send queue, coalescing, credits spent (sender.h;
 //                   send_now.h: the inline path; send_control.cpp: control messages)
-//   receive.cpp     posted receives, first contact, ordering, dispatch (invoke.h), release
+//   receives.cpp    Receives: posted receives, first contact, stragglers (receives.h)
+//   receive.cpp     parsing, ordering, dispatch (invoke.h), release
 //   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
 //   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
 //   rpc_server.cpp  RpcServer: server slots, requests, replies (rpc_server.h)
@@ -34,6 +35,7 @@
 #include "am/live_stats.h"
 #include "am/op.h"
 #include "am/peer_data.h"
+#include "am/receives.h"
 #include "am/rpc_client.h"
 #include "am/rpc_server.h"
 #include "am/sender.h"
@@ -109,6 +111,10 @@ class EngineCore final : private Door::Owner {
   absl::Status barrier_status(std::uint64_t epoch, bool* done);
   absl::Status barrier_timed_out(std::uint64_t epoch);
   Sender& sender() { return sender_; }
+  // Peer::send and the barrier: Sender::send, inlined here so that the public call reaches
+  // it as cheaply as a call into the engine itself.
+  Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+              SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   RpcClient& rpc_client() { return rpc_client_; }
   RpcServer& rpc_server() { return rpc_server_; }
   void release(Message& m);
@@ -129,6 +135,26 @@ class EngineCore final : private Door::Owner {
   // A released Message's credit goes back to its peer (unless the peer failed or restarted
   // since it arrived).
   void return_credit(PeerData& p, std::uint64_t incarnation);
+  // The receive part's writers for the other components (ReceiveState is this engine's):
+  // a Message's credit is owed back now (credit_freed) or never (credit_gone, its peer
+  // failing); the credits owed, taken to ride on a message; what we grant at our HELLO; a
+  // restarted peer starting over; held messages dropped (no HELLO came for them).
+  static void credit_freed(PeerData& p) {
+    --p.rx.unreleased_;
+    p.rx.owed_.released();
+  }
+  static void credit_gone(PeerData& p) { --p.rx.unreleased_; }
+  static std::uint16_t take_owed(ReceiveState& rx) { return rx.owed_.take(); }
+  static void grant_receiving(PeerData& p, std::uint32_t credits) {
+    p.rx.granted_ = credits;
+    p.rx.owed_.grant(credits);
+  }
+  static void restart_receiving(PeerData& p) {
+    p.rx.owed_ = CreditReturn();
+    p.rx.unreleased_ = 0;
+    p.rx.window_ = ReorderWindow<Incoming>();
+  }
+  static void drop_held(PeerData& p) { p.rx.window_.clear(); }
   Peer* peer_handle(std::uint32_t peer);
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
@@ -163,14 +189,6 @@ class EngineCore final : private Door::Owner {
   // exception's message in handler_error_) when it threw. Handlers never throw past this point.
   // Inline (am/invoke.h): every handler call passes here.
   enum class Invoke { kDone, kNoHandler, kThrew };
-  // Tags of a failed peer's messages, taken out of UCX's unexpected queue and dropped while
-  // it stays dead: its keyed EAGER tag, and its RNDV and REPLY tags (any id).
-  struct Straggler {
-    std::uint64_t tag;
-    std::uint64_t mask;
-    std::uint32_t slot;
-    Clock::time_point until;  // max while the peer is dead; a window once its slot lives again
-  };
 
   // ---- lifecycle.cpp
   // Logs the TCP ports the worker opened (those listening now and not in `before`).
@@ -183,6 +201,9 @@ class EngineCore final : private Door::Owner {
   void drain_completions();
   void run_posted();
   void timers(Clock::time_point now);
+  // Every kTimerEvery-th progress call: the clock, the door, timers, first contacts,
+  // stragglers. Out of line, so progress() keeps its registers for the common pass.
+  [[gnu::noinline]] bool check_clock();
   // A peer began connecting or became ready: timers tick from now on, where an engine with
   // nothing to watch checked them once a second.
   void watch_timers() { next_timer_ = std::min(next_timer_, now_); }
@@ -230,13 +251,14 @@ class EngineCore final : private Door::Owner {
   absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   void count_drop(const char* what);
 
-  // ---- receive.cpp: posting, first contact, parsing, ordering, dispatch, release
-  void post_receives();
+  // ---- receive.cpp: parsing, ordering, dispatch, release
   void on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   // One received tagged message, lying in `lender` (or nullptr: bytes no Message may take
   // over): checks it and takes its message(s). `ctrl_only`: it came with a CTRL-class tag,
   // which carries nothing but control messages.
   void parse_and_accept(std::span<std::byte> bytes, Slot* lender, std::uint64_t tag, bool ctrl_only = false);
+  // A CTRL-class message taken from UCX's unexpected queue (Receives).
+  void accept_contact(std::span<std::byte> bytes, std::uint64_t tag);
   void deliver(PeerData& p);
   // Takes one received message: `bytes` (wire header first). The Message borrows them from
   // the caller, which keeps them until the Message is released or moved. `lender` is the
@@ -271,23 +293,6 @@ class EngineCore final : private Door::Owner {
   // A rank's barrier word (barrier.cpp).
   void barrier_word(const Message& m);
   void finish_incoming(PeerData& p, Message& m);
-  // Receives for a peer: opened with our HELLO (its ops queued for posting under a fresh
-  // key), closed when it fails (cancelled; its key's stragglers purged for a while).
-  void open_receives(PeerData& p);
-  void close_receives(PeerData& p);
-  // Messages no posted receive takes, taken out of UCX's unexpected queue on timer ticks:
-  // CTRL-class ones (first contact; also when a peer's data arrives before its HELLO was
-  // taken), and stragglers of closed connections (dropped).
-  void take_first_contacts();
-  void purge_stragglers(Clock::time_point now);
-  // Slot `slot` serves a peer again (a restarted rank, a new client): its old keyed tag is
-  // purged for kStragglerWindow more, its any-id tags no longer (they would match the new
-  // peer's payloads).
-  void revive_slot(std::uint32_t slot);
-  // Receives one (a CTRL-class one is then handled at once); false when the transport
-  // refused it (logged; UCX has let go of it).
-  bool receive_unexpected(const Worker::Unexpected& u);
-  void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
 
   // ---- invoke.h: handler calls
   Invoke invoke_handler(Message& m);
@@ -313,12 +318,6 @@ class EngineCore final : private Door::Owner {
 
   // ---- state used across the files above
   std::string handler_error_;
-  std::vector<Op*> unposted_;          // per-peer receive ops waiting to be posted
-  std::vector<Straggler> stale_tags_;  // tags of failed connections, purged until `until`
-  std::uint64_t next_rx_key_ = 0;
-  // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
-  static constexpr std::size_t kContactMax = 1024;
-  std::size_t contact_inflight_ = 0;
 
   const Config config_;
   const Topology* topo_;
@@ -348,7 +347,6 @@ class EngineCore final : private Door::Owner {
   std::vector<HandlerEntry> handlers_;
   Unclaimed unclaimed_;                                       // plain messages whose handler is not registered yet
   std::vector<std::pair<HandlerId, HandlerEntry>> claiming_;  // registered, installed by claim()
-  std::vector<Op*> rx_ops_;                                   // every per-peer receive op (for close)
   OpPool ops_{this, &EngineCore::on_transport};
   std::vector<Completion> done_;
   std::vector<std::uint32_t> failed_eps_;  // peers whose endpoint UCX declared failed
@@ -393,6 +391,7 @@ class EngineCore final : private Door::Owner {
   MessageAnchor* anchor_ = new MessageAnchor{this};
   LinkControl link_{*this};
   Sender sender_{*this};
+  Receives receives_{*this};
   RpcClient rpc_client_{*this};
   RpcServer rpc_server_{*this};
   Landings landings_{*this};
@@ -403,9 +402,6 @@ class EngineCore final : private Door::Owner {
   Clock::time_point now_ = Clock::now();          // coarse: updated when timers are checked
   Clock::time_point last_timers_ = Clock::now();  // when timers() last ran (or the engine began)
   static constexpr unsigned kTimerEvery = 64;
-  // How long messages a failed peer sent before it failed are purged from UCX (they arrive
-  // within microseconds on shared memory; TCP may hold some back longer).
-  static constexpr Duration kStragglerWindow = std::chrono::seconds(5);
   unsigned since_timer_check_ = 0;
   std::mutex post_mu_;
   std::vector<absl::AnyInvocable<void()>> posted_;
@@ -440,6 +436,7 @@ class EngineCore final : private Door::Owner {
   friend class ::sluice::Message;
   friend class LinkControl;
   friend class Sender;
+  friend class Receives;
   friend class RpcClient;
   friend class RpcServer;
   friend class Landings;

@@ -240,7 +240,7 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
                             state(m).payload.size(), absl::StatusCodeToString(code), length);
     if (state(m).credit) {  // returned already when the landing was posted (free_announcement)
       state(m).credit = false;
-      --p.rx.unreleased;
+      e_.credit_gone(p);
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
       e_.transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));

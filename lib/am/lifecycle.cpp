@@ -192,23 +192,15 @@ void EngineCore::close_peers(Clock::time_point deadline) {
 
 void EngineCore::close_transport(Clock::time_point deadline) {
   closing_ = true;
-  for (Op* op : rx_ops_) worker_->cancel(op);
-  auto posted = [&] {
-    for (Op* op : rx_ops_)
-      if (op->request != nullptr) return true;
-    return false;
-  };
-  drain_while(
-      [&] {
-        return sender_.inflight() > 0 || exact_posted_ > 0 || contact_inflight_ > 0 || !done_.empty() || posted();
-      },
-      deadline);
+  receives_.cancel_all();
+  drain_while([&] { return sender_.inflight() > 0 || exact_posted_ > 0 || !done_.empty() || receives_.busy(); },
+              deadline);
   // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
   // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
   // queue (UCX warns about each such message when the worker goes).
   worker_->progress();
-  purge_stragglers(Clock::time_point::min());
-  drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
+  receives_.purge(Clock::time_point::min());
+  drain_while([&] { return receives_.contacts_arriving() || !done_.empty(); }, deadline);
   // Every posted receive has completed (cancelled) now; remaining slots return with the ops.
   for (auto& op : ops_) {
     op.slot.release();
@@ -217,15 +209,14 @@ void EngineCore::close_transport(Clock::time_point deadline) {
   landings_.close();
   for (auto& p : peers_) {
     if (!p) continue;
-    p->rx.window.clear();
+    p->rx.window_.clear();
     p->ep = Endpoint();
   }
   // Whatever waits unmatched (a failed peer's late messages, a goodbye that crossed
   // ours) is taken and dropped: nothing of this engine is left in UCX's unexpected queue.
   worker_->progress();
-  for (Worker::Unexpected u; (u = worker_->take_unexpected(0, 0)).message != nullptr;)
-    if (!receive_unexpected(u)) break;
-  drain_while([&] { return contact_inflight_ > 0 || !done_.empty(); }, deadline);
+  receives_.drop_unmatched();
+  drain_while([&] { return receives_.contacts_arriving() || !done_.empty(); }, deadline);
 }
 
 // ---- send slots, stats ----------------------------------------------------------------------
@@ -331,7 +322,7 @@ const Stats& EngineCore::stats() {
   stats_.counter("am.tx_inflight").set(sender_.inflight());
   stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
   stats_.counter("flow.peers_held").set(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
-    return p && p->state == PeerState::kReady && p->rx.granted != 0 && p->rx.unreleased >= p->rx.granted;
+    return p && p->state == PeerState::kReady && p->rx.granted_ != 0 && p->rx.unreleased_ >= p->rx.granted_;
   }));
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);

@@ -53,9 +53,8 @@ bool LinkControl::send_hello(PeerData& p) {
   if (grant < e_.config_.credits) {
     SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, e_.config_.credits);
   }
-  p.rx.granted = grant;
-  p.rx.reserved = posted(grant);
-  p.rx.owed.grant(grant);
+  e_.grant_receiving(p, grant);
+  e_.receives_.reserve(p, posted(grant));
   // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
@@ -76,7 +75,7 @@ bool LinkControl::send_hello(PeerData& p) {
   // reply_slot: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(e_.rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
-  e_.open_receives(p);
+  e_.receives_.open(p);
   wire::Hello hello{me,
                     static_cast<std::uint32_t>(e_.engine_id_),
                     static_cast<std::uint32_t>(e_.eager_limit_),
@@ -84,7 +83,7 @@ bool LinkControl::send_hello(PeerData& p) {
                     slots,
                     p.id,
                     e_.incarnation_,
-                    p.rx.key};
+                    p.posted.key()};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.link.hello_sent_ = true;
@@ -157,12 +156,12 @@ void LinkControl::on_bye(PeerData& p, const wire::Header& h) {
   send_bye(p);
   p.link.bye_received_ = true;
   p.link.bye_seq_ = h.aux;
-  if (h.aux > p.rx.window.delivered() + p.rx.granted) {
+  if (h.aux > p.rx.window().delivered() + p.rx.granted()) {
     // More undelivered messages than it had credits for: not a sequence a correct peer sends.
     // Close now rather than wait for messages that cannot come.
     e_.c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name, h.aux);
-    p.link.bye_seq_ = p.rx.window.delivered();
+    p.link.bye_seq_ = p.rx.window().delivered();
   }
   close_after_bye(p);
 }
@@ -202,7 +201,7 @@ void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
   if (p.state != PeerState::kDead) e_.fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
   SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
   ++p.epoch;  // completions of the old incarnation's operations are ignored
-  e_.revive_slot(p.id);
+  e_.receives_.revive_slot(p.id);
   p.state = PeerState::kNew;
   // The handshake and the goodbye start over; why it failed and its endpoint's close stay.
   p.link.hello_sent_ = p.link.hello_received_ = false;
@@ -210,10 +209,8 @@ void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
   p.link.bye_seq_ = 0;
   p.link.ping_outstanding_ = false;
   e_.sender_.restart(p);
-  p.rx.owed = CreditReturn();
-  p.rx.unreleased = 0;
+  e_.restart_receiving(p);
   e_.landings_.peer_restarted(p);
-  p.rx.window = ReorderWindow<Incoming>();
   e_.rpc_client_.grant(p, 0);
   handle_hello(p, hello);
 }
@@ -226,7 +223,7 @@ void LinkControl::send_bye(PeerData& p) {
 
 void LinkControl::close_after_bye(PeerData& p) {
   if (!p.link.bye_received_ || p.state != PeerState::kReady) return;
-  if (static_cast<std::int64_t>(p.rx.window.delivered() - p.link.bye_seq_) < 0 || !p.landings.quiet()) return;
+  if (static_cast<std::int64_t>(p.rx.window().delivered() - p.link.bye_seq_) < 0 || !p.landings.quiet()) return;
   e_.fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
@@ -236,9 +233,9 @@ void LinkControl::maybe_ready(PeerData& p) {
   e_.watch_timers();
   p.link.last_heard_ = Clock::now();
   p.link.early_since_ = {};
-  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name, p.rx.granted,
-             p.tx.credits().granted(), p.calls.window().granted(), p.ep.transports());
-  if (p.rx.window.held() != 0) e_.deliver(p);  // what arrived before its HELLO
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
+             p.rx.granted(), p.tx.credits().granted(), p.calls.window().granted(), p.ep.transports());
+  if (p.rx.window().held() != 0) e_.deliver(p);  // what arrived before its HELLO
   e_.sender_.flush(p);
 }
 

@@ -31,16 +31,17 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
   if (e_.config_.peer_timeout != kInfinite && silent >= e_.config_.peer_timeout) {
     // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
     PoolClassStats rx = e_.recv_pool_->eager().stats();
-    SLUICE_LOG(kWarn, "am",
-               "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
-               "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-               "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
-               "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-               p.name, p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(),
-               p.calls.queued(), p.rx.unreleased, p.rx.owed.owed(), p.rx.window.expected(), p.rx.window.held(),
-               std::count_if(p.rx.ops.begin(), p.rx.ops.end(), [](const Op* op) { return op->recv.busy; }),
-               p.rx.ops.size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, e_.sender_.inflight(),
-               e_.worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask) ? "yes" : "no");
+    SLUICE_LOG(
+        kWarn, "am",
+        "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
+        "queued; we hold %u of its messages unreleased and owe it %u credits; next "
+        "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
+        "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
+        p.name, p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(), p.calls.queued(),
+        p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
+        std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
+        p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, e_.sender_.inflight(),
+        e_.worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.posted.key()), kFullMask) ? "yes" : "no");
     e_.fail_peer(p, absl::StatusCode::kUnavailable,
                  absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                  format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
@@ -63,8 +64,8 @@ void LinkControl::keep_alive(PeerData& p, Clock::time_point now) {
 void LinkControl::drop_early(PeerData& p) {
   // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
   // within a heartbeat interval is not coming, and what waited for it goes.
-  for (std::size_t n = p.rx.window.held(); n > 0; --n) e_.count_drop("before the handshake (no HELLO came)");
-  p.rx.window.clear();  // their Messages release their slots and credits
+  for (std::size_t n = p.rx.window().held(); n > 0; --n) e_.count_drop("before the handshake (no HELLO came)");
+  e_.drop_held(p);  // their Messages release their slots and credits
   p.link.early_since_ = {};
 }
 

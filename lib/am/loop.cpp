@@ -36,7 +36,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
     case OpKind::kRx: on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: landings_.on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
-    case OpKind::kContactRx: on_contact_rx(op, code, length, tag); break;
+    case OpKind::kContactRx: receives_.on_contact_rx(op, code, length, tag); break;
   }
 }
 
@@ -130,7 +130,7 @@ bool EngineCore::progress() {
   // the end of it: a handler's reply, or the caller's next send after progress() returns,
   // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
   // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
-  if (!unposted_.empty()) post_receives();
+  receives_.post();
   landings_.retry(false);
   bool any = worker_->progress();
   if (!done_.empty()) {
@@ -148,22 +148,27 @@ bool EngineCore::progress() {
   }
   // Reading the clock is not free on every machine (a VM without a stable TSC pays a
   // system-call-like price): timers are checked every kTimerEvery calls.
-  if (++since_timer_check_ >= kTimerEvery) [[unlikely]] {
-    since_timer_check_ = 0;
-    now_ = Clock::now();
-    // The door first: a link that closed names the cause before its grace ends (timers()).
-    if (door_ && now_ >= door_due_) {
-      door_due_ = now_ + kDoorEvery;
-      any = door_->poll(now_) || any;
-    }
-    if (now_ >= next_timer_) timers(now_);
-    take_first_contacts();
-    // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
-    if (!failed_eps_.empty()) drain_completions();
-    if (!stale_tags_.empty()) purge_stragglers(now_);
-    landings_.retry(true);  // room may come from slots given back elsewhere
-  }
+  if (++since_timer_check_ >= kTimerEvery) [[unlikely]]
+    any = check_clock() || any;
   probe::progress_end();
+  return any;
+}
+
+bool EngineCore::check_clock() {
+  since_timer_check_ = 0;
+  now_ = Clock::now();
+  bool any = false;
+  // The door first: a link that closed names the cause before its grace ends (timers()).
+  if (door_ && now_ >= door_due_) {
+    door_due_ = now_ + kDoorEvery;
+    any = door_->poll(now_);
+  }
+  if (now_ >= next_timer_) timers(now_);
+  receives_.take_first_contacts();
+  // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
+  if (!failed_eps_.empty()) drain_completions();
+  receives_.purge(now_);
+  landings_.retry(true);  // room may come from slots given back elsewhere
   return any;
 }
 
@@ -212,27 +217,27 @@ void EngineCore::post(absl::AnyInvocable<void()> fn) {
 // ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
 
 void EngineCore::watch_held_credits(PeerData& p, Clock::time_point now) {
-  if (p.rx.granted == 0 || p.rx.unreleased < p.rx.granted) [[likely]] {
-    p.rx.held_since = {};
-    p.rx.held_logged = false;
+  if (p.rx.granted_ == 0 || p.rx.unreleased_ < p.rx.granted_) [[likely]] {
+    p.rx.held_since_ = {};
+    p.rx.held_logged_ = false;
     return;
   }
-  if (p.rx.held_since == Clock::time_point{}) p.rx.held_since = now;
-  if (p.rx.held_logged || now - p.rx.held_since < config_.heartbeat) return;
-  p.rx.held_logged = true;
+  if (p.rx.held_since_ == Clock::time_point{}) p.rx.held_since_ = now;
+  if (p.rx.held_logged_ || now - p.rx.held_since_ < config_.heartbeat) return;
+  p.rx.held_logged_ = true;
   if (std::size_t waiting = unclaimed_.from(p.id); waiting != 0) {
     SLUICE_LOG(kWarn, "flow",
                "%s cannot send: %u of its %u credits are held by messages for handlers not registered here "
                "(am.unclaimed); register them (Engine::register_handler) to let it go on",
-               p.name, waiting, p.rx.granted);
+               p.name, waiting, p.rx.granted_);
     return;
   }
   SLUICE_LOG(kWarn, "flow",
              "%s cannot send: all %u of its credits are held by %u of its messages this application has not "
              "released (for %s). A Message returns its credit when it is destroyed or release()d; raise "
              "SLUICE_CREDITS if the application must keep more (flow.peers_held)",
-             p.name, p.rx.granted, p.rx.unreleased,
-             format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.rx.held_since)));
+             p.name, p.rx.granted_, p.rx.unreleased_,
+             format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.rx.held_since_)));
 }
 
 void EngineCore::timers(Clock::time_point now) {
@@ -262,7 +267,7 @@ void EngineCore::timers(Clock::time_point now) {
     sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
-    if (p.rx.owed.owed() != 0) {
+    if (p.rx.owed_.owed() != 0) {
       c_.credit_msgs->add();
       sender_.send_ctrl(p, wire::kCredit, {});
     }

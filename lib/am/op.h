@@ -103,7 +103,7 @@ struct Op : TransportOp {
 
   // kRx, kRndvRx, kReplyRx.
   struct Receive {
-    // kRx. `queued`: in unposted_, waiting to be posted; `busy`: posted, or its completion
+    // kRx. `queued`: waiting in Receives' list to be posted; `busy`: posted, or its completion
     // not yet handled (never both).
     bool queued = false;
     bool busy = false;

@@ -15,6 +15,7 @@
 #include "am/landings.h"
 #include "am/link_control.h"
 #include "am/op.h"
+#include "am/receives.h"
 #include "am/rpc_client.h"
 #include "am/rpc_server.h"
 #include "am/sender.h"
@@ -42,6 +43,31 @@ struct PeerTraffic {
   void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
 };
 
+class EngineCore;
+
+// A peer's receive part: written by EngineCore's receive path alone, read by anyone.
+class ReceiveState {
+ public:
+  // Credits owed back to it, piggybacked on what we send (Sender takes them: take_owed()).
+  const CreditReturn& owed() const { return owed_; }
+  // Receive slots reserved for its messages (its credits).
+  std::uint32_t granted() const { return granted_; }
+  // Its Messages alive that return a credit when released.
+  std::uint32_t unreleased() const { return unreleased_; }
+  const ReorderWindow<Incoming>& window() const { return window_; }
+
+ private:
+  friend class EngineCore;
+  CreditReturn owed_;
+  std::uint32_t granted_ = 0;
+  std::uint32_t unreleased_ = 0;
+  ReorderWindow<Incoming> window_;
+  // Since when every credit it has is held by a Message the application has not released
+  // (logged once per such stretch when it lasts a heartbeat interval).
+  Clock::time_point held_since_{};
+  bool held_logged_ = false;
+};
+
 struct PeerData {
   // Who it is.
   std::uint32_t id = 0;           // our index for it: the slot it puts in tags to us
@@ -60,22 +86,10 @@ struct PeerData {
   // What we send it: credits, sequence, the send queue (Sender's).
   SendsTo tx;
 
-  // What we receive from it: posted receives, credits owed back, ordering, landings.
-  struct Receive {
-    CreditReturn owed;
-    std::uint32_t granted = 0;  // receive slots reserved for its messages (its credits)
-    // Receives posted for its EAGER tag (exact, keyed): open from our HELLO until the peer
-    // fails; `reserved` more receive slots are reserved for them.
-    std::vector<Op*> ops;
-    std::uint32_t reserved = 0;
-    std::uint64_t key = 0;         // the id our HELLO gave it for its EAGER tags to us; 0: closed
-    std::uint32_t unreleased = 0;  // its Messages alive that return a credit when released
-    ReorderWindow<Incoming> window;
-    // Since when every credit it has is held by a Message the application has not released
-    // (timers(): logged once per such stretch when it lasts a heartbeat interval).
-    Clock::time_point held_since{};
-    bool held_logged = false;
-  } rx;
+  // What we receive from it: credits owed back, ordering (the engine's receive path's).
+  ReceiveState rx;
+  // Receives posted for its EAGER tag (exact, keyed): Receives'.
+  PostedFor posted;
 
   // RPC both ways: our calls to it (RpcClient's), its calls to us (RpcServer's).
   CallsTo calls;

@@ -59,8 +59,10 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   bool orderly = code == absl::StatusCode::kCancelled;
   if (!orderly) {
     c_.peers_failed->add();
-    SLUICE_LOG(kWarn, "am", "peer %s failed: %s; its operations complete with %s", p.name, reason,
-               absl::StatusCodeToString(code));
+    // The cause's code is named when it says more than the UNAVAILABLE the operations get.
+    SLUICE_LOG(kWarn, "am", "peer %s failed%s: %s; its operations complete with UNAVAILABLE", p.name,
+               code == absl::StatusCode::kUnavailable ? "" : absl::StrFormat(" (%s)", absl::StatusCodeToString(code)),
+               reason);
   } else {
     SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
   }
@@ -82,7 +84,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
   // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
   sender_.complete_stuck(p, status);
-  p.rx.window.clear();
+  p.rx.window_.clear();
   landings_.peer_failed(p);
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : ops_) {
@@ -92,11 +94,10 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   }
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
   rpc_client_.end_calls(p, status);
-  close_receives(p);
-  if (p.rx.granted != 0) {
-    recv_pool_->eager().unreserve(p.rx.granted + p.rx.reserved);
-    p.rx.granted = 0;
-    p.rx.reserved = 0;
+  std::uint32_t posted = receives_.close(p);
+  if (p.rx.granted_ != 0) {
+    recv_pool_->eager().unreserve(p.rx.granted_ + posted);
+    p.rx.granted_ = 0;
   }
   sender_.release_held(p);
   rpc_server_.grant(p, config_.rpc_slots);
@@ -113,10 +114,10 @@ void EngineCore::count_drop(const char* what) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool EngineCore::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.link.close_pending() || p.rx.unreleased != 0 || p.landings.landing() != 0 ||
+  if (p.state != PeerState::kDead || p.link.close_pending() || p.rx.unreleased_ != 0 || p.landings.landing() != 0 ||
       std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
     return false;
-  // Its receive ops are the slot's own and serve the next client (open_receives) once their
+  // Its receive ops are the slot's own and serve the next client (Receives::open) once their
   // cancellation has come back.
   for (const Op& op : ops_)
     if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
@@ -143,10 +144,10 @@ PeerData& EngineCore::new_cs_peer() {
     PeerData fresh;
     fresh.id = old.id;
     fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
-    fresh.rx.ops = std::move(old.rx.ops);
+    Receives::carry(old, fresh);
     old = std::move(fresh);
     c_.peers_reused->add();
-    revive_slot(id);
+    receives_.revive_slot(id);
     SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
                gone_cs_.size());
     return init_cs_peer(old);
@@ -210,7 +211,7 @@ Endpoint EngineCore::stream_endpoint(PeerData& p, door::Link link, const std::op
   // sender until their landing is posted. What may wait here unasked is what the peer's credits
   // and RPC slots allow, with room for its control messages.
   o.eager_max = eager_limit_;
-  o.frame_max = std::max(eager_slot_size(eager_limit_), kContactMax);
+  o.frame_max = std::max(eager_slot_size(eager_limit_), Receives::kContactMax);
   o.unexpected_max = (std::size_t{config_.credits} + 2 * std::size_t{config_.rpc_slots} + 16) * (o.frame_max + 64);
   // Its messages carry our slot for it: one tagged as another peer's is refused by the stream,
   // so no client can speak for another.

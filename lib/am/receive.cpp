@@ -16,142 +16,6 @@
 
 namespace sluice::detail {
 
-void EngineCore::post_receives() {
-  if (unposted_.empty() || closing_) [[likely]]
-    return;
-  PoolClass& cls = recv_pool_->eager();
-  while (!unposted_.empty()) {
-    Op* op = unposted_.back();
-    PeerData& p = *peers_[op->peer];
-    if (p.rx.key == 0 || op->incarnation != p.rx.key) [[unlikely]] {
-      // The peer failed (its receives stay idle until it returns), or was granted again with
-      // fewer posted receives than this op's index.
-      op->slot.release();
-      op->recv.queued = false;
-      unposted_.pop_back();
-      continue;
-    }
-    // Posted twice, one op's completions would take each other's slots (the check caught
-    // open_receives re-queueing an op whose cancellation had not been handled).
-    assert(!op->recv.busy);
-    // An operation usually still holds the slot it last received into (see on_rx).
-    if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
-    // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
-    // list of those for every arriving message.)
-    PostResult r = worker_->post_recv(p.ep, op, slot_data(op->slot), slot_size(op->slot),
-                                      wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, slot_memh(op->slot));
-    if (r.kind == Post::kError) {
-      SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
-      op->slot.release();
-      return;
-    }
-    op->recv.queued = false;
-    op->recv.busy = true;
-    unposted_.pop_back();
-  }
-}
-
-void EngineCore::open_receives(PeerData& p) {
-  p.rx.key = next_rx_key_ = next_rx_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
-  while (p.rx.ops.size() < p.rx.reserved) {
-    Op* op = new_op(OpKind::kRx, p.id);
-    p.rx.ops.push_back(op);
-    rx_ops_.push_back(op);
-  }
-  // Ops still busy under the old key (cancelled, their completion not yet handled) come back
-  // through on_rx and are posted under the new one.
-  for (std::size_t i = 0; i < p.rx.ops.size(); ++i) {
-    Op* op = p.rx.ops[i];
-    op->incarnation = i < p.rx.reserved ? p.rx.key : 0;
-    if (i < p.rx.reserved && !op->recv.busy && !op->recv.queued) {
-      op->recv.queued = true;
-      unposted_.push_back(op);
-    }
-  }
-}
-
-void EngineCore::close_receives(PeerData& p) {
-  if (p.rx.key == 0) return;
-  for (Op* op : p.rx.ops) worker_->cancel(op);
-  // What the peer sent before it failed may still arrive, and a peer that was only stopped
-  // (declared dead, then resumed) goes on sending: no receive takes those now, so they are
-  // taken out of UCX's unexpected queue and dropped (counted), not left to pin its memory.
-  constexpr std::uint64_t kAnyId = wire::kClassMask | (std::uint64_t{wire::kSlotMask} << wire::kSlotShift);
-  constexpr auto kDead = Clock::time_point::max();
-  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.rx.key), kFullMask, p.id, kDead});
-  stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id, 0), kAnyId, p.id, kDead});
-  stale_tags_.push_back({wire::make_tag(wire::kReply, p.id, 0), kAnyId, p.id, kDead});
-  p.rx.key = 0;
-}
-
-void EngineCore::take_first_contacts() {
-  // A HELLO (or REJECT) from a peer that has no receive of ours yet, or one that the peer sent
-  // before our HELLO reached it. All that waits, up to a bound per call: a peer flooding this
-  // class must not grow UCX's unexpected queue faster than it is drained.
-  for (int i = 0; i < 256; ++i) {
-    Worker::Unexpected u = worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
-    if (u.message == nullptr || !receive_unexpected(u)) return;
-  }
-}
-
-void EngineCore::revive_slot(std::uint32_t slot) {
-  auto until = Clock::now() + kStragglerWindow;
-  std::erase_if(stale_tags_, [&](const Straggler& s) { return s.slot == slot && s.mask != kFullMask; });
-  for (Straggler& s : stale_tags_)
-    if (s.slot == slot) s.until = std::min(s.until, until);
-}
-
-void EngineCore::purge_stragglers(Clock::time_point now) {
-  for (std::size_t i = 0; i < stale_tags_.size();) {
-    Worker::Unexpected u;
-    while ((u = worker_->take_unexpected(stale_tags_[i].tag, stale_tags_[i].mask)).message != nullptr) {
-      if (!receive_unexpected(u)) return;
-    }
-    if (now >= stale_tags_[i].until) {
-      stale_tags_[i] = stale_tags_.back();
-      stale_tags_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-}
-
-bool EngineCore::receive_unexpected(const Worker::Unexpected& u) {
-  // Into the heap: these are few, small (a HELLO, a REJECT) and belong to no peer's receive
-  // reservation. A larger one is cut short by UCX (MESSAGE_TRUNCATED) and dropped.
-  Op* op = new_op(OpKind::kContactRx, 0);
-  std::size_t room = std::clamp<std::size_t>(u.length, 1, kContactMax);
-  op->heap.reset(new std::byte[room]);
-  ++contact_inflight_;
-  PostResult r = worker_->post_recv_message(op, u, op->heap.get(), room, nullptr);
-  if (r.kind == Post::kError) {
-    on_contact_rx(op, r.code, 0, 0);
-    return false;
-  }
-  // An arrived message completes inside the post (its callback queued the completion last):
-  // handled now, so that a HELLO taken because the peer's data arrived is in before that data.
-  if (r.kind == Post::kDone) {
-    on_contact_rx(op, absl::StatusCode::kOk, u.length, u.tag);
-  } else if (!done_.empty() && done_.back().op == op) {
-    Completion c = done_.back();
-    done_.pop_back();
-    on_contact_rx(op, c.code, c.length, c.tag);
-  }
-  return true;
-}
-
-void EngineCore::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
-  --contact_inflight_;
-  if (wire::tag_class(tag) != wire::kCtrl && code != absl::StatusCode::kCancelled) {
-    count_drop("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
-  } else if (code != absl::StatusCode::kOk) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
-  } else {
-    parse_and_accept(std::span<std::byte>(op->heap.get(), length), nullptr, tag, /*ctrl_only=*/true);
-  }
-  free_op(op);
-}
-
 void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   // The operation goes back for re-posting at once (a handler that progresses the engine
   // finds it there and re-posts it with a fresh slot). Its slot is held here while the
@@ -160,9 +24,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   // usual release no pool return.
   probe::stamp(probe::kRxTaken);
   Slot slot = std::move(op->slot);
-  op->recv.busy = false;
-  op->recv.queued = true;
-  unposted_.push_back(op);
+  receives_.requeue(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
     if (code != absl::StatusCode::kCancelled) {
       c_.parse_errors->add();
@@ -179,7 +41,7 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
 [[gnu::always_inline]] inline void EngineCore::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
                                                                 std::uint64_t tag, bool ctrl_only) {
   PeerData* p = peer_by_slot(wire::tag_slot(tag));
-  if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->rx.key) [[unlikely]] {
+  if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->posted.key()) [[unlikely]] {
     // Taken by a receive posted under a retired key (the peer failed, and came back before
     // the receive's cancellation was handled): its previous incarnation's, not the new one's.
     count_drop("sent to a closed connection");
@@ -213,6 +75,10 @@ void EngineCore::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::u
   accept(p, lender, bytes, h);
 }
 
+void EngineCore::accept_contact(std::span<std::byte> bytes, std::uint64_t tag) {
+  parse_and_accept(bytes, nullptr, tag, /*ctrl_only=*/true);
+}
+
 void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   // Several messages in one tagged message: each is checked against the bytes that remain and
   // taken like any other, its Message borrowing its bytes from the batch's slot, which on_rx
@@ -230,7 +96,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     }
     // A correct peer never has more messages unreleased or unreturned than it was
     // granted; one beyond that could make kept messages take more than the reservation.
-    if (p->state == PeerState::kReady && p->rx.unreleased + p->rx.owed.owed() >= p->rx.granted) {
+    if (p->state == PeerState::kReady && p->rx.unreleased_ + p->rx.owed_.owed() >= p->rx.granted_) {
       c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
                               p->name);
@@ -263,11 +129,11 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]]
-    seq = wire::extend_seq(p->rx.window.expected(), static_cast<std::uint32_t>(h.seq));
+    seq = wire::extend_seq(p->rx.window_.expected(), static_cast<std::uint32_t>(h.seq));
   bool returned = h.credits != 0;
   // A copy of a message already delivered (a transport that duplicates) is dropped below by
   // its sequence; the credits it carries were counted with the original.
-  if (returned && static_cast<std::int64_t>(seq - p->rx.window.expected()) < 0) [[unlikely]]
+  if (returned && static_cast<std::int64_t>(seq - p->rx.window_.expected()) < 0) [[unlikely]]
     returned = false;
   else if (returned && !Sender::credits_back(p->tx, h.credits)) {
     c_.parse_errors->add();
@@ -292,14 +158,14 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   m.s_.seq = seq;
   m.s_.announced = h.payload_len;
   m.s_.credit = true;
-  ++p->rx.unreleased;
+  ++p->rx.unreleased_;
   std::byte* d = bytes.data() + wire::header_size(h);
   m.s_.header = std::span<const std::byte>(d, h.user_header_len);
   std::size_t inl = (h.flags & wire::kFlagRndv) ? 0 : wire::inline_payload(h, length);
   m.s_.payload = std::span<std::byte>(d + h.user_header_len, inl);
   m.s_.borrowed = true;
   m.s_.lender = lender;
-  if (!p->landings.blocked() && !early && p->rx.window.take_in_order(seq)) [[likely]] {
+  if (!p->landings.blocked() && !early && p->rx.window_.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     if ((h.flags & kNotPlain) == 0 && !shutting_down_) [[likely]] {
@@ -312,7 +178,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
     // owned but the borrow).
     if (m.s_.anchor != nullptr && (!m.s_.request || m.s_.replied)) [[likely]]
       release_handled(*p, m);
-    if (!p->landings.blocked() && p->rx.window.held() != 0) deliver(*p);
+    if (!p->landings.blocked() && p->rx.window_.held() != 0) deliver(*p);
     if (p->link.bye_received()) [[unlikely]]
       link_.close_after_bye(*p);
     if (returned && p->has_waiting()) sender_.flush(*p);
@@ -325,7 +191,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
 bool EngineCore::admit_unready(PeerData& p, bool* early) {
   // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
   // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-  if (p.state != PeerState::kDead && !p.link.hello_received()) take_first_contacts();
+  if (p.state != PeerState::kDead && !p.link.hello_received()) receives_.take_first_contacts();
   if (p.state == PeerState::kReady) return true;
   // Or it is still on its way (a transport that reorders between tags): the peer has our
   // HELLO, since it used our key, so the message waits in the window for the peer's, within
@@ -344,16 +210,16 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
   in.message = std::move(m);
   in.header = h;
   in.header.seq = seq;
-  switch (p.rx.window.offer(seq, std::move(in), p.rx.granted + 64)) {
+  switch (p.rx.window_.offer(seq, std::move(in), p.rx.granted_ + 64)) {
     case Arrival::kDeliver:
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
       c_.duplicates->add();
       // offer() moves only what it keeps (kEarly, kDeliver): a duplicate is still here.
       in.message.s_.credit = false;  // NOLINT(bugprone-use-after-move)
-      --p.rx.unreleased;
+      --p.rx.unreleased_;
       SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
-                              p.rx.window.expected());
+                              p.rx.window_.expected());
       break;
   }
   deliver(p);
@@ -362,7 +228,7 @@ void EngineCore::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, s
 void EngineCore::deliver(PeerData& p) {
   while (!p.landings.blocked() && p.state == PeerState::kReady) {
     Incoming in;
-    if (!p.rx.window.next(&in)) break;
+    if (!p.rx.window_.next(&in)) break;
     process(p, in.message, in.header);
   }
   if (p.link.bye_received()) [[unlikely]]
@@ -434,10 +300,10 @@ void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
   // dead peer's messages are still counted down: its slot is reused only when none is left.
   if (p.epoch != incarnation) [[unlikely]]
     return;
-  --p.rx.unreleased;
+  --p.rx.unreleased_;
   if (p.state != PeerState::kReady) [[unlikely]]
     return;
-  p.rx.owed.released();
+  p.rx.owed_.released();
   sender_.maybe_return_credits(p);
 }
 

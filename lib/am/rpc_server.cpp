@@ -160,8 +160,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     PeerData& p = e_.peer_at(state(m).peer);
     if (state(m).credit && p.epoch == state(m).incarnation && p.state == PeerState::kReady) [[likely]] {
       state(m).credit = false;
-      --p.rx.unreleased;
-      p.rx.owed.released();
+      e_.credit_freed(p);
     }
     Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();

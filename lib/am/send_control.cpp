@@ -18,11 +18,11 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   h.flags = wire::kFlagCtrl;
   h.handler = kind;
   h.user_header_len = static_cast<std::uint16_t>(body.size());
-  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? p.rx.owed.take() : 0;
-  h.ack = p.rx.window.delivered();
+  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? EngineCore::take_owed(p.rx) : 0;
+  h.ack = p.rx.window().delivered();
   // Heartbeats carry the credits returned in all, this one's included: the peer recovers
   // returns that were lost (SendCredits::reconcile).
-  h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed.returned() : aux;
+  h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed().returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
   Op* op = e_.new_op(OpKind::kCtrl, p.id);
@@ -55,7 +55,7 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   if (kind == wire::kDecline) e_.landings_.send_declines(p);
   if (kind == wire::kCredit && p.tx.credit_again_ && p.state == PeerState::kReady) {
     p.tx.credit_again_ = false;
-    if (p.rx.owed.owed() != 0) {
+    if (p.rx.owed().owed() != 0) {
       e_.c_.credit_msgs->add();
       send_ctrl(p, wire::kCredit, {});
     }
@@ -63,7 +63,7 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
 }
 
 void Sender::maybe_return_credits(PeerData& p) {
-  if (p.state == PeerState::kReady && p.rx.owed.explicit_due()) {
+  if (p.state == PeerState::kReady && p.rx.owed().explicit_due()) {
     e_.fault_.pass(FaultPoint::kCreditReturn);
     e_.c_.credit_msgs->add();
     send_ctrl(p, wire::kCredit, {});

@@ -38,7 +38,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 [[gnu::always_inline]] inline std::size_t Sender::encode_next(const PeerData& p, const Outgoing& m,
                                                               std::byte* out) const {
   std::size_t hs;
-  auto credits = static_cast<std::uint16_t>(p.rx.owed.owed());
+  auto credits = static_cast<std::uint16_t>(p.rx.owed().owed());
   auto header_len = static_cast<std::uint16_t>(m.header.size());
   if (takes_compact(m.flags, m.aux)) [[likely]] {
     hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq_, m.rpc_id, out);
@@ -51,7 +51,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
     wh.credits = credits;
     wh.status = m.status;
     wh.seq = p.tx.next_seq_;
-    wh.ack = p.rx.window.delivered();
+    wh.ack = p.rx.window().delivered();
     wh.rpc_id = m.rpc_id;
     wh.aux = m.aux;
     wire::encode(wh, out);
@@ -64,7 +64,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 
 [[gnu::always_inline]] inline void Sender::count_sent_now(PeerData& p, std::size_t total) {
   (void)p.tx.credits_.try_consume();
-  (void)p.rx.owed.take();
+  (void)EngineCore::take_owed(p.rx);
   ++p.tx.next_seq_;
   ++p.tx.sent_seq_;
   e_.count_sent(p, 1, total);
@@ -81,6 +81,15 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   count_sent_now(p, total);
   e_.c_.sent_inline->add();
   return true;
+}
+
+[[gnu::always_inline]] inline void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
+  if (!cb) return;
+  Op* op = e_.new_op(OpKind::kSend, peer);
+  op->incarnation = e_.peers_[peer]->epoch;
+  op->send.on_done = std::move(cb);
+  ++inflight_;
+  e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});
 }
 
 }  // namespace sluice::detail

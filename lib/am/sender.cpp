@@ -76,15 +76,6 @@ bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> he
   return true;
 }
 
-void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
-  if (!cb) return;
-  Op* op = e_.new_op(OpKind::kSend, peer);
-  op->incarnation = e_.peers_[peer]->epoch;
-  op->send.on_done = std::move(cb);
-  ++inflight_;
-  e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});
-}
-
 Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy) {
   op->send.payload_len = payload.size();
   if (copy == PayloadCopy::kNo) {
@@ -115,8 +106,10 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   return Result::kOk;
 }
 
-Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                    SendCallback&& cb, PayloadCopy copy, void* memh) {
+// Inlined into EngineCore::send, its one caller.
+[[gnu::always_inline]] inline Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                                                  std::span<const std::byte> payload, SendCallback&& cb,
+                                                  PayloadCopy copy, void* memh) {
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message) [[unlikely]]
@@ -146,6 +139,11 @@ Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
   hop->send.batchable = pop == nullptr && hop->send.message_len <= kCoalesceMax;
   (pop ? pop : hop)->send.on_done = std::move(cb);  // the last operation completes the send
   return enqueue(p, hop, pop);
+}
+
+Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                        SendCallback&& cb, PayloadCopy copy, void* memh) {
+  return sender_.send(p, h, header, payload, std::move(cb), copy, memh);
 }
 
 Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot) {
@@ -220,7 +218,7 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
 void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.tx.sent_seq_ += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
-  wire::patch_piggyback(slot_data(h->slot), p.rx.owed.take(), p.rx.window.delivered());
+  wire::patch_piggyback(slot_data(h->slot), EngineCore::take_owed(p.rx), p.rx.window().delivered());
   e_.count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
@@ -345,7 +343,7 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
   if (header->send.message_len > kInlineMax || header->send.batch_count != 1 || !p.can_send_now()) return false;
   std::byte* bytes = slot_data(header->slot);
   wire::patch_seq(bytes, p.tx.next_seq_);
-  wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed.owed()), p.rx.window.delivered());
+  wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed().owed()), p.rx.window().delivered());
   if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
   count_sent_now(p, header->send.message_len);
   e_.c_.sent_inline->add();

@@ -72,7 +72,7 @@ TEST_F(LinkControlTest, AHelloGrantingFewerThanTwoCreditsFailsThePeer) {
   rogue_.hello(1);
   std::string log;
   ASSERT_TRUE(until_dead(&log));
-  EXPECT_THAT(log, HasSubstr("complete with RESOURCE_EXHAUSTED"));
+  EXPECT_THAT(log, HasSubstr("failed (RESOURCE_EXHAUSTED)"));
   EXPECT_THAT(reason(0), HasSubstr("fewer than the minimum of 2"));
   EXPECT_TRUE(data().empty());
 }
@@ -175,7 +175,7 @@ TEST_F(LinkTimersTest, NoHelloWithinTheConnectTimeoutFailsThePeer) {
   ASSERT_EQ(send(2, 0), Result::kOk);
   std::string log;
   ASSERT_TRUE(until_dead(&log));
-  EXPECT_THAT(log, HasSubstr("complete with DEADLINE_EXCEEDED"));
+  EXPECT_THAT(log, HasSubstr("failed (DEADLINE_EXCEEDED)"));
   EXPECT_THAT(reason(0), HasSubstr("no handshake within SLUICE_CONNECT_TIMEOUT=500ms"));
 }
 

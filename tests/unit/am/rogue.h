@@ -309,7 +309,7 @@ class ProtocolTest : public ::testing::Test {
     if (!track) return engine_->peer(1)->send_copy(5, payload);
     std::size_t i = *track;
     if (done_.size() <= i) done_.resize(i + 1);
-    return engine_->peer(1)->send_copy(5, payload, [this, i](absl::Status s) { done_[i].push_back(s); });
+    return engine_->peer(1)->send_copy(5, payload, [this, i](const absl::Status& s) { done_[i].push_back(s); });
   }
 
   Rogue rogue_;

@@ -1,0 +1,114 @@
+// Posted receives (internal): the receives each peer's messages land in, and what no posted
+// receive takes. Each peer gets min(SLUICE_RX_POSTED, credits) exact receives on its EAGER tag
+// under a key our HELLO gives it; a consumed one is re-posted at the start of the next
+// progress call. A HELLO or REJECT from a peer with no receive of ours yet (CTRL-class) is
+// taken from UCX's unexpected queue; so are a failed connection's stragglers, dropped.
+#pragma once
+
+#include <vector>
+
+#include <sluice/engine.h>
+
+#include "am/op.h"
+#include "transport/transport.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+struct PeerData;
+
+// A peer's posted receives: written by Receives alone, read by anyone.
+class PostedFor {
+ public:
+  // The id our HELLO gave the peer for its EAGER tags to us; 0 while closed.
+  std::uint64_t key() const { return key_; }
+  const std::vector<Op*>& ops() const { return ops_; }
+  // Receive slots reserved for them (beyond those its credits reserve).
+  std::uint32_t reserved() const { return reserved_; }
+
+ private:
+  friend class Receives;
+  std::vector<Op*> ops_;  // open from our HELLO until the peer fails
+  std::uint32_t reserved_ = 0;
+  std::uint64_t key_ = 0;
+};
+
+class Receives {
+ public:
+  // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
+  static constexpr std::size_t kContactMax = 1024;
+
+  explicit Receives(EngineCore& e) : e_(e) {}
+  Receives(const Receives&) = delete;
+  Receives& operator=(const Receives&) = delete;
+
+  // `n` receives for the peer (their slots reserved by the caller); then open() posts them
+  // under a fresh key, with our HELLO. close() cancels them when the peer fails (its key's
+  // stragglers purged for a while) and returns how many slots were reserved for them.
+  void reserve(PeerData& p, std::uint32_t n);
+  void open(PeerData& p);
+  std::uint32_t close(PeerData& p);
+  // A slot reused for a new client keeps the old one's receive operations.
+  static void carry(PeerData& from, PeerData& to);
+
+  // A receive completed: it goes back for re-posting (every received message passes here).
+  void requeue(Op* op) {
+    op->recv.busy = false;
+    op->recv.queued = true;
+    unposted_.push_back(op);
+  }
+  // Posts what waits to be posted (each progress call, before polling).
+  void post() {
+    if (!unposted_.empty()) [[unlikely]]
+      post_waiting();
+  }
+
+  // CTRL-class messages no posted receive takes (first contact; also when a peer's data
+  // arrives before its HELLO was taken).
+  void take_first_contacts();
+  // Stragglers of closed connections, taken and dropped (at max: all, now).
+  void purge(Clock::time_point now) {
+    if (!stale_tags_.empty()) [[unlikely]]
+      purge_stragglers(now);
+  }
+  // Slot `slot` serves a peer again (a restarted rank, a new client): its old keyed tag is
+  // purged for kStragglerWindow more, its any-id tags no longer (they would match the new
+  // peer's payloads).
+  void revive_slot(std::uint32_t slot);
+  void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
+
+  // The engine's close: every receive cancelled; whether any is still posted or a message
+  // taken from the unexpected queue still arrives; then whatever waits unmatched is dropped.
+  void cancel_all();
+  bool busy() const;
+  bool contacts_arriving() const { return contact_inflight_ != 0; }
+  void drop_unmatched();
+
+ private:
+  void post_waiting();
+  void purge_stragglers(Clock::time_point now);
+  // Receives one (a CTRL-class one is then handled at once); false when the transport
+  // refused it (logged; UCX has let go of it).
+  bool receive_unexpected(const Worker::Unexpected& u);
+
+  // Tags of a failed peer's messages, taken out of UCX's unexpected queue and dropped while
+  // it stays dead: its keyed EAGER tag, and its RNDV and REPLY tags (any id).
+  struct Straggler {
+    std::uint64_t tag;
+    std::uint64_t mask;
+    std::uint32_t slot;
+    Clock::time_point until;  // max while the peer is dead; a window once its slot lives again
+  };
+  // How long messages a failed peer sent before it failed are purged from UCX (they arrive
+  // within microseconds on shared memory; TCP may hold some back longer).
+  static constexpr Duration kStragglerWindow = std::chrono::seconds(5);
+
+  EngineCore& e_;
+  std::vector<Op*> unposted_;          // receive ops waiting to be posted
+  std::vector<Op*> all_;               // every per-peer receive op (for close)
+  std::vector<Straggler> stale_tags_;  // tags of failed connections, purged until `until`
+  std::uint64_t next_key_ = 0;
+  std::size_t contact_inflight_ = 0;
+};
+
+}  // namespace sluice::detail
