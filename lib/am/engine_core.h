@@ -71,10 +71,10 @@ class EngineCore final : private Door::Owner {
   bool engine_thread(const char* what) {
     if (on_driver_thread()) [[likely]]
       return true;
-    refused(what);
+    wrong_thread(what);
     return false;
   }
-  void refused(const char* what);
+  void wrong_thread(const char* what);
   // kInvalidArgument, logged: a send or reply from an empty Slot or beyond its size; an OK
   // status given to reply_error().
   Result bad_slot(const char* what, const Slot& slot, std::size_t length) {
@@ -87,7 +87,7 @@ class EngineCore final : private Door::Owner {
   // kInvalidArgument, counted (api.invalid_argument) and logged with `why`, rate-limited per
   // call site.
   Result invalid(const std::string& why, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE());
-  // Binds the calling thread when nothing drives the engine; false (after refused()) when
+  // Binds the calling thread when nothing drives the engine; false (after wrong_thread()) when
   // another thread does.
   bool bind_driver(const char* what);
   // The driving thread lets go: the next thread to drive the engine binds it.

@@ -27,7 +27,7 @@ Clock::time_point LinkControl::connect_deadline() const {
   return e_.config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + e_.config_.connect_timeout;
 }
 
-void LinkControl::refuse(PeerData& p, const std::string& why) {
+void LinkControl::reject(PeerData& p, const std::string& why) {
   SLUICE_LOG(kError, "flow", "%s", why);
   e_.sender_.send_ctrl(
       p, wire::kReject,
@@ -44,7 +44,7 @@ bool LinkControl::send_hello(PeerData& p) {
   auto posted = [&](std::uint32_t g) { return std::min(e_.config_.rx_posted, g); };
   while (grant >= 2 && !e_.recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
   if (grant < 2) {
-    refuse(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
+    reject(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
                               "receive slots) for %s: receive budget exhausted; raise "
                               "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
                               e_.recv_pool_->eager().slot_size(), p.name));
@@ -61,7 +61,7 @@ bool LinkControl::send_hello(PeerData& p) {
   std::uint32_t slots = e_.config_.rpc_slots;
   while (slots >= 1 && !e_.send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
   if (slots == 0) {
-    refuse(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
+    reject(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
                               "exhausted; raise SLUICE_SEND_POOL_MAX",
                               e_.send_pool_->eager().slot_size(), p.name));
     return false;

@@ -68,7 +68,7 @@ class LinkControl {
   void close_after_bye(PeerData& p);
   void send_bye(PeerData& p);
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
-  void refuse(PeerData& p, const std::string& why);
+  void reject(PeerData& p, const std::string& why);
 
   // ---- timers (link_timers.cpp), per peer on each timer tick
   // Ends the link when its time is up: no handshake by its deadline, data that waited a

@@ -86,7 +86,7 @@ bool EngineCore::bind_driver(const char* what) {
     return true;
   }
   if (expected == me) return true;
-  refused(what);
+  wrong_thread(what);
   return false;
 }
 
@@ -102,7 +102,7 @@ Result EngineCore::invalid(const std::string& why, const char* file, unsigned li
   return Result::kInvalidArgument;
 }
 
-void EngineCore::refused(const char* what) {
+void EngineCore::wrong_thread(const char* what) {
   wrong_thread_calls_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(wrong_thread_mu_);

@@ -32,8 +32,8 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
       [[unlikely]]
     return r;
   CallsTo& mine = p.calls;
-  auto [id, cp] = calls_.insert();
-  if (cp == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
+  auto [id, new_call] = calls_.insert();
+  if (new_call == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
     e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
@@ -46,8 +46,8 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
                .rpc_id = id,
                .aux = options.reply_buffer.size(),
                .status = 0};
-  Op* hop = nullptr;
-  Op* pop = nullptr;
+  Op* header_op = nullptr;
+  Op* payload_op = nullptr;
   bool fragmented = false;
   // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
@@ -57,7 +57,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   if (sent) {
     mine.window_.start();
   } else if (header.size() + payload.size() <= e_.eager_limit_ || e_.config_.rndv) {
-    r = e_.sender_.pack_message(p, out, copy, &hop, &pop);
+    r = e_.sender_.pack_message(p, out, copy, &header_op, &payload_op);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
@@ -79,7 +79,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     calls_.erase(id);
     return r;
   }
-  Call& c = *cp;
+  Call& c = *new_call;
   c.peer = p.id;
   c.on_reply = std::move(cb);
   c.method = method;
@@ -96,10 +96,10 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   }
   if (p.state == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
     mine.window_.start();
-    return e_.sender_.enqueue(p, hop, pop);
+    return e_.sender_.enqueue(p, header_op, payload_op);
   }
   if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
-  mine.queue_.push_back({hop, pop});
+  mine.queue_.push_back({header_op, payload_op});
   return Result::kOk;
 }
 

@@ -104,16 +104,16 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
     answered(p, m, false);
     return e_.sender_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
   }
-  Op* hop = nullptr;
-  Op* pop = nullptr;
-  if (Result r = e_.sender_.pack_message(p, out, copy, &hop, &pop); r != Result::kOk) return r;
+  Op* header_op = nullptr;
+  Op* payload_op = nullptr;
+  if (Result r = e_.sender_.pack_message(p, out, copy, &header_op, &payload_op); r != Result::kOk) return r;
   answered(p, m, false);
-  if (pop != nullptr && copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
-  Op* last = pop ? pop : hop;
+  if (payload_op != nullptr && copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
+  Op* last = payload_op ? payload_op : header_op;
   last->send.on_done = std::move(on_done);
   last->send.releases_rpc_slot = state(m).holds_rpc_slot;
   if (last_out != nullptr) *last_out = last;
-  return e_.sender_.enqueue(p, hop, pop);
+  return e_.sender_.enqueue(p, header_op, payload_op);
 }
 
 Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
@@ -127,22 +127,23 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
                         .rpc_id = state(m).rpc_id,
                         .aux = 0,
                         .status = 0};
-  Op* hop = nullptr;
-  if (Result r = e_.sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &hop); r != Result::kOk)
+  Op* header_op = nullptr;
+  if (Result r = e_.sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &header_op);
+      r != Result::kOk)
     return r;
-  Op* pop = e_.new_op(OpKind::kSendPayload, p.id);
-  if (Result r = e_.sender_.prepare_payload(pop, payload, copy); r != Result::kOk) {
-    e_.free_op(hop);
-    e_.free_op(pop);
+  Op* payload_op = e_.new_op(OpKind::kSendPayload, p.id);
+  if (Result r = e_.sender_.prepare_payload(payload_op, payload, copy); r != Result::kOk) {
+    e_.free_op(header_op);
+    e_.free_op(payload_op);
     return r;
   }
   answered(p, m, false);
-  if (copy == PayloadCopy::kNo && memh != nullptr) pop->send.payload_memh = memh;
-  pop->send.on_done = std::move(on_done);
-  pop->send.releases_rpc_slot = state(m).holds_rpc_slot;
-  pop->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
-  if (last_out != nullptr) *last_out = pop;
-  return e_.sender_.enqueue(p, hop, pop);
+  if (copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
+  payload_op->send.on_done = std::move(on_done);
+  payload_op->send.releases_rpc_slot = state(m).holds_rpc_slot;
+  payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
+  if (last_out != nullptr) *last_out = payload_op;
+  return e_.sender_.enqueue(p, header_op, payload_op);
 }
 
 Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {

@@ -43,18 +43,18 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (takes_compact(m.flags, m.aux)) [[likely]] {
     hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq_, m.rpc_id, out);
   } else {
-    wire::Header wh;
-    wh.flags = m.flags;
-    wh.handler = m.handler;
-    wh.user_header_len = header_len;
-    wh.payload_len = static_cast<std::uint32_t>(m.payload.size());
-    wh.credits = credits;
-    wh.status = m.status;
-    wh.seq = p.tx.next_seq_;
-    wh.ack = p.rx.window().delivered();
-    wh.rpc_id = m.rpc_id;
-    wh.aux = m.aux;
-    wire::encode(wh, out);
+    wire::Header wire_header;
+    wire_header.flags = m.flags;
+    wire_header.handler = m.handler;
+    wire_header.user_header_len = header_len;
+    wire_header.payload_len = static_cast<std::uint32_t>(m.payload.size());
+    wire_header.credits = credits;
+    wire_header.status = m.status;
+    wire_header.seq = p.tx.next_seq_;
+    wire_header.ack = p.rx.window().delivered();
+    wire_header.rpc_id = m.rpc_id;
+    wire_header.aux = m.aux;
+    wire::encode(wire_header, out);
     hs = wire::kHeaderSize;
   }
   copy_bytes(out + hs, m.header.data(), m.header.size());

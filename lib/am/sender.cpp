@@ -21,16 +21,16 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
     e_.c_.would_block->add();
     return Result::kWouldBlock;
   }
-  wire::Header wh;
-  wh.flags = m.flags;
-  wh.handler = m.handler;
-  wh.user_header_len = static_cast<std::uint16_t>(m.header.size());
-  wh.payload_len = payload_len;
-  wh.status = m.status;
-  wh.rpc_id = m.rpc_id;
-  wh.aux = m.aux;
+  wire::Header wire_header;
+  wire_header.flags = m.flags;
+  wire_header.handler = m.handler;
+  wire_header.user_header_len = static_cast<std::uint16_t>(m.header.size());
+  wire_header.payload_len = payload_len;
+  wire_header.status = m.status;
+  wire_header.rpc_id = m.rpc_id;
+  wire_header.aux = m.aux;
   std::byte* d = slot_data(slot);
-  wire::encode(wh, d);
+  wire::encode(wire_header, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
   Op* op = e_.new_op(OpKind::kSend, p.id);
@@ -40,21 +40,21 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
   return Result::kOk;
 }
 
-Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** hop, Op** pop) {
+Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** header_op, Op** payload_op) {
   auto len = static_cast<std::uint32_t>(m.payload.size());
-  *pop = nullptr;
+  *payload_op = nullptr;
   if (m.header.size() + m.payload.size() <= e_.eager_limit_) [[likely]]
-    return pack(p, m, len, hop);
+    return pack(p, m, len, header_op);
   Outgoing announcement = m;  // the payload follows by rendezvous
   announcement.flags |= wire::kFlagRndv;
   announcement.payload = {};
-  Result r = pack(p, announcement, len, hop);
+  Result r = pack(p, announcement, len, header_op);
   if (r != Result::kOk) return r;
-  *pop = e_.new_op(OpKind::kSendPayload, p.id);
-  r = prepare_payload(*pop, m.payload, copy);
+  *payload_op = e_.new_op(OpKind::kSendPayload, p.id);
+  r = prepare_payload(*payload_op, m.payload, copy);
   if (r != Result::kOk) {
-    e_.free_op(*hop);
-    e_.free_op(*pop);
+    e_.free_op(*header_op);
+    e_.free_op(*payload_op);
   }
   return r;
 }
@@ -132,13 +132,13 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
     return Result::kOk;
   }
   if (!e_.config_.rndv && header.size() + payload.size() > e_.eager_limit_) return send_fragmented(p, m, std::move(cb));
-  Op *hop, *pop;
-  Result r = pack_message(p, m, copy, &hop, &pop);
+  Op *header_op, *payload_op;
+  Result r = pack_message(p, m, copy, &header_op, &payload_op);
   if (r != Result::kOk) return r;
-  if (pop != nullptr && memh != nullptr) pop->send.payload_memh = memh;  // a registered pool slot
-  hop->send.batchable = pop == nullptr && hop->send.message_len <= kCoalesceMax;
-  (pop ? pop : hop)->send.on_done = std::move(cb);  // the last operation completes the send
-  return enqueue(p, hop, pop);
+  if (payload_op != nullptr && memh != nullptr) payload_op->send.payload_memh = memh;  // a registered pool slot
+  header_op->send.batchable = payload_op == nullptr && header_op->send.message_len <= kCoalesceMax;
+  (payload_op ? payload_op : header_op)->send.on_done = std::move(cb);  // the last operation completes the send
+  return enqueue(p, header_op, payload_op);
 }
 
 Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
@@ -288,12 +288,12 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
   }
   std::byte* at = grow_batch(head, len);
   if (at == nullptr) return false;
-  wire::Header wh;
-  wh.handler = h;
-  wh.user_header_len = static_cast<std::uint16_t>(header.size());
-  wh.payload_len = static_cast<std::uint32_t>(payload.size());
-  wh.seq = p.tx.next_seq_++;
-  wire::encode(wh, at);
+  wire::Header wire_header;
+  wire_header.handler = h;
+  wire_header.user_header_len = static_cast<std::uint16_t>(header.size());
+  wire_header.payload_len = static_cast<std::uint32_t>(payload.size());
+  wire_header.seq = p.tx.next_seq_++;
+  wire::encode(wire_header, at);
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
   if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
   ++head->send.batch_count;

@@ -90,6 +90,9 @@ struct ArenaSource {
   FaultTrigger* fault = nullptr;  // SLUICE_FAULT_AT=pool-grow (fault tests)
 };
 
+// The verbs say what an empty class does: get* counts it (pool.exhausted) and warns,
+// rate-limited; take* is quiet, for callers that treat it as routine and say themselves what
+// waits.
 class PoolClass final : public SlotOwner {
  public:
   PoolClass(std::string name, std::size_t slot_size, Budget* budget, const ArenaSource* source, bool reserved_only);
