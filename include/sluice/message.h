@@ -58,7 +58,7 @@ struct MessageState {
   MessageAnchor* anchor = nullptr;  // set while the Message holds anything of an engine
   std::uint32_t peer = 0;
   int source = -1;
-  std::uint64_t incarnation = 0;
+  std::uint64_t epoch = 0;  // its peer's epoch when it arrived (its credit is stale after a restart)
   std::uint16_t handler = 0;
   bool request = false;
   bool replied = false;

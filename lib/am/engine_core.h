@@ -134,7 +134,7 @@ class EngineCore final : private Door::Owner {
   void release_handled(PeerData& p, Message& m);
   // A released Message's credit goes back to its peer (unless the peer failed or restarted
   // since it arrived).
-  void return_credit(PeerData& p, std::uint64_t incarnation);
+  void return_credit(PeerData& p, std::uint64_t epoch);
   // The receive part's writers for the other components (ReceiveState is this engine's):
   // a Message's credit is owed back now (credit_freed) or never (credit_gone, its peer
   // failing); the credits owed, taken to ride on a message; what we grant at our HELLO; a

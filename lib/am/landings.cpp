@@ -73,7 +73,7 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
 void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
   if (p.state == PeerState::kDead || !p.ep.valid()) return;
   Op* op = e_.new_op(OpKind::kRndvRx, p.id);
-  op->incarnation = p.epoch;
+  op->epoch = p.epoch;
   op->recv.discard = true;
   ++e_.exact_posted_;
   PostResult r =
@@ -97,7 +97,7 @@ void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const st
   std::string why(reinterpret_cast<const char*>(body.data()), body.size());
   bool found = false;
   for (auto& op : e_.ops_) {
-    if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id && op.incarnation == p.epoch &&
+    if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id && op.epoch == p.epoch &&
         wire::tag_class(op.send.tag) == wire::kRndv && wire::tag_id(op.send.tag) == (h.aux & wire::kIdMask)) {
       op.send.declined = why;  // its completion reports it
       found = true;
@@ -126,7 +126,7 @@ void Landings::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool 
 void Landings::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
   state(m).payload = dest;
   Op* op = e_.new_op(OpKind::kRndvRx, p.id);
-  op->incarnation = p.epoch;
+  op->epoch = p.epoch;
   op->recv.ordered = ordered;
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, state(m).seq);
   void* memh = state(m).landing ? slot_memh(state(m).landing) : nullptr;
@@ -156,7 +156,7 @@ void Landings::free_announcement(PeerData& p, Message& m) {
   state(m).header = std::span<const std::byte>(state(m).heap.get(), hl);
   if (state(m).credit) {
     state(m).credit = false;
-    e_.return_credit(p, state(m).incarnation);
+    e_.return_credit(p, state(m).epoch);
   }
 }
 
@@ -229,7 +229,7 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
   }
   PeerData& p = *e_.peers_[op->peer];
   Message m = std::move(op->pending);
-  bool stale = op->incarnation != p.epoch;
+  bool stale = op->epoch != p.epoch;
   bool ordered = op->recv.ordered;
   e_.free_op(op);
   if (stale) return;  // a partial payload never reaches a handler

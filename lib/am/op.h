@@ -69,10 +69,8 @@ struct Op : TransportOp {
   EngineCore* engine = nullptr;
   OpKind kind = OpKind::kSend;
   std::uint32_t peer = 0;
-  // The peer's epoch when the op began (its completion is stale after a restart). kRx: the
-  // receive key the op serves (0: none, an op beyond its peer's posted receives after a
-  // smaller re-grant).
-  std::uint64_t incarnation = 0;
+  // The peer's epoch when the op began (its completion is stale after a restart).
+  std::uint64_t epoch = 0;
   bool in_use = false;    // between new_op() and free_op()
   bool orphaned = false;  // completed by Sluice after its peer died; UCX's late callback only frees it
   Op* next_free = nullptr;
@@ -110,6 +108,9 @@ struct Op : TransportOp {
     bool ordered = false;       // kRndvRx: later messages wait for this one
     bool discard = false;       // kRndvRx: takes a refused payload and drops it (no bytes)
     std::uint64_t call_id = 0;  // kReplyRx
+    // kRx: the receive key it serves (0: none, an op beyond its peer's posted receives after
+    // a smaller re-grant).
+    std::uint64_t key = 0;
   } recv;
 };
 

@@ -145,7 +145,7 @@ void EngineCore::accept_coalesced(PeerData* p, std::span<const std::byte> batch)
   attach(m);
   m.s_.peer = p->id;
   m.s_.source = static_cast<int>(p->id);
-  m.s_.incarnation = p->epoch;
+  m.s_.epoch = p->epoch;
   m.s_.handler = h.handler;
   if (h.flags & (wire::kFlagRequest | wire::kFlagReply)) {  // a plain message keeps the zeros
     m.s_.request = (h.flags & wire::kFlagRequest) != 0;
@@ -292,13 +292,13 @@ void EngineCore::own_bytes(Message& m) {
 
 void EngineCore::release_handled(PeerData& p, Message& m) {
   detach(m);  // the caller destroys it next: nothing else of it needs resetting
-  return_credit(p, m.s_.incarnation);
+  return_credit(p, m.s_.epoch);
 }
 
-void EngineCore::return_credit(PeerData& p, std::uint64_t incarnation) {
+void EngineCore::return_credit(PeerData& p, std::uint64_t epoch) {
   // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
   // dead peer's messages are still counted down: its slot is reused only when none is left.
-  if (p.epoch != incarnation) [[unlikely]]
+  if (p.epoch != epoch) [[unlikely]]
     return;
   --p.rx.unreleased_;
   if (p.state != PeerState::kReady) [[unlikely]]
@@ -342,7 +342,7 @@ void EngineCore::release(Message& m) {
   if (m.s_.request && !m.s_.replied)
     rpc_server_.answer_error(m, absl::StatusCode::kInternal,
                              "the server's handler released the request without a reply");
-  if (m.s_.credit) return_credit(*peers_[m.s_.peer], m.s_.incarnation);
+  if (m.s_.credit) return_credit(*peers_[m.s_.peer], m.s_.epoch);
   detach(m);
   m.s_ = {};
 }

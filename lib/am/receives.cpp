@@ -21,7 +21,7 @@ void Receives::post_waiting() {
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
     PeerData& p = *e_.peers_[op->peer];
-    if (p.posted.key_ == 0 || op->incarnation != p.posted.key_) [[unlikely]] {
+    if (p.posted.key_ == 0 || op->recv.key != p.posted.key_) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
       op->slot.release();
@@ -61,7 +61,7 @@ void Receives::open(PeerData& p) {
   // through on_rx and are posted under the new one.
   for (std::size_t i = 0; i < p.posted.ops_.size(); ++i) {
     Op* op = p.posted.ops_[i];
-    op->incarnation = i < p.posted.reserved_ ? p.posted.key_ : 0;
+    op->recv.key = i < p.posted.reserved_ ? p.posted.key_ : 0;
     if (i < p.posted.reserved_ && !op->recv.busy && !op->recv.queued) {
       op->recv.queued = true;
       unposted_.push_back(op);

@@ -118,7 +118,7 @@ void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::by
   c.landing->buffer = buffer;
   Op* rx = e_.new_op(OpKind::kReplyRx, p.id);
   rx->recv.call_id = id;
-  rx->incarnation = p.epoch;
+  rx->epoch = p.epoch;
   c.reply_rx = rx;
   ++e_.exact_posted_;
   PostResult pr = e_.worker_->post_recv(p.ep, rx, buffer.data(), buffer.size(), wire::make_tag(wire::kReply, p.id, id),

@@ -67,7 +67,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
   PeerData& p = e_.peer_at(state(m).peer);
-  if (p.state == PeerState::kDead || p.epoch != state(m).incarnation) {
+  if (p.state == PeerState::kDead || p.epoch != state(m).epoch) {
     state(m).replied = true;
     return Result::kUnavailable;
   }
@@ -159,7 +159,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
     PeerData& p = e_.peer_at(state(m).peer);
-    if (state(m).credit && p.epoch == state(m).incarnation && p.state == PeerState::kReady) [[likely]] {
+    if (state(m).credit && p.epoch == state(m).epoch && p.state == PeerState::kReady) [[likely]] {
       state(m).credit = false;
       e_.credit_freed(p);
     }

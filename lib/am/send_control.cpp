@@ -27,7 +27,7 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
   Op* op = e_.new_op(OpKind::kCtrl, p.id);
   op->send.ctrl_kind = kind;
-  op->incarnation = p.epoch;
+  op->epoch = p.epoch;
   p.tx.ctrl_busy_[kind] = true;
   e_.c_.ctrl_sent->add();
   ++inflight_;
@@ -44,7 +44,7 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   PeerData& p = *e_.peers_[op->peer];
   p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
   std::uint16_t kind = op->send.ctrl_kind;
-  bool stale = op->incarnation != p.epoch;
+  bool stale = op->epoch != p.epoch;
   e_.free_op(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {

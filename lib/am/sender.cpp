@@ -69,7 +69,7 @@ bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> he
   Op* op = e_.new_op(OpKind::kSend, p.id);
   op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
-  op->incarnation = p.epoch;
+  op->epoch = p.epoch;
   op->send.on_done = std::move(cb);
   count_sent_now(p, op->send.message_len);
   post_message(p, op);
@@ -194,10 +194,10 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.tx.next_seq_++;
   wire::patch_seq(slot_data(header->slot), seq);
   std::uint32_t me = p.remote_slot;
-  header->incarnation = p.epoch;
+  header->epoch = p.epoch;
   if (payload != nullptr) {
     if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);
-    payload->incarnation = p.epoch;
+    payload->epoch = p.epoch;
   }
   if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
   if (p.state == PeerState::kReady && p.tx.queue_.empty() && p.tx.credits_.try_consume()) [[likely]] {
@@ -300,7 +300,7 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
   e_.c_.queue_hwm->update(++p.tx.queued_);
   if (cb) {
     Op* op = e_.new_op(OpKind::kSend, p.id);
-    op->incarnation = p.epoch;
+    op->epoch = p.epoch;
     op->send.on_done = std::move(cb);
     chain(head, op);
   }
@@ -373,7 +373,7 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   }
   --inflight_;
   PeerData& p = *e_.peers_[op->peer];
-  bool stale = op->incarnation != p.epoch;
+  bool stale = op->epoch != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
     e_.transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
