@@ -1033,7 +1033,10 @@ class ManInTheMiddle:
         self.mitm("c2s", "flip", "a frame header failed authentication")
 
     def test_13_a_bit_flipped_towards_the_client_fails_that_connection_alone(self):
-        self.mitm("s2c", "flip", "its connection to us closed", "a frame header failed authentication")
+        # The client fails the connection; the server sees it close, between frames or, when the
+        # client was writing one as it closed (1 run in 4 on a loaded machine), inside one.
+        self.mitm("s2c", "flip", "its connection to us closed|closed in the middle of a frame",
+                  "a frame header failed authentication")
 
     def test_14_a_replayed_record_fails_that_connection_alone(self):
         self.mitm("c2s", "replay", "failed authentication")
