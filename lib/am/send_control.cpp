@@ -100,7 +100,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
       kWarn, "flow",
       "%s holds the credits it granted us (%u of %u spent, for %s): %u of our messages wait in its send queue "
       "(SLUICE_SEND_QUEUE_MAX=%u; sends beyond it return kWouldBlock), %u credit stalls meanwhile "
-      "(flow.credit_stalls). Its application keeps the Messages it received, or it does not e_.progress",
+      "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
       p.name, p.tx.credits_.granted() - p.tx.credits_.available(), p.tx.credits_.granted(),
       format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since_)), p.tx.queued_,
       e_.config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls_);
