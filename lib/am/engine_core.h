@@ -110,7 +110,6 @@ class EngineCore final : private Door::Owner {
   std::uint64_t barrier_enter();
   absl::Status barrier_status(std::uint64_t epoch, bool* done);
   absl::Status barrier_timed_out(std::uint64_t epoch);
-  Sender& sender() { return sender_; }
   // Peer::send and the barrier: Sender::send, inlined here so that the public call reaches
   // it as cheaply as a call into the engine itself.
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,

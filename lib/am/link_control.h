@@ -26,6 +26,8 @@ class LinkState {
   bool bye_received() const { return bye_received_; }
   // Why it failed (or why its link or endpoint went: the cause its failure reports).
   const std::string& fail_reason() const { return fail_reason_; }
+  // Its front-door link closed and its grace runs (LinkControl::link_lost).
+  bool lost() const { return lost_at_ != Clock::time_point::max(); }
   // Its endpoint's force close did not finish: the transport may still call back for it.
   bool close_pending() const { return close_pending_; }
 
@@ -92,7 +94,6 @@ class LinkControl {
   // The peer's front-door link closed (`why`): a ready peer fails kLinkGrace after `now`
   // unless it closes first (true); any other is for the caller to fail (false).
   bool link_lost(PeerData& p, const std::string& why, Clock::time_point now);
-  bool lost(const PeerData& p) const;
   // The peer failed (`reason`); its endpoint's force close may not have finished.
   static void failed(LinkState& l, const std::string& reason);
   // A client/server peer that never got going (`why`).

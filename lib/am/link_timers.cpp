@@ -71,7 +71,7 @@ void LinkControl::drop_early(PeerData& p) {
 
 void LinkControl::endpoint_failed(LinkState& l, std::string why) {
   // A link that closed already said why (the client's process ended); the endpoint follows.
-  if (l.lost_at_ == Clock::time_point::max()) l.fail_reason_ = std::move(why);
+  if (!l.lost()) l.fail_reason_ = std::move(why);
 }
 
 bool LinkControl::link_lost(PeerData& p, const std::string& why, Clock::time_point now) {
@@ -80,8 +80,6 @@ bool LinkControl::link_lost(PeerData& p, const std::string& why, Clock::time_poi
   p.link.lost_at_ = now;  // its BYE may still be on its way
   return true;
 }
-
-bool LinkControl::lost(const PeerData& p) const { return p.link.lost_at_ != Clock::time_point::max(); }
 
 void LinkControl::failed(LinkState& l, const std::string& reason) {
   l.fail_reason_ = reason;

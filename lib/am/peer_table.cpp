@@ -287,7 +287,7 @@ void EngineCore::transfer_failed(PeerData& p, const std::string& why) {
   // A client killed mid-transfer fails the transfer before its link closes (its memory goes
   // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
   // and nothing more of the client is delivered meanwhile.
-  bool lost = link_.lost(p);  // closed already: its grace runs
+  bool lost = p.link.lost();  // closed already: its grace runs
   if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
     landings_.hold(p);
     if (!lost) link_lost(p.id, why);
