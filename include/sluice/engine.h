@@ -53,6 +53,7 @@ namespace detail {
 class EngineCore;
 struct EngineAccess;
 struct PeerData;
+class PeerTable;
 }  // namespace detail
 
 inline constexpr HandlerId kMaxHandlers = 1024;
@@ -179,6 +180,7 @@ class SLUICE_API Peer {
 
  private:
   friend class detail::EngineCore;
+  friend class detail::PeerTable;  // makes and retires Peers
   Peer(detail::EngineCore* e, detail::PeerData* data, std::uint32_t id, int rank)
       : engine_(e), data_(data), id_(id), rank_(rank) {}
   detail::EngineCore* engine_;

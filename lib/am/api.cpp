@@ -33,13 +33,13 @@ Message& Message::operator=(Message&& o) noexcept {
 }
 
 // Only a Message its handler is running with borrows: its engine is there.
-void Message::own_bytes() { s_.anchor->core->own_bytes(*this); }
+void Message::own_bytes() { s_.anchor->core->delivery_.own_bytes(*this); }
 
 void Message::release() {
   detail::MessageAnchor* anchor = s_.anchor;
   if (anchor == nullptr) return;
   if (detail::EngineCore* core = anchor->core) [[likely]] {
-    core->release(*this);
+    core->delivery_.release(*this);
     return;
   }
   // Its engine is gone, and the memory it viewed with it: its slots keep only their
@@ -52,7 +52,7 @@ Peer* Message::peer() const {
   if (!valid()) return nullptr;
   if (!s_.anchor->core->engine_thread("Message::peer")) [[unlikely]]
     return nullptr;
-  return s_.anchor->core->peer_handle(s_.peer);
+  return s_.anchor->core->peers().handle_of(s_.peer);
 }
 
 // The engine a Message's answer goes through, or nullptr (logged) when it has none or is
@@ -161,14 +161,14 @@ int Engine::id() const { return core_->id(); }
 absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
   if (!core_->engine_thread("Engine::register_handler")) [[unlikely]]
     return wrong_thread("Engine::register_handler");
-  return core_->register_handler(id, std::move(fn), std::move(options));
+  return core_->handlers().add(id, std::move(fn), std::move(options));
 }
 absl::Status Engine::unregister_handler(HandlerId id) {
   if (!core_->engine_thread("Engine::unregister_handler")) [[unlikely]]
     return wrong_thread("Engine::unregister_handler");
-  return core_->unregister_handler(id);
+  return core_->handlers().remove(id);
 }
-Peer* Engine::peer(int rank) { return core_->peer(rank); }
+Peer* Engine::peer(int rank) { return core_->peers().handle(rank); }
 absl::StatusOr<int> Engine::listen(std::string_view host_port) {
   if (!core_->engine_thread("Engine::listen")) [[unlikely]]
     return wrong_thread("Engine::listen");

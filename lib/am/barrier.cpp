@@ -9,12 +9,12 @@
 
 namespace sluice::detail {
 
-std::uint64_t EngineCore::barrier_enter() { return barrier_.enter(ranks_, rank()); }
+std::uint64_t EngineCore::barrier_enter() { return barrier_.enter(peers_.ranks(), rank()); }
 
 absl::Status EngineCore::barrier_status(std::uint64_t epoch, bool* done) {
   *done = false;
-  for (int r = 0; r < ranks_; ++r) {
-    PeerData& p = *peer_by_rank(r);
+  for (int r = 0; r < peers_.ranks(); ++r) {
+    PeerData& p = *peers_.by_rank(r);
     if (r != rank() && p.state == PeerState::kDead)
       return absl::UnavailableError(absl::StrFormat("barrier %u: %s failed: %s", epoch, p.name, p.link.fail_reason()));
     if (!barrier_.unsent(r)) continue;
@@ -24,7 +24,7 @@ absl::Status EngineCore::barrier_status(std::uint64_t epoch, bool* done) {
       return absl::UnavailableError(
           absl::StrFormat("barrier %u: cannot reach %s (%s)", epoch, p.name, to_string(sent)));
   }
-  if (barrier_.arrivals(epoch) + 1 < static_cast<std::uint64_t>(ranks_)) return absl::OkStatus();
+  if (barrier_.arrivals(epoch) + 1 < static_cast<std::uint64_t>(peers_.ranks())) return absl::OkStatus();
   barrier_.leave(epoch);
   *done = true;
   return absl::OkStatus();
@@ -32,15 +32,15 @@ absl::Status EngineCore::barrier_status(std::uint64_t epoch, bool* done) {
 
 absl::Status EngineCore::barrier_timed_out(std::uint64_t epoch) {
   return absl::DeadlineExceededError(absl::StrFormat("barrier %u: %u of the %d other ranks arrived before the deadline",
-                                                     epoch, barrier_.arrivals(epoch), ranks_ - 1));
+                                                     epoch, barrier_.arrivals(epoch), peers_.ranks() - 1));
 }
 
 void EngineCore::barrier_word(const Message& m) {
   std::uint64_t epoch = 0;
-  if (m.s_.peer >= static_cast<std::uint32_t>(ranks_) || m.s_.payload.size() != sizeof(epoch)) {
+  if (m.s_.peer >= static_cast<std::uint32_t>(peers_.ranks()) || m.s_.payload.size() != sizeof(epoch)) {
     c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent a barrier word (%u bytes) it cannot send: dropped",
-                            peers_[m.s_.peer]->name, m.s_.payload.size());
+                            peers_.at(m.s_.peer).name, m.s_.payload.size());
     return;
   }
   std::memcpy(&epoch, m.s_.payload.data(), sizeof(epoch));

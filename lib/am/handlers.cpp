@@ -1,7 +1,11 @@
 // The handler table, and plain messages that arrive before their handler is registered: kept
 // (am/unclaimed.h), delivered once it is, dropped (counted, logged) only when the engine closes.
 
+#include <exception>
+
 #include <absl/strings/str_format.h>
+
+#include "am/handlers.h"
 
 #include "am/engine_core.h"
 #include "am/invoke.h"
@@ -9,66 +13,66 @@
 
 namespace sluice::detail {
 
-absl::Status EngineCore::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
+absl::Status Handlers::add(HandlerId id, Handler fn, HandlerOptions options) {
   if (id >= kMaxHandlers) {
     return absl::InvalidArgumentError(absl::StrFormat("handler id %d is not below %d", id, kMaxHandlers));
   }
   if (!fn) return absl::InvalidArgumentError("empty handler function");
-  if (handlers_[id].fn || claiming(id) != nullptr)
+  if (table_[id].fn || claiming(id) != nullptr)
     return absl::AlreadyExistsError(absl::StrFormat("handler %d is already registered", id));
   if (!unclaimed_.waits_for(id)) {
-    handlers_[id] = {std::move(fn), std::move(options)};
+    table_[id] = {std::move(fn), std::move(options)};
     return absl::OkStatus();
   }
   // Messages wait for it: it is installed from the next progress(), which delivers them first.
   // Until then, more of them join the kept ones, so they all arrive in order.
   claiming_.emplace_back(id, HandlerEntry{std::move(fn), std::move(options)});
-  post([this, id] { claim(id); });
+  e_.post([this, id] { claim(id); });
   return absl::OkStatus();
 }
 
-absl::Status EngineCore::unregister_handler(HandlerId id) {
+absl::Status Handlers::remove(HandlerId id) {
   if (HandlerEntry* waiting = claiming(id)) {
     waiting->fn = {};  // claim() finds it empty and installs nothing
     return absl::OkStatus();
   }
-  if (id >= kMaxHandlers || !handlers_[id].fn) {
+  if (id >= kMaxHandlers || !table_[id].fn) {
     return absl::NotFoundError(absl::StrFormat("no handler %d is registered", id));
   }
-  handlers_[id] = {};
+  table_[id] = {};
   return absl::OkStatus();
 }
 
-HandlerEntry* EngineCore::claiming(HandlerId id) {
+HandlerEntry* Handlers::claiming(HandlerId id) {
   for (auto& [waiting, entry] : claiming_)
     if (waiting == id && entry.fn) return &entry;
   return nullptr;
 }
 
-void EngineCore::claim(HandlerId id) {
+void Handlers::claim(HandlerId id) {
   auto it = std::find_if(claiming_.begin(), claiming_.end(), [&](const auto& c) { return c.first == id; });
   if (it == claiming_.end()) return;
   HandlerEntry entry = std::move(it->second);
   claiming_.erase(it);
-  if (!entry.fn || shutting_down_) return;  // unregistered meanwhile; or closing: drop_unclaimed()
-  handlers_[id] = std::move(entry);
+  if (!entry.fn || e_.shutting_down_) return;  // unregistered meanwhile; or closing: drop_unclaimed()
+  table_[id] = std::move(entry);
   std::vector<Unclaimed::Kept> kept = unclaimed_.take(id);
   SLUICE_LOG(kInfo, "am", "handler %d registered: delivering the %u message(s) that waited for it", id, kept.size());
   for (Unclaimed::Kept& k : kept) {
     Message& m = k.message;
-    if (!handlers_[id].fn) {  // a handler unregistered it: the rest wait again
+    if (!table_[id].fn) {  // a handler unregistered it: the rest wait again
       unclaimed_.keep(id, k.peer, std::move(m));
       continue;
     }
-    if (invoke_handler(m) != Invoke::kNoHandler && m.s_.anchor != nullptr) release(m);
+    if (invoke(m) != Invoke::kNoHandler && state(m).anchor != nullptr) e_.delivery_.release(m);
   }
 }
 
-void EngineCore::no_handler(Message& m) {
-  PeerData& p = *peers_[m.s_.peer];
-  HandlerId h = m.s_.handler;
+void Handlers::no_handler(Message& m) {
+  PeerData& p = e_.peers_.at(state(m).peer);
+  HandlerId h = state(m).handler;
   if (h == kBarrierHandler) {
-    barrier_word(m);
+    e_.barrier_word(m);
     return;
   }
   if (h >= kMaxHandlers) {  // no handler can ever take it
@@ -76,7 +80,7 @@ void EngineCore::no_handler(Message& m) {
                             kMaxHandlers - 1);
     return;
   }
-  if (m.s_.borrowed) own_bytes(m);  // the receive buffer is re-posted after this returns
+  if (state(m).borrowed) e_.delivery_.own_bytes(m);  // the receive buffer is re-posted after this returns
   SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                           "%s sent to handler %d, which is not registered: kept until it is (%u message(s) kept; "
                           "each holds one of the sender's credits; am.unclaimed)",
@@ -84,17 +88,43 @@ void EngineCore::no_handler(Message& m) {
   unclaimed_.keep(h, p.id, std::move(m));
 }
 
-void EngineCore::drop_unclaimed() {
+void Handlers::drop_unclaimed() {
   std::deque<Unclaimed::Kept> kept = unclaimed_.take_all();
   if (kept.empty()) return;
-  c_.unclaimed_dropped->add(kept.size());
+  e_.c_.unclaimed_dropped->add(kept.size());
   std::string ids;
   for (const Unclaimed::Kept& k : kept)
     if (ids.find(absl::StrFormat(" %d,", k.handler)) == std::string::npos)
       absl::StrAppendFormat(&ids, " %d,", k.handler);
   ids.pop_back();
-  SLUICE_LOG(kWarn, "am", "engine %d closed with %u message(s) for handlers never registered (%s): dropped", engine_id_,
-             kept.size(), ids.substr(1));
+  SLUICE_LOG(kWarn, "am", "engine %d closed with %u message(s) for handlers never registered (%s): dropped",
+             e_.engine_id_, kept.size(), ids.substr(1));
+}
+
+void Handlers::threw(const Message& m, const char* what) {
+  error_ = what;
+  e_.c_.handler_errors->add();
+  SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", state(m).handler, error_);
+}
+
+void Handlers::give_back_sink(Message& m) {
+  state(m).sink_landing = false;
+  SinkRelease* give = state(m).handler < kMaxHandlers ? &table_[state(m).handler].options.sink_release : nullptr;
+  if (give == nullptr || !*give) {
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am",
+                            "handler %d's sink buffer of %u bytes was not delivered and there is no "
+                            "sink_release to give it back to",
+                            state(m).handler, state(m).payload.size());
+    return;
+  }
+  e_.c_.sink_returned->add();
+  try {
+    (*give)(m, state(m).payload);
+  } catch (const std::exception& e) {
+    threw(m, e.what());
+  } catch (...) {
+    threw(m, "a non-standard exception");
+  }
 }
 
 }  // namespace sluice::detail

@@ -10,26 +10,26 @@
 
 namespace sluice::detail {
 
-[[gnu::always_inline]] inline EngineCore::Invoke EngineCore::invoke_handler(Message& m) {
-  if (m.s_.handler >= kMaxHandlers || !handlers_[m.s_.handler].fn) [[unlikely]] {
-    if (m.s_.handler != kBarrierHandler) c_.unknown_handler->add();
+[[gnu::always_inline]] inline Handlers::Invoke Handlers::invoke(Message& m) {
+  if (state(m).handler >= kMaxHandlers || !table_[state(m).handler].fn) [[unlikely]] {
+    if (state(m).handler != kBarrierHandler) e_.c_.unknown_handler->add();
     return Invoke::kNoHandler;
   }
-  m.s_.sink_landing = false;  // the handler has it now
+  state(m).sink_landing = false;  // the handler has it now
   try {
     probe::stamp(probe::kHandler);
-    handlers_[m.s_.handler].fn(m);
+    table_[state(m).handler].fn(m);
     return Invoke::kDone;
   } catch (const std::exception& e) {
-    handler_threw(m, e.what());
+    threw(m, e.what());
   } catch (...) {
-    handler_threw(m, "a non-standard exception");
+    threw(m, "a non-standard exception");
   }
   return Invoke::kThrew;
 }
 
-[[gnu::always_inline]] inline void EngineCore::dispatch(Message& m) {
-  if (invoke_handler(m) == Invoke::kNoHandler) [[unlikely]]
+[[gnu::always_inline]] inline void Handlers::dispatch(Message& m) {
+  if (invoke(m) == Invoke::kNoHandler) [[unlikely]]
     no_handler(m);
 }
 

@@ -12,10 +12,9 @@
 namespace sluice::detail {
 
 std::span<std::byte> Landings::sink_landing(Message& m, std::size_t size) {
-  if (state(m).handler >= kMaxHandlers || state(m).reply_flag) return {};
-  HandlerEntry& he = e_.handlers_[state(m).handler];
-  if (!he.options.sink) return {};
-  std::span<std::byte> dest = he.options.sink(m, size);
+  const HandlerOptions* options = e_.handlers_.options(state(m).handler);
+  if (options == nullptr || state(m).reply_flag || !options->sink) return {};
+  std::span<std::byte> dest = options->sink(m, size);
   if (dest.size() >= size) {
     state(m).sink_landing = true;  // the handler gets it, or sink_release does (release())
     return dest.first(size);
@@ -67,7 +66,7 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
     p.landings.declines_.push_back({state(m).seq, why.substr(0, wire::kReasonMax)});
     send_declines(p);
   }
-  e_.release(m);  // its credit goes back
+  e_.delivery_.release(m);  // its credit goes back
 }
 
 void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
@@ -156,7 +155,7 @@ void Landings::free_announcement(PeerData& p, Message& m) {
   state(m).header = std::span<const std::byte>(state(m).heap.get(), hl);
   if (state(m).credit) {
     state(m).credit = false;
-    e_.return_credit(p, state(m).epoch);
+    e_.delivery_.return_credit(p, state(m).epoch);
   }
 }
 
@@ -177,7 +176,7 @@ void Landings::retry_waiting() {
   parked_at_returns_ = e_.recv_pool_->returns();
   while (!parked_.empty()) {
     Parked& w = parked_.front();
-    PeerData& p = *e_.peers_[w.peer];
+    PeerData& p = e_.peers_.at(w.peer);
     bool frag = (w.header.flags & wire::kFlagFrag) != 0;
     std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len, frag);
     if (dest.empty() && w.message.valid() && p.state != PeerState::kDead) return;  // oldest first: the rest wait
@@ -187,14 +186,14 @@ void Landings::retry_waiting() {
       if (p.state == PeerState::kDead) continue;
       --p.landings.parked_;
       if (go.ordered) p.landings.blocked_ = false;
-      e_.deliver(p);
+      e_.delivery_.deliver(p);
       continue;
     }
     --p.landings.parked_;
     if (go.header.flags & wire::kFlagFrag) {
       start_fragments(p, std::move(go.message), dest);
       p.landings.blocked_ = false;
-      e_.deliver(p);
+      e_.delivery_.deliver(p);
     } else {
       post_landing(p, std::move(go.message), dest, go.ordered);
     }
@@ -209,7 +208,7 @@ void Landings::peer_restarted(PeerData& p) { p.landings.landing_ = 0; }
 
 void Landings::close() {
   parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
-  e_.for_each_peer([](PeerData& p) { p.landings.frag_ = Message(); });
+  e_.peers_.for_each([](PeerData& p) { p.landings.frag_ = Message(); });
 }
 
 void Landings::peer_failed(PeerData& p) {
@@ -227,7 +226,7 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
     e_.free_op(op);
     return;
   }
-  PeerData& p = *e_.peers_[op->peer];
+  PeerData& p = e_.peers_.at(op->peer);
   Message m = std::move(op->pending);
   bool stale = op->epoch != p.epoch;
   bool ordered = op->recv.ordered;
@@ -240,7 +239,7 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
                             state(m).payload.size(), absl::StatusCodeToString(code), length);
     if (state(m).credit) {  // returned already when the landing was posted (free_announcement)
       state(m).credit = false;
-      e_.credit_gone(p);
+      Delivery::credit_gone(p);
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
       e_.transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
@@ -248,9 +247,9 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
   }
   e_.c_.rndv_received->add();
   e_.count_received(p, 0, length);  // the payload; its announcement was counted as a message
-  e_.finish_incoming(p, m);
+  e_.delivery_.finish_incoming(p, m);
   m = Message();
-  e_.deliver(p);
+  e_.delivery_.deliver(p);
 }
 
 void Landings::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
@@ -294,7 +293,7 @@ void Landings::add_fragment(PeerData& p, std::size_t piece) {
   if (p.landings.frag_received_ == state(p.landings.frag_).payload.size()) {
     Message done = std::move(p.landings.frag_);
     p.landings.frag_received_ = 0;
-    e_.finish_incoming(p, done);
+    e_.delivery_.finish_incoming(p, done);
   }
 }
 

@@ -30,8 +30,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
       boot_(boot),
       engine_id_(engine_id),
       incarnation_(random_incarnation()),
-      eager_limit_(config.eager_limit()),
-      handlers_(kMaxHandlers) {
+      eager_limit_(config.eager_limit()) {
   auto& s = stats_;
   c_ = EngineCounters{&s.counter("am.msgs_sent"),
                       &s.counter("am.bytes_sent"),
@@ -97,19 +96,16 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   SLUICE_RETURN_IF_ERROR(recv_pool_->eager().prime());
 
   int n = boot_->size();
-  ranks_ = n;
-  peers_.resize(static_cast<std::size_t>(n));
-  addresses_.resize(static_cast<std::size_t>(n));
+  std::vector<std::string> addresses(static_cast<std::size_t>(n));
   std::string key = absl::StrFormat("sluice.engine.%d", engine_id_);
   SLUICE_RETURN_IF_ERROR(boot_->put(key, worker_->address()));
   SLUICE_RETURN_IF_ERROR(boot_->fence());
   for (int r = 0; r < n; ++r) {
-    SLUICE_ASSIGN_OR_RETURN(addresses_[static_cast<std::size_t>(r)], boot_->get(r, key));
+    SLUICE_ASSIGN_OR_RETURN(addresses[static_cast<std::size_t>(r)], boot_->get(r, key));
   }
   // Every rank's Peer exists from here on (its endpoint and handshake wait for first use), so
   // that any thread may look one up: peer() reads a table nothing changes after this.
-  rank_handles_.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) rank_handles_.push_back(create_rank_peer(r)->handle.get());
+  peers_.add_ranks(std::move(addresses));
   initialized_ = true;
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
              node, eager_limit_);
@@ -146,7 +142,7 @@ EngineCore::~EngineCore() {
   close_transport(deadline);
   rpc_client_.clear();  // none is left (each peer's went when it failed); a reply waiting holds pool memory
   run_posted();         // Messages released on other threads meanwhile
-  drop_unclaimed();
+  handlers_.drop_unclaimed();
   leave_kept_messages();
   if (live_ && live_->at_exit()) live_->write(stats_line("exit"));
   if (config_.stats) {
@@ -163,10 +159,10 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // in-flight ones, rendezvous payloads included, until the deadline...
   auto unsent = [&] {
     if (sender_.inflight() > 0) return true;
-    for (auto& p : peers_)
-      if (p && (p->state == PeerState::kReady || p->state == PeerState::kConnecting) && p->tx.waiting())
-        return true;  // a connecting peer's queue goes out once its HELLO is in
-    return false;
+    // A connecting peer's queue goes out once its HELLO is in.
+    return peers_.any([](const PeerData& p) {
+      return (p.state == PeerState::kReady || p.state == PeerState::kConnecting) && p.tx.waiting();
+    });
   };
   drain_while([&] { return unsent() || !submissions_.empty(); }, deadline);
   if (std::size_t left = submissions_.close(); left != 0)
@@ -175,19 +171,15 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
   // it; then a short wait for the peers' own goodbyes, so no message arrives after the
   // receives go.
-  for (auto& p : peers_) {
-    if (p && p->state == PeerState::kReady) link_.send_bye(*p);
-  }
+  peers_.for_each([&](PeerData& p) {
+    if (p.state == PeerState::kReady) link_.send_bye(p);
+  });
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
-  auto live = [&] {
-    for (auto& p : peers_)
-      if (p && p->state == PeerState::kReady) return true;
-    return false;
-  };
+  auto live = [&] { return peers_.any([](const PeerData& p) { return p.state == PeerState::kReady; }); };
   drain_while([&] { return sender_.inflight() > 0 || live(); }, bye_deadline);
-  for (auto& p : peers_) {
-    if (p && p->state != PeerState::kDead) fail_peer(*p, absl::StatusCode::kCancelled, "engine shutting down");
-  }
+  peers_.for_each([&](PeerData& p) {
+    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kCancelled, "engine shutting down");
+  });
 }
 
 void EngineCore::close_transport(Clock::time_point deadline) {
@@ -207,11 +199,10 @@ void EngineCore::close_transport(Clock::time_point deadline) {
     op.pending = Message();
   }
   landings_.close();
-  for (auto& p : peers_) {
-    if (!p) continue;
-    p->rx.window_.clear();
-    p->ep = Endpoint();
-  }
+  peers_.for_each([](PeerData& p) {
+    Delivery::drop_held(p);
+    p.ep = Endpoint();
+  });
   // Whatever waits unmatched (a failed peer's late messages, a goodbye that crossed
   // ours) is taken and dropped: nothing of this engine is left in UCX's unexpected queue.
   worker_->progress();
@@ -252,11 +243,10 @@ std::string EngineCore::stats_line(const char* trigger) {
   last_line_at_ = now;
   std::vector<PeerData*> live;
   std::size_t gone = 0;
-  for (const auto& p : peers_) {
-    if (!p) continue;
-    if (p->state == PeerState::kDead && !at_exit) ++gone;
-    else if (p->traffic.msgs_sent != 0 || p->traffic.msgs_received != 0) live.push_back(p.get());
-  }
+  peers_.for_each([&](PeerData& p) {
+    if (p.state == PeerState::kDead && !at_exit) ++gone;
+    else if (p.traffic.msgs_sent != 0 || p.traffic.msgs_received != 0) live.push_back(&p);
+  });
   auto recent = [](const PeerData* p) {
     return p->traffic.bytes_sent + p->traffic.bytes_received - p->traffic.bytes_at_line;
   };
@@ -321,13 +311,15 @@ const Stats& EngineCore::stats() {
   }
   stats_.counter("am.tx_inflight").set(sender_.inflight());
   stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
-  stats_.counter("flow.peers_held").set(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
-    return p && p->state == PeerState::kReady && p->rx.granted_ != 0 && p->rx.unreleased_ >= p->rx.granted_;
-  }));
+  std::size_t held = 0;
+  peers_.for_each([&](const PeerData& p) {
+    held += p.state == PeerState::kReady && p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
+  });
+  stats_.counter("flow.peers_held").set(held);
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   stats_.counter("am.landings_waiting").set(landings_.waiting());
-  stats_.counter("am.unclaimed").set(unclaimed_.size());
+  stats_.counter("am.unclaimed").set(handlers_.kept());
   return stats_;
 }
 

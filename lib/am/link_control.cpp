@@ -8,7 +8,7 @@ namespace sluice::detail {
 
 void LinkControl::start_handshake(PeerData& p) {
   if (p.state != PeerState::kNew) return;
-  absl::Status s = e_.ensure_endpoint(p);
+  absl::Status s = e_.peers_.ensure_endpoint(p);
   if (!s.ok()) {
     e_.fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
     return;
@@ -53,7 +53,7 @@ bool LinkControl::send_hello(PeerData& p) {
   if (grant < e_.config_.credits) {
     SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, e_.config_.credits);
   }
-  e_.grant_receiving(p, grant);
+  Delivery::grant_receiving(p, grant);
   e_.receives_.reserve(p, posted(grant));
   // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
   // slots are held back for replies, so that a reply — even while the previous one is still in
@@ -209,7 +209,7 @@ void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
   p.link.bye_seq_ = 0;
   p.link.ping_outstanding_ = false;
   e_.sender_.restart(p);
-  e_.restart_receiving(p);
+  Delivery::restart_receiving(p);
   e_.landings_.peer_restarted(p);
   e_.rpc_client_.grant(p, 0);
   handle_hello(p, hello);
@@ -235,7 +235,7 @@ void LinkControl::maybe_ready(PeerData& p) {
   p.link.early_since_ = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
              p.rx.granted(), p.tx.credits().granted(), p.calls.window().granted(), p.ep.transports());
-  if (p.rx.window().held() != 0) e_.deliver(p);  // what arrived before its HELLO
+  if (p.rx.window().held() != 0) e_.delivery_.deliver(p);  // what arrived before its HELLO
   e_.sender_.flush(p);
 }
 

@@ -65,7 +65,7 @@ void LinkControl::drop_early(PeerData& p) {
   // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
   // within a heartbeat interval is not coming, and what waited for it goes.
   for (std::size_t n = p.rx.window().held(); n > 0; --n) e_.count_drop("before the handshake (no HELLO came)");
-  e_.drop_held(p);  // their Messages release their slots and credits
+  Delivery::drop_held(p);  // their Messages release their slots and credits
   p.link.early_since_ = {};
 }
 

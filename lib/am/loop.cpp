@@ -25,7 +25,7 @@ void EngineCore::on_ep_error(void* arg, int ucs_status) {
   std::string why = p->ep.failure();
   LinkControl::endpoint_failed(
       p->link, why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why);
-  p->handle->engine_->failed_eps_.push_back(p->id);
+  p->handle->engine_->peers_.endpoint_failed(p->id);
 }
 
 void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
@@ -33,7 +33,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
     case OpKind::kSend:
     case OpKind::kSendPayload: sender_.on_send_done(op, code); break;
     case OpKind::kCtrl: sender_.on_ctrl_done(op, code); break;
-    case OpKind::kRx: on_rx(op, code, length, tag); break;
+    case OpKind::kRx: delivery_.on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: landings_.on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
     case OpKind::kContactRx: receives_.on_contact_rx(op, code, length, tag); break;
@@ -46,15 +46,13 @@ void EngineCore::drain_completions() {
   for (std::size_t i = 0; i < done_.size(); ++i) {
     Completion c = done_[i];
     if (c.op->kind == OpKind::kRx) [[likely]]
-      on_rx(c.op, c.code, c.length, c.tag);
+      delivery_.on_rx(c.op, c.code, c.length, c.tag);
     else complete(c.op, c.code, c.length, c.tag);
   }
   done_.clear();
   draining_ = false;
-  while (!failed_eps_.empty()) {
-    std::uint32_t id = failed_eps_.back();
-    failed_eps_.pop_back();
-    PeerData& p = *peers_[id];
+  for (std::uint32_t id; peers_.take_failed_endpoint(&id);) {
+    PeerData& p = peers_.at(id);
     if (p.state == PeerState::kDead) continue;
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
@@ -166,7 +164,7 @@ bool EngineCore::check_clock() {
   if (now_ >= next_timer_) timers(now_);
   receives_.take_first_contacts();
   // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
-  if (!failed_eps_.empty()) drain_completions();
+  if (peers_.endpoints_failed()) drain_completions();
   receives_.purge(now_);
   landings_.retry(true);  // room may come from slots given back elsewhere
   return any;
@@ -216,38 +214,15 @@ void EngineCore::post(absl::AnyInvocable<void()> fn) {
 
 // ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
 
-void EngineCore::watch_held_credits(PeerData& p, Clock::time_point now) {
-  if (p.rx.granted_ == 0 || p.rx.unreleased_ < p.rx.granted_) [[likely]] {
-    p.rx.held_since_ = {};
-    p.rx.held_logged_ = false;
-    return;
-  }
-  if (p.rx.held_since_ == Clock::time_point{}) p.rx.held_since_ = now;
-  if (p.rx.held_logged_ || now - p.rx.held_since_ < config_.heartbeat) return;
-  p.rx.held_logged_ = true;
-  if (std::size_t waiting = unclaimed_.from(p.id); waiting != 0) {
-    SLUICE_LOG(kWarn, "flow",
-               "%s cannot send: %u of its %u credits are held by messages for handlers not registered here "
-               "(am.unclaimed); register them (Engine::register_handler) to let it go on",
-               p.name, waiting, p.rx.granted_);
-    return;
-  }
-  SLUICE_LOG(kWarn, "flow",
-             "%s cannot send: all %u of its credits are held by %u of its messages this application has not "
-             "released (for %s). A Message returns its credit when it is destroyed or release()d; raise "
-             "SLUICE_CREDITS if the application must keep more (flow.peers_held)",
-             p.name, p.rx.granted_, p.rx.unreleased_,
-             format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.rx.held_since_)));
-}
-
 void EngineCore::timers(Clock::time_point now) {
   Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
                                      std::chrono::milliseconds(1));
   // With nothing to watch (no peer connecting or connected, no call waiting), an idle engine
   // need not wake for timers more than once a second.
   bool watching = !rpc_client_.idle();
-  for (auto& pp : peers_)
-    watching = watching || (pp && (pp->state == PeerState::kConnecting || pp->state == PeerState::kReady));
+  watching = watching || peers_.any([](const PeerData& p) {
+    return p.state == PeerState::kConnecting || p.state == PeerState::kReady;
+  });
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
   // Nobody progressed this engine for a while (a blocking fence, a busy application): what
   // its peers sent meanwhile was not heard, so that time does not count as their silence.
@@ -257,22 +232,20 @@ void EngineCore::timers(Clock::time_point now) {
     if (const char* why = live_->due(now)) live_->write(stats_line(why));
     next_timer_ = std::min(next_timer_, live_->next_due());
   }
-  // By index: a completion callback run from fail_peer may progress the engine, and a client
-  // admitted meanwhile grows peers_.
-  for (std::size_t i = 0; i < peers_.size(); ++i) {
-    if (!peers_[i]) continue;
-    PeerData& p = *peers_[i];
-    if (link_.expired(p, now, away) || p.state != PeerState::kReady) continue;
-    watch_held_credits(p, now);
+  // A completion callback run from fail_peer may progress the engine, and a client admitted
+  // meanwhile grows the table (for_each() goes by index).
+  peers_.for_each([&](PeerData& p) {
+    if (link_.expired(p, now, away) || p.state != PeerState::kReady) return;
+    delivery_.watch_held(p, now);
     sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
-    if (p.rx.owed_.owed() != 0) {
+    if (p.rx.owed().owed() != 0) {
       c_.credit_msgs->add();
       sender_.send_ctrl(p, wire::kCredit, {});
     }
     link_.keep_alive(p, now);
-  }
+  });
   rpc_client_.expire(now);
 }
 

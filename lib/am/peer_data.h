@@ -57,7 +57,7 @@ class ReceiveState {
   const ReorderWindow<Incoming>& window() const { return window_; }
 
  private:
-  friend class EngineCore;
+  friend class Delivery;
   CreditReturn owed_;
   std::uint32_t granted_ = 0;
   std::uint32_t unreleased_ = 0;

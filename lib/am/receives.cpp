@@ -20,7 +20,7 @@ void Receives::post_waiting() {
   PoolClass& cls = e_.recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
-    PeerData& p = *e_.peers_[op->peer];
+    PeerData& p = e_.peers_.at(op->peer);
     if (p.posted.key_ == 0 || op->recv.key != p.posted.key_) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
@@ -148,7 +148,7 @@ void Receives::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, 
   } else if (code != absl::StatusCode::kOk) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
   } else {
-    e_.accept_contact(std::span<std::byte>(op->heap.get(), length), tag);
+    e_.delivery_.accept_contact(std::span<std::byte>(op->heap.get(), length), tag);
   }
   e_.free_op(op);
 }

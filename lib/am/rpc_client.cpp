@@ -218,7 +218,7 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
   }
   l.payload_landed = true;
   l.payload_len = length;
-  if (PeerData* p = e_.peer_by_slot(c.peer)) e_.count_received(*p, 0, length);
+  if (PeerData* p = e_.peers_.find(c.peer)) e_.count_received(*p, 0, length);
   if (l.header_arrived) {
     state(l.reply).payload = l.buffer.first(length);
     finish(id, absl::OkStatus());
@@ -255,7 +255,7 @@ void RpcClient::expire(Clock::time_point now) {
   auto due = [&](const Call& c) { return !c.finishing && (c.deadline <= now || c.warn_at <= now); };
   for (CallId id : calls_.ids_where(due)) {
     Call& c = *calls_.find(id);
-    PeerData* p = e_.peer_by_slot(c.peer);
+    PeerData* p = e_.peers_.find(c.peer);
     const char* peer = p != nullptr ? p->name.c_str() : "a gone peer";
     if (c.deadline <= now) {
       e_.c_.rpc_deadline->add();
@@ -298,7 +298,7 @@ void RpcClient::close() {
   // queued for a server slot (which frees only with another reply). A server that answers
   // late, or never, would otherwise hold the close until the deadline.
   absl::Status closing = absl::CancelledError("the engine is shutting down");
-  e_.for_each_peer([&](PeerData& p) { e_.sender_.drop_queue(p, p.calls.queue_, closing); });
+  e_.peers_.for_each([&](PeerData& p) { e_.sender_.drop_queue(p, p.calls.queue_, closing); });
   for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
     e_.c_.rpc_cancelled->add();
     finish(id, closing);

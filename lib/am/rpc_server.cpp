@@ -29,16 +29,16 @@ void RpcServer::on_request(PeerData& p, Message& m) {
     return;
   }
   state(m).holds_rpc_slot = true;
-  switch (e_.invoke_handler(m)) {
-    case EngineCore::Invoke::kDone: break;
-    case EngineCore::Invoke::kNoHandler:
+  switch (e_.handlers_.invoke(m)) {
+    case Handlers::Invoke::kDone: break;
+    case Handlers::Invoke::kNoHandler:
       answer_error(m, absl::StatusCode::kUnimplemented,
                    absl::StrFormat("no method %d is registered on the server", state(m).handler));
       break;
-    case EngineCore::Invoke::kThrew:
+    case Handlers::Invoke::kThrew:
       // The caller learns why; the server goes on.
       if (m.valid() && !state(m).replied) {
-        std::string what = e_.take_handler_error();
+        std::string what = e_.handlers_.take_error();
         what.resize(std::min<std::size_t>(what.size(), 512));
         answer_error(m, absl::StatusCode::kInternal, what);
       }
@@ -66,7 +66,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
                         std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
-  PeerData& p = e_.peer_at(state(m).peer);
+  PeerData& p = e_.peers_.at(state(m).peer);
   if (p.state == PeerState::kDead || p.epoch != state(m).epoch) {
     state(m).replied = true;
     return Result::kUnavailable;
@@ -158,10 +158,10 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     // The request's receive slot is released right after the reply is packed, so the reply
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
-    PeerData& p = e_.peer_at(state(m).peer);
+    PeerData& p = e_.peers_.at(state(m).peer);
     if (state(m).credit && p.epoch == state(m).epoch && p.state == PeerState::kReady) [[likely]] {
       state(m).credit = false;
-      e_.credit_freed(p);
+      Delivery::credit_freed(p);
     }
     Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();

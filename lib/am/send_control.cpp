@@ -18,7 +18,7 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   h.flags = wire::kFlagCtrl;
   h.handler = kind;
   h.user_header_len = static_cast<std::uint16_t>(body.size());
-  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? EngineCore::take_owed(p.rx) : 0;
+  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? Delivery::take_owed(p.rx) : 0;
   h.ack = p.rx.window().delivered();
   // Heartbeats carry the credits returned in all, this one's included: the peer recovers
   // returns that were lost (SendCredits::reconcile).
@@ -41,7 +41,7 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
 
 void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   --inflight_;
-  PeerData& p = *e_.peers_[op->peer];
+  PeerData& p = e_.peers_.at(op->peer);
   p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
   std::uint16_t kind = op->send.ctrl_kind;
   bool stale = op->epoch != p.epoch;

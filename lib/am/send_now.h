@@ -64,7 +64,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 
 [[gnu::always_inline]] inline void Sender::count_sent_now(PeerData& p, std::size_t total) {
   (void)p.tx.credits_.try_consume();
-  (void)EngineCore::take_owed(p.rx);
+  (void)Delivery::take_owed(p.rx);
   ++p.tx.next_seq_;
   ++p.tx.sent_seq_;
   e_.count_sent(p, 1, total);
@@ -86,7 +86,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 [[gnu::always_inline]] inline void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
   Op* op = e_.new_op(OpKind::kSend, peer);
-  op->epoch = e_.peers_[peer]->epoch;
+  op->epoch = e_.peers_.at(peer).epoch;
   op->send.on_done = std::move(cb);
   ++inflight_;
   e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});

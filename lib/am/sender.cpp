@@ -218,7 +218,7 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
 void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.tx.sent_seq_ += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
-  wire::patch_piggyback(slot_data(h->slot), EngineCore::take_owed(p.rx), p.rx.window().delivered());
+  wire::patch_piggyback(slot_data(h->slot), Delivery::take_owed(p.rx), p.rx.window().delivered());
   e_.count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
@@ -331,7 +331,7 @@ void Sender::complete_coalesced(Op* head, const absl::Status& status, bool relea
     Op* next = op->send.coalesced_next;
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
-    if (op->send.releases_rpc_slot && release_slots) e_.rpc_server_.reply_sent(*e_.peers_[op->peer]);
+    if (op->send.releases_rpc_slot && release_slots) e_.rpc_server_.reply_sent(e_.peers_.at(op->peer));
     e_.free_op(op);
     op = next;
   }
@@ -372,7 +372,7 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
     return;
   }
   --inflight_;
-  PeerData& p = *e_.peers_[op->peer];
+  PeerData& p = e_.peers_.at(op->peer);
   bool stale = op->epoch != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
