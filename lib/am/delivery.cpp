@@ -25,10 +25,10 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
   // usual release no pool return.
   probe::stamp(probe::kRxTaken);
   Slot slot = std::move(op->slot);
-  e_.receives_.requeue(op);
+  engine().receives_.requeue(op);
   if (code != absl::StatusCode::kOk) [[unlikely]] {
     if (code != absl::StatusCode::kCancelled) {
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receive failed: %s (a message larger than a slot?)",
                               absl::StatusCodeToString(code));
     }
@@ -41,31 +41,32 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
 // Inlined into on_rx, its one caller: every received message passes here.
 [[gnu::always_inline]] inline void Delivery::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
                                                               std::uint64_t tag, bool ctrl_only) {
-  PeerData* p = e_.peers_.by_slot(wire::tag_slot(tag));
+  PeerData* p = engine().peers_.by_slot(wire::tag_slot(tag));
   if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->posted.key()) [[unlikely]] {
     // Taken by a receive posted under a retired key (the peer failed, and came back before
     // the receive's cancellation was handled): its previous incarnation's, not the new one's.
-    e_.count_drop("sent to a closed connection");
+    engine().count_drop("sent to a closed connection");
     return;
   }
   wire::Header h;
   wire::Parse pr = wire::decode(bytes, &h);
   if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s", wire::tag_slot(tag),
                             p == nullptr ? "no such rank" : wire::to_string(pr));
     if (p != nullptr && (pr == wire::Parse::kBadVersion || pr == wire::Parse::kBadMagic) &&
         p->state != PeerState::kDead) {
       std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d", wire::to_string(pr),
                                         wire::kVersion);
-      if (p->ep.valid() || e_.peers_.ensure_endpoint(*p).ok())
-        e_.sender_.send_ctrl(*p, wire::kReject, std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
-      e_.fail_peer(*p, absl::StatusCode::kUnavailable, why);
+      if (p->ep.valid() || engine().peers_.ensure_endpoint(*p).ok())
+        engine().sender_.send_ctrl(*p, wire::kReject,
+                                   std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
+      engine().fail_peer(*p, absl::StatusCode::kUnavailable, why);
     }
     return;
   }
   if (ctrl_only && !(h.flags & wire::kFlagCtrl)) [[unlikely]] {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s sent a data message with a control-class tag; dropped", p->name);
     return;
   }
@@ -90,7 +91,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     // Only eager messages with the full header ride coalesced (wire-protocol.md): anything
     // else is refused.
     if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire",
                               "%s coalesced a control, rendezvous, fragment or compact message; rest dropped", p->name);
       return false;
@@ -98,7 +99,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     // A correct peer never has more messages unreleased or unreturned than it was
     // granted; one beyond that could make kept messages take more than the reservation.
     if (p->state == PeerState::kReady && p->rx.unreleased_ + p->rx.owed_.owed() >= p->rx.granted_) {
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
                               p->name);
       return false;
@@ -108,7 +109,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     return true;
   });
   if (pr != wire::Parse::kOk) {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s: a coalesced message was rejected: %s; the rest dropped", p->name,
                             wire::to_string(pr));
   }
@@ -119,15 +120,15 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
 [[gnu::always_inline]] inline void Delivery::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
                                                     const wire::Header& h) {
   std::size_t length = bytes.size();
-  LinkControl::heard(p->link, e_.now_);
+  LinkControl::heard(p->link, engine().now_);
   if (h.flags & wire::kFlagCtrl) {
-    e_.link_.handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
+    engine().link_.handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
   bool early = false;  // before its sender's HELLO
   if (p->state != PeerState::kReady) [[unlikely]]
     if (!admit_unready(*p, &early)) return;
-  e_.count_received(*p, 1, length);
+  engine().count_received(*p, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]]
     seq = wire::extend_seq(p->rx.window_.expected(), static_cast<std::uint32_t>(h.seq));
@@ -137,13 +138,13 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   if (returned && static_cast<std::int64_t>(seq - p->rx.window_.expected()) < 0) [[unlikely]]
     returned = false;
   else if (returned && !Sender::credits_back(p->tx, h.credits)) {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
   }
   // The fast path builds only the Message; the early-arrival path wraps it (with its header)
   // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
   Message m;
-  e_.attach(m);
+  engine().attach(m);
   state(m).peer = p->id;
   state(m).source = static_cast<int>(p->id);
   state(m).epoch = p->epoch;
@@ -169,8 +170,8 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   if (!p->landings.blocked() && !early && p->rx.window_.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
-    if ((h.flags & kNotPlain) == 0 && !e_.shutting_down_) [[likely]] {
-      e_.handlers_.dispatch(m);
+    if ((h.flags & kNotPlain) == 0 && !engine().shutting_down_) [[likely]] {
+      engine().handlers_.dispatch(m);
     } else {
       process(*p, m, h);
     }
@@ -181,28 +182,28 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
       release_handled(*p, m);
     if (!p->landings.blocked() && p->rx.window_.held() != 0) deliver(*p);
     if (p->link.bye_received()) [[unlikely]]
-      e_.link_.close_after_bye(*p);
-    if (returned && p->has_waiting()) e_.sender_.flush(*p);
+      engine().link_.close_after_bye(*p);
+    if (returned && p->has_waiting()) engine().sender_.flush(*p);
     return;
   }
   hold_or_drop(*p, std::move(m), h, seq);
-  if (returned && p->has_waiting()) e_.sender_.flush(*p);
+  if (returned && p->has_waiting()) engine().sender_.flush(*p);
 }
 
 bool Delivery::admit_unready(PeerData& p, bool* early) {
   // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
   // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-  if (p.state != PeerState::kDead && !p.link.hello_received()) e_.receives_.take_first_contacts();
+  if (p.state != PeerState::kDead && !p.link.hello_received()) engine().receives_.take_first_contacts();
   if (p.state == PeerState::kReady) return true;
   // Or it is still on its way (a transport that reorders between tags): the peer has our
   // HELLO, since it used our key, so the message waits in the window for the peer's, within
   // the grant, for at most a heartbeat interval (timers()).
   *early = p.state == PeerState::kConnecting && p.link.hello_sent() && !p.link.hello_received();
   if (!*early) {
-    e_.count_drop(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+    engine().count_drop(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
     return false;
   }
-  LinkControl::early(p.link, e_.now_);
+  LinkControl::early(p.link, engine().now_);
   return true;
 }
 
@@ -215,7 +216,7 @@ void Delivery::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std
     case Arrival::kDeliver:
     case Arrival::kEarly: break;
     case Arrival::kDuplicate:
-      e_.c_.duplicates->add();
+      engine().c_.duplicates->add();
       // offer() moves only what it keeps (kEarly, kDeliver): a duplicate is still here.
       state(in.message).credit = false;  // NOLINT(bugprone-use-after-move)
       --p.rx.unreleased_;
@@ -233,31 +234,31 @@ void Delivery::deliver(PeerData& p) {
     process(p, in.message, in.header);
   }
   if (p.link.bye_received()) [[unlikely]]
-    e_.link_.close_after_bye(p);
+    engine().link_.close_after_bye(p);
 }
 
 void Delivery::process(PeerData& p, Message& m, const wire::Header& h) {
   if (h.flags & wire::kFlagFrag) {
-    e_.landings_.assemble_fragment(p, std::move(m), h);
+    engine().landings_.assemble_fragment(p, std::move(m), h);
     return;
   }
   bool reply_into_buffer = (h.flags & wire::kFlagReply) && (h.flags & wire::kFlagReplyBuf);
   if ((h.flags & wire::kFlagRndv) && !reply_into_buffer) {
-    const HandlerOptions* options = e_.handlers_.options(state(m).handler);
+    const HandlerOptions* options = engine().handlers_.options(state(m).handler);
     bool ordered = state(m).reply_flag || options == nullptr || !options->unordered;
-    e_.landings_.start_rndv(p, std::move(m), h, ordered);
+    engine().landings_.start_rndv(p, std::move(m), h, ordered);
     return;
   }
   finish_incoming(p, m);
 }
 
 void Delivery::finish_incoming(PeerData& p, Message& m) {
-  if (state(m).reply_flag) e_.rpc_client_.on_reply(p, m);  // completes a call of ours, like a send completion
-  else if (e_.shutting_down_) [[unlikely]] {
-    if (state(m).request) e_.rpc_server_.answer_error(m, absl::StatusCode::kUnavailable, {});
-    e_.count_drop("the engine is closing; handlers no longer run");
-  } else if (state(m).request) e_.rpc_server_.on_request(p, m);
-  else e_.handlers_.dispatch(m);
+  if (state(m).reply_flag) engine().rpc_client_.on_reply(p, m);  // completes a call of ours, like a send completion
+  else if (engine().shutting_down_) [[unlikely]] {
+    if (state(m).request) engine().rpc_server_.answer_error(m, absl::StatusCode::kUnavailable, {});
+    engine().count_drop("the engine is closing; handlers no longer run");
+  } else if (state(m).request) engine().rpc_server_.on_request(p, m);
+  else engine().handlers_.dispatch(m);
 }
 
 void Delivery::own_bytes(Message& m) {
@@ -271,7 +272,7 @@ void Delivery::own_bytes(Message& m) {
   std::size_t hl = state(m).header.size(), pl = state(m).payload.size();
   std::byte* d;
   Slot own;
-  if (e_.recv_pool_->eager().try_take(&own) == Result::kOk && slot_size(own) >= hl + pl) {
+  if (engine().recv_pool_->eager().try_take(&own) == Result::kOk && slot_size(own) >= hl + pl) {
     d = slot_data(own);
     state(m).slot = std::move(own);
   } else {
@@ -286,7 +287,7 @@ void Delivery::own_bytes(Message& m) {
 }
 
 void Delivery::release_handled(PeerData& p, Message& m) {
-  e_.detach(m);  // the caller destroys it next: nothing else of it needs resetting
+  engine().detach(m);  // the caller destroys it next: nothing else of it needs resetting
   return_credit(p, state(m).epoch);
 }
 
@@ -299,26 +300,26 @@ void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
   if (p.state != PeerState::kReady) [[unlikely]]
     return;
   p.rx.owed_.released();
-  e_.sender_.maybe_return_credits(p);
+  engine().sender_.maybe_return_credits(p);
 }
 
 void Delivery::release(Message& m) {
   // Bound to this thread, not merely unbound: a Message may be dropped on any thread, also
   // while the engine is between drivers (after release_thread()).
-  if (e_.driver_tp_.load(std::memory_order_acquire) != e_.thread_pointer()) [[unlikely]] {
+  if (engine().driver_tp_.load(std::memory_order_acquire) != engine().thread_pointer()) [[unlikely]] {
     // Released on another thread (message.h asks for the engine's): its credit, slot and
     // unanswered request belong to the engine thread's state, so the release is handed there.
     auto* held = new Message(std::move(m));
-    e_.post([held] { delete held; });
+    engine().post([held] { delete held; });
     return;
   }
   if (state(m).sink_landing) [[unlikely]]
-    e_.handlers_.give_back_sink(m);
+    engine().handlers_.give_back_sink(m);
   if (state(m).request && !state(m).replied)
-    e_.rpc_server_.answer_error(m, absl::StatusCode::kInternal,
-                                "the server's handler released the request without a reply");
-  if (state(m).credit) return_credit(e_.peers_.at(state(m).peer), state(m).epoch);
-  e_.detach(m);
+    engine().rpc_server_.answer_error(m, absl::StatusCode::kInternal,
+                                      "the server's handler released the request without a reply");
+  if (state(m).credit) return_credit(engine().peers_.at(state(m).peer), state(m).epoch);
+  engine().detach(m);
   state(m) = {};
 }
 
@@ -329,9 +330,9 @@ void Delivery::watch_held(PeerData& p, Clock::time_point now) {
     return;
   }
   if (p.rx.held_since_ == Clock::time_point{}) p.rx.held_since_ = now;
-  if (p.rx.held_logged_ || now - p.rx.held_since_ < e_.config_.heartbeat) return;
+  if (p.rx.held_logged_ || now - p.rx.held_since_ < engine().config_.heartbeat) return;
   p.rx.held_logged_ = true;
-  if (std::size_t waiting = e_.handlers_.kept_from(p.id); waiting != 0) {
+  if (std::size_t waiting = engine().handlers_.kept_from(p.id); waiting != 0) {
     SLUICE_LOG(kWarn, "flow",
                "%s cannot send: %u of its %u credits are held by messages for handlers not registered here "
                "(am.unclaimed); register them (Engine::register_handler) to let it go on",

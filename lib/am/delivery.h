@@ -5,6 +5,7 @@
 // back. It owns each peer's receive part (ReceiveState) and writes it alone.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -21,7 +22,7 @@ class EngineCore;
 
 class Delivery {
  public:
-  explicit Delivery(EngineCore& e) : e_(e) {}
+  explicit Delivery([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   Delivery(const Delivery&) = delete;
   Delivery& operator=(const Delivery&) = delete;
 
@@ -93,7 +94,7 @@ class Delivery {
   // right after the handler: it owns nothing but the borrow; its credit is returned.
   void release_handled(PeerData& p, Message& m);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
 };
 
 }  // namespace sluice::detail

@@ -20,10 +20,13 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include <sluice/bootstrap.h>
@@ -290,6 +293,28 @@ class EngineCore final : private Door::Owner {
     c_.credit_stalls->add();
     ++p.traffic.credit_stalls;
   }
+  // The engine holding `part`, one of the components above. A component finds its engine at a
+  // constant offset from itself (a container_of): no load, and nothing to reload after each
+  // call on the message paths, which a stored EngineCore& costs (10 instructions per am_lat
+  // echo, 8 per rpc_rate call, measured by scripts/instructions).
+  template <typename Part>
+  static EngineCore& of(const Part* part) {
+    std::size_t at = 0;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"  // conditionally supported; GCC and Clang do
+    if constexpr (std::is_same_v<Part, Delivery>) at = offsetof(EngineCore, delivery_);
+    else if constexpr (std::is_same_v<Part, Handlers>) at = offsetof(EngineCore, handlers_);
+    else if constexpr (std::is_same_v<Part, Landings>) at = offsetof(EngineCore, landings_);
+    else if constexpr (std::is_same_v<Part, LinkControl>) at = offsetof(EngineCore, link_);
+    else if constexpr (std::is_same_v<Part, PeerTable>) at = offsetof(EngineCore, peers_);
+    else if constexpr (std::is_same_v<Part, Receives>) at = offsetof(EngineCore, receives_);
+    else if constexpr (std::is_same_v<Part, RpcClient>) at = offsetof(EngineCore, rpc_client_);
+    else if constexpr (std::is_same_v<Part, RpcServer>) at = offsetof(EngineCore, rpc_server_);
+    else if constexpr (std::is_same_v<Part, Sender>) at = offsetof(EngineCore, sender_);
+    else static_assert(sizeof(Part) == 0, "not a component of EngineCore");
+#pragma GCC diagnostic pop
+    return *reinterpret_cast<EngineCore*>(const_cast<char*>(reinterpret_cast<const char*>(part)) - at);
+  }
   friend class ::sluice::Message;
   friend class LinkControl;
   friend class Sender;
@@ -301,6 +326,17 @@ class EngineCore final : private Door::Owner {
   friend class Delivery;
   friend class PeerTable;
 };
+
+// Each component reaches its engine at a constant offset from itself.
+inline EngineCore& Delivery::engine() const { return EngineCore::of(this); }
+inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }
+inline EngineCore& Landings::engine() const { return EngineCore::of(this); }
+inline EngineCore& LinkControl::engine() const { return EngineCore::of(this); }
+inline EngineCore& PeerTable::engine() const { return EngineCore::of(this); }
+inline EngineCore& Receives::engine() const { return EngineCore::of(this); }
+inline EngineCore& RpcClient::engine() const { return EngineCore::of(this); }
+inline EngineCore& RpcServer::engine() const { return EngineCore::of(this); }
+inline EngineCore& Sender::engine() const { return EngineCore::of(this); }
 
 // The status code carried on the wire (absl codes fit in 16 bits).
 inline absl::StatusCode code_from_wire(std::uint16_t v) {

@@ -27,7 +27,7 @@ absl::Status Handlers::add(HandlerId id, Handler fn, HandlerOptions options) {
   // Messages wait for it: it is installed from the next progress(), which delivers them first.
   // Until then, more of them join the kept ones, so they all arrive in order.
   claiming_.emplace_back(id, HandlerEntry{std::move(fn), std::move(options)});
-  e_.post([this, id] { claim(id); });
+  engine().post([this, id] { claim(id); });
   return absl::OkStatus();
 }
 
@@ -54,7 +54,7 @@ void Handlers::claim(HandlerId id) {
   if (it == claiming_.end()) return;
   HandlerEntry entry = std::move(it->second);
   claiming_.erase(it);
-  if (!entry.fn || e_.shutting_down_) return;  // unregistered meanwhile; or closing: drop_unclaimed()
+  if (!entry.fn || engine().shutting_down_) return;  // unregistered meanwhile; or closing: drop_unclaimed()
   table_[id] = std::move(entry);
   std::vector<Unclaimed::Kept> kept = unclaimed_.take(id);
   SLUICE_LOG(kInfo, "am", "handler %d registered: delivering the %u message(s) that waited for it", id, kept.size());
@@ -64,15 +64,15 @@ void Handlers::claim(HandlerId id) {
       unclaimed_.keep(id, k.peer, std::move(m));
       continue;
     }
-    if (invoke(m) != Invoke::kNoHandler && state(m).anchor != nullptr) e_.delivery_.release(m);
+    if (invoke(m) != Invoke::kNoHandler && state(m).anchor != nullptr) engine().delivery_.release(m);
   }
 }
 
 void Handlers::no_handler(Message& m) {
-  PeerData& p = e_.peers_.at(state(m).peer);
+  PeerData& p = engine().peers_.at(state(m).peer);
   HandlerId h = state(m).handler;
   if (h == kBarrierHandler) {
-    e_.barrier_word(m);
+    engine().barrier_word(m);
     return;
   }
   if (h >= kMaxHandlers) {  // no handler can ever take it
@@ -80,7 +80,7 @@ void Handlers::no_handler(Message& m) {
                             kMaxHandlers - 1);
     return;
   }
-  if (state(m).borrowed) e_.delivery_.own_bytes(m);  // the receive buffer is re-posted after this returns
+  if (state(m).borrowed) engine().delivery_.own_bytes(m);  // the receive buffer is re-posted after this returns
   SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                           "%s sent to handler %d, which is not registered: kept until it is (%u message(s) kept; "
                           "each holds one of the sender's credits; am.unclaimed)",
@@ -91,19 +91,19 @@ void Handlers::no_handler(Message& m) {
 void Handlers::drop_unclaimed() {
   std::deque<Unclaimed::Kept> kept = unclaimed_.take_all();
   if (kept.empty()) return;
-  e_.c_.unclaimed_dropped->add(kept.size());
+  engine().c_.unclaimed_dropped->add(kept.size());
   std::string ids;
   for (const Unclaimed::Kept& k : kept)
     if (ids.find(absl::StrFormat(" %d,", k.handler)) == std::string::npos)
       absl::StrAppendFormat(&ids, " %d,", k.handler);
   ids.pop_back();
   SLUICE_LOG(kWarn, "am", "engine %d closed with %u message(s) for handlers never registered (%s): dropped",
-             e_.engine_id_, kept.size(), ids.substr(1));
+             engine().engine_id_, kept.size(), ids.substr(1));
 }
 
 void Handlers::threw(const Message& m, const char* what) {
   error_ = what;
-  e_.c_.handler_errors->add();
+  engine().c_.handler_errors->add();
   SLUICE_LOG_RATE_LIMITED(kError, "am", "handler %d threw: %s", state(m).handler, error_);
 }
 
@@ -117,7 +117,7 @@ void Handlers::give_back_sink(Message& m) {
                             state(m).handler, state(m).payload.size());
     return;
   }
-  e_.c_.sink_returned->add();
+  engine().c_.sink_returned->add();
   try {
     (*give)(m, state(m).payload);
   } catch (const std::exception& e) {

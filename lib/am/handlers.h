@@ -3,6 +3,7 @@
 // registered: kept (am/unclaimed.h), delivered once it is, dropped only when the engine closes.
 #pragma once
 
+#include <cassert>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,7 @@ class Handlers {
   // exception's message kept for take_error()) when it threw. Handlers never throw past here.
   enum class Invoke { kDone, kNoHandler, kThrew };
 
-  explicit Handlers(EngineCore& e) : e_(e), table_(kMaxHandlers) {}
+  explicit Handlers([[maybe_unused]] EngineCore& e) : table_(kMaxHandlers) { assert(&engine() == &e); }
   Handlers(const Handlers&) = delete;
   Handlers& operator=(const Handlers&) = delete;
 
@@ -59,7 +60,7 @@ class Handlers {
   void no_handler(Message& m);
   void threw(const Message& m, const char* what);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::vector<HandlerEntry> table_;
   Unclaimed unclaimed_;                                       // plain messages whose handler is not registered yet
   std::vector<std::pair<HandlerId, HandlerEntry>> claiming_;  // registered, installed by claim()

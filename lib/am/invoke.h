@@ -12,7 +12,7 @@ namespace sluice::detail {
 
 [[gnu::always_inline]] inline Handlers::Invoke Handlers::invoke(Message& m) {
   if (state(m).handler >= kMaxHandlers || !table_[state(m).handler].fn) [[unlikely]] {
-    if (state(m).handler != kBarrierHandler) e_.c_.unknown_handler->add();
+    if (state(m).handler != kBarrierHandler) engine().c_.unknown_handler->add();
     return Invoke::kNoHandler;
   }
   state(m).sink_landing = false;  // the handler has it now

@@ -12,7 +12,7 @@
 namespace sluice::detail {
 
 std::span<std::byte> Landings::sink_landing(Message& m, std::size_t size) {
-  const HandlerOptions* options = e_.handlers_.options(state(m).handler);
+  const HandlerOptions* options = engine().handlers_.options(state(m).handler);
   if (options == nullptr || state(m).reply_flag || !options->sink) return {};
   std::span<std::byte> dest = options->sink(m, size);
   if (dest.size() >= size) {
@@ -28,15 +28,15 @@ std::span<std::byte> Landings::sink_landing(Message& m, std::size_t size) {
 }
 
 std::span<std::byte> Landings::pool_landing(PeerData& p, Message& m, std::size_t size, bool frag) {
-  if (e_.recv_pool_->try_take_landing(size, &state(m).landing) == Result::kOk) [[likely]]
+  if (engine().recv_pool_->try_take_landing(size, &state(m).landing) == Result::kOk) [[likely]]
     return std::span(slot_data(state(m).landing), size);
-  if (!e_.recv_pool_->can_ever_land(size)) {
+  if (!engine().recv_pool_->can_ever_land(size)) {
     std::string why = absl::StrFormat(
         "a %u-byte payload, which SLUICE_RECV_POOL_MAX=%s can never hold (%u bytes beside its reservations); "
         "no sink took it",
-        size, format_size(e_.recv_pool_->budget().max), e_.recv_pool_->landing_room());
+        size, format_size(engine().recv_pool_->budget().max), engine().recv_pool_->landing_room());
     // Bounce-mode pieces cannot be taken back one by one: there the peer fails.
-    if (frag) e_.fail_peer(p, absl::StatusCode::kResourceExhausted, "announced " + why);
+    if (frag) engine().fail_peer(p, absl::StatusCode::kResourceExhausted, "announced " + why);
     else decline_landing(p, m, why);
   }
   return {};
@@ -55,10 +55,10 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
   // and the payload is taken and dropped: a receive of no bytes ends the sender's transfer.
   SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: refused a message for handler %d: %s", p.name, state(m).handler, why);
   if (state(m).request) {
-    e_.rpc_server_.answer_error(m, absl::StatusCode::kResourceExhausted, why);
+    engine().rpc_server_.answer_error(m, absl::StatusCode::kResourceExhausted, why);
     discard_payload(p, state(m).seq);
   } else if (state(m).reply_flag) {
-    e_.rpc_client_.reply_declined(p, state(m).rpc_id, why);
+    engine().rpc_client_.reply_declined(p, state(m).rpc_id, why);
     discard_payload(p, state(m).seq);
   } else {
     // Dropped only once the sender has answered: its send must learn of the refusal before
@@ -66,25 +66,25 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
     p.landings.declines_.push_back({state(m).seq, why.substr(0, wire::kReasonMax)});
     send_declines(p);
   }
-  e_.delivery_.release(m);  // its credit goes back
+  engine().delivery_.release(m);  // its credit goes back
 }
 
 void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
   if (p.state == PeerState::kDead || !p.ep.valid()) return;
-  Op* op = e_.new_op(OpKind::kRndvRx, p.id);
+  Op* op = engine().new_op(OpKind::kRndvRx, p.id);
   op->epoch = p.epoch;
   op->recv.discard = true;
-  ++e_.exact_posted_;
+  ++engine().exact_posted_;
   PostResult r =
-      e_.worker_->post_recv(p.ep, op, nullptr, 0, wire::make_tag(wire::kRndv, p.id, seq), kFullMask, nullptr);
-  if (r.kind != Post::kPending) e_.done_.push_back({op, r.code, r.length, r.sender_tag});
+      engine().worker_->post_recv(p.ep, op, nullptr, 0, wire::make_tag(wire::kRndv, p.id, seq), kFullMask, nullptr);
+  if (r.kind != Post::kPending) engine().done_.push_back({op, r.code, r.length, r.sender_tag});
 }
 
 void Landings::send_declines(PeerData& p) {
   // One DECLINE in flight per peer (control messages have a buffer each); the next when it is sent.
   if (p.landings.declines_.empty() || p.tx.ctrl_busy(wire::kDecline) || p.state != PeerState::kReady) return;
   const auto& [seq, why] = p.landings.declines_.front();
-  e_.sender_.send_ctrl(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
+  engine().sender_.send_ctrl(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
   if (p.tx.ctrl_busy(wire::kDecline)) p.landings.declines_.pop_front();
 }
 
@@ -95,7 +95,7 @@ void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const st
   }
   std::string why(reinterpret_cast<const char*>(body.data()), body.size());
   bool found = false;
-  for (auto& op : e_.ops_) {
+  for (auto& op : engine().ops_) {
     if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id && op.epoch == p.epoch &&
         wire::tag_class(op.send.tag) == wire::kRndv && wire::tag_id(op.send.tag) == (h.aux & wire::kIdMask)) {
       op.send.declined = why;  // its completion reports it
@@ -111,10 +111,10 @@ void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const st
 
 void Landings::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
   std::size_t size = h.payload_len;
-  if (size > e_.config_.max_message) {
-    e_.fail_peer(p, absl::StatusCode::kInvalidArgument,
-                 absl::StrFormat("announced a %u-byte payload, above SLUICE_MAX_MESSAGE=%s", size,
-                                 format_size(e_.config_.max_message)));
+  if (size > engine().config_.max_message) {
+    engine().fail_peer(p, absl::StatusCode::kInvalidArgument,
+                       absl::StrFormat("announced a %u-byte payload, above SLUICE_MAX_MESSAGE=%s", size,
+                                       format_size(engine().config_.max_message)));
     return;
   }
   std::span<std::byte> dest = landing_for(p, m, size, false);
@@ -124,7 +124,7 @@ void Landings::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool 
 
 void Landings::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
   state(m).payload = dest;
-  Op* op = e_.new_op(OpKind::kRndvRx, p.id);
+  Op* op = engine().new_op(OpKind::kRndvRx, p.id);
   op->epoch = p.epoch;
   op->recv.ordered = ordered;
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, state(m).seq);
@@ -133,10 +133,10 @@ void Landings::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest,
   free_announcement(p, op->pending);
   if (ordered) p.landings.blocked_ = true;
   ++p.landings.landing_;
-  ++e_.exact_posted_;
-  PostResult r = e_.worker_->post_recv(p.ep, op, dest.data(), dest.size(), tag, kFullMask, memh);
-  if (r.kind != Post::kPending) e_.done_.push_back({op, r.code, r.length, r.sender_tag});
-  e_.fault_.pass(FaultPoint::kRndvLand);
+  ++engine().exact_posted_;
+  PostResult r = engine().worker_->post_recv(p.ep, op, dest.data(), dest.size(), tag, kFullMask, memh);
+  if (r.kind != Post::kPending) engine().done_.push_back({op, r.code, r.length, r.sender_tag});
+  engine().fault_.pass(FaultPoint::kRndvLand);
 }
 
 void Landings::free_announcement(PeerData& p, Message& m) {
@@ -155,13 +155,13 @@ void Landings::free_announcement(PeerData& p, Message& m) {
   state(m).header = std::span<const std::byte>(state(m).heap.get(), hl);
   if (state(m).credit) {
     state(m).credit = false;
-    e_.delivery_.return_credit(p, state(m).epoch);
+    engine().delivery_.return_credit(p, state(m).epoch);
   }
 }
 
 void Landings::park(PeerData& p, Message&& m, const wire::Header& h, bool ordered) {
-  e_.c_.landing_waits->add();
-  const Budget& b = e_.recv_pool_->budget();
+  engine().c_.landing_waits->add();
+  const Budget& b = engine().recv_pool_->budget();
   SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                           "%s: a %u-byte payload waits for receive memory: %s of SLUICE_RECV_POOL_MAX=%s "
                           "held by messages not yet released; it lands when some are (am.landing_waits)",
@@ -169,14 +169,14 @@ void Landings::park(PeerData& p, Message&& m, const wire::Header& h, bool ordere
   if (ordered) p.landings.blocked_ = true;
   ++p.landings.parked_;
   parked_.push_back({p.id, std::move(m), h, ordered});
-  parked_at_returns_ = e_.recv_pool_->returns();
+  parked_at_returns_ = engine().recv_pool_->returns();
 }
 
 void Landings::retry_waiting() {
-  parked_at_returns_ = e_.recv_pool_->returns();
+  parked_at_returns_ = engine().recv_pool_->returns();
   while (!parked_.empty()) {
     Parked& w = parked_.front();
-    PeerData& p = e_.peers_.at(w.peer);
+    PeerData& p = engine().peers_.at(w.peer);
     bool frag = (w.header.flags & wire::kFlagFrag) != 0;
     std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len, frag);
     if (dest.empty() && w.message.valid() && p.state != PeerState::kDead) return;  // oldest first: the rest wait
@@ -186,21 +186,21 @@ void Landings::retry_waiting() {
       if (p.state == PeerState::kDead) continue;
       --p.landings.parked_;
       if (go.ordered) p.landings.blocked_ = false;
-      e_.delivery_.deliver(p);
+      engine().delivery_.deliver(p);
       continue;
     }
     --p.landings.parked_;
     if (go.header.flags & wire::kFlagFrag) {
       start_fragments(p, std::move(go.message), dest);
       p.landings.blocked_ = false;
-      e_.delivery_.deliver(p);
+      engine().delivery_.deliver(p);
     } else {
       post_landing(p, std::move(go.message), dest, go.ordered);
     }
   }
 }
 
-std::uint64_t Landings::pool_returns() const { return e_.recv_pool_->returns(); }
+std::uint64_t Landings::pool_returns() const { return engine().recv_pool_->returns(); }
 
 void Landings::hold(PeerData& p) { p.landings.blocked_ = true; }
 
@@ -208,7 +208,7 @@ void Landings::peer_restarted(PeerData& p) { p.landings.landing_ = 0; }
 
 void Landings::close() {
   parked_.clear();  // none is left (each peer's went when it failed); Messages hold pool memory
-  e_.peers_.for_each([](PeerData& p) { p.landings.frag_ = Message(); });
+  engine().peers_.for_each([](PeerData& p) { p.landings.frag_ = Message(); });
 }
 
 void Landings::peer_failed(PeerData& p) {
@@ -221,16 +221,16 @@ void Landings::peer_failed(PeerData& p) {
 }
 
 void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
-  --e_.exact_posted_;
+  --engine().exact_posted_;
   if (op->recv.discard) {  // a refused payload, taken and dropped (decline_landing)
-    e_.free_op(op);
+    engine().free_op(op);
     return;
   }
-  PeerData& p = e_.peers_.at(op->peer);
+  PeerData& p = engine().peers_.at(op->peer);
   Message m = std::move(op->pending);
   bool stale = op->epoch != p.epoch;
   bool ordered = op->recv.ordered;
-  e_.free_op(op);
+  engine().free_op(op);
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.landings.blocked_ = false;
   --p.landings.landing_;
@@ -242,20 +242,20 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
       Delivery::credit_gone(p);
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
-      e_.transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
+      engine().transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
     return;
   }
-  e_.c_.rndv_received->add();
-  e_.count_received(p, 0, length);  // the payload; its announcement was counted as a message
-  e_.delivery_.finish_incoming(p, m);
+  engine().c_.rndv_received->add();
+  engine().count_received(p, 0, length);  // the payload; its announcement was counted as a message
+  engine().delivery_.finish_incoming(p, m);
   m = Message();
-  e_.delivery_.deliver(p);
+  engine().delivery_.deliver(p);
 }
 
 void Landings::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h) {
   if (h.aux == 0) {
     if (p.landings.frag_.valid()) {
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       p.landings.frag_ = Message();
     }
     std::span<std::byte> dest = landing_for(p, m, h.payload_len, true);
@@ -270,7 +270,7 @@ void Landings::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h
   std::size_t piece = state(m).payload.size();
   if (!p.landings.frag_.valid() || h.aux != p.landings.frag_received_ ||
       h.payload_len != state(p.landings.frag_).payload.size()) {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
     return;
   }
@@ -288,12 +288,12 @@ void Landings::start_fragments(PeerData& p, Message&& m, std::span<std::byte> de
 }
 
 void Landings::add_fragment(PeerData& p, std::size_t piece) {
-  e_.c_.bounce_bytes->add(piece);
+  engine().c_.bounce_bytes->add(piece);
   p.landings.frag_received_ += piece;
   if (p.landings.frag_received_ == state(p.landings.frag_).payload.size()) {
     Message done = std::move(p.landings.frag_);
     p.landings.frag_received_ = 0;
-    e_.delivery_.finish_incoming(p, done);
+    engine().delivery_.finish_incoming(p, done);
   }
 }
 

@@ -5,6 +5,7 @@
 // reassembles pieces here. Landings owns each peer's landing part and the waiting list.
 #pragma once
 
+#include <cassert>
 #include <deque>
 #include <span>
 #include <string>
@@ -42,7 +43,7 @@ class LandingsFrom {
 
 class Landings {
  public:
-  explicit Landings(EngineCore& e) : e_(e) {}
+  explicit Landings([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   Landings(const Landings&) = delete;
   Landings& operator=(const Landings&) = delete;
 
@@ -103,7 +104,7 @@ class Landings {
     wire::Header header;  // a fragment's first piece (bounce mode), or a rendezvous announcement
     bool ordered;
   };
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::deque<Parked> parked_;
   std::uint64_t parked_at_returns_ = 0;  // the receive pool's returns() when last retried
 };

@@ -8,9 +8,9 @@ namespace sluice::detail {
 
 void LinkControl::start_handshake(PeerData& p) {
   if (p.state != PeerState::kNew) return;
-  absl::Status s = e_.peers_.ensure_endpoint(p);
+  absl::Status s = engine().peers_.ensure_endpoint(p);
   if (!s.ok()) {
-    e_.fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
+    engine().fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
     return;
   }
   connecting(p, connect_deadline());
@@ -19,20 +19,21 @@ void LinkControl::start_handshake(PeerData& p) {
 
 void LinkControl::connecting(PeerData& p, Clock::time_point deadline) {
   p.state = PeerState::kConnecting;
-  e_.watch_timers();
+  engine().watch_timers();
   p.link.hello_deadline_ = deadline;
 }
 
 Clock::time_point LinkControl::connect_deadline() const {
-  return e_.config_.connect_timeout == kInfinite ? Clock::time_point::max() : Clock::now() + e_.config_.connect_timeout;
+  return engine().config_.connect_timeout == kInfinite ? Clock::time_point::max()
+                                                       : Clock::now() + engine().config_.connect_timeout;
 }
 
 void LinkControl::reject(PeerData& p, const std::string& why) {
   SLUICE_LOG(kError, "flow", "%s", why);
-  e_.sender_.send_ctrl(
+  engine().sender_.send_ctrl(
       p, wire::kReject,
       std::span(reinterpret_cast<const std::byte*>(why.data()), std::min<std::size_t>(why.size(), 128)));
-  e_.fail_peer(p, absl::StatusCode::kResourceExhausted, why);
+  engine().fail_peer(p, absl::StatusCode::kResourceExhausted, why);
 }
 
 bool LinkControl::send_hello(PeerData& p) {
@@ -40,67 +41,67 @@ bool LinkControl::send_hello(PeerData& p) {
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
   // Besides the slots its credits reserve, min(SLUICE_RX_POSTED, credits) more for the
   // receives posted for it: a handler keeping all its messages never leaves it without one.
-  std::uint32_t grant = e_.config_.credits;
-  auto posted = [&](std::uint32_t g) { return std::min(e_.config_.rx_posted, g); };
-  while (grant >= 2 && !e_.recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
+  std::uint32_t grant = engine().config_.credits;
+  auto posted = [&](std::uint32_t g) { return std::min(engine().config_.rx_posted, g); };
+  while (grant >= 2 && !engine().recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
   if (grant < 2) {
     reject(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
                               "receive slots) for %s: receive budget exhausted; raise "
                               "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
-                              e_.recv_pool_->eager().slot_size(), p.name));
+                              engine().recv_pool_->eager().slot_size(), p.name));
     return false;
   }
-  if (grant < e_.config_.credits) {
-    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, e_.config_.credits);
+  if (grant < engine().config_.credits) {
+    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, engine().config_.credits);
   }
   Delivery::grant_receiving(p, grant);
-  e_.receives_.reserve(p, posted(grant));
+  engine().receives_.reserve(p, posted(grant));
   // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
-  std::uint32_t slots = e_.config_.rpc_slots;
-  while (slots >= 1 && !e_.send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
+  std::uint32_t slots = engine().config_.rpc_slots;
+  while (slots >= 1 && !engine().send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
   if (slots == 0) {
     reject(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
                               "exhausted; raise SLUICE_SEND_POOL_MAX",
-                              e_.send_pool_->eager().slot_size(), p.name));
+                              engine().send_pool_->eager().slot_size(), p.name));
     return false;
   }
-  if (slots < e_.config_.rpc_slots) {
+  if (slots < engine().config_.rpc_slots) {
     SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name, slots,
-               e_.config_.rpc_slots);
+               engine().config_.rpc_slots);
   }
-  e_.sender_.hold_replies(p, 2 * slots);
-  e_.rpc_server_.grant(p, slots);
+  engine().sender_.hold_replies(p, 2 * slots);
+  engine().rpc_server_.grant(p, slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
-  std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(e_.rank()) : wire::kClientRank;
+  std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
-  e_.receives_.open(p);
+  engine().receives_.open(p);
   wire::Hello hello{me,
-                    static_cast<std::uint32_t>(e_.engine_id_),
-                    static_cast<std::uint32_t>(e_.eager_limit_),
+                    static_cast<std::uint32_t>(engine().engine_id_),
+                    static_cast<std::uint32_t>(engine().eager_limit_),
                     grant,
                     slots,
                     p.id,
-                    e_.incarnation_,
+                    engine().incarnation_,
                     p.posted.key()};
   std::array<std::byte, wire::kHelloSize> body;
   wire::encode_hello(hello, body.data());
   p.link.hello_sent_ = true;
-  e_.fault_.pass(FaultPoint::kHello);
-  e_.sender_.send_ctrl(p, wire::kHello, body, e_.incarnation_);
+  engine().fault_.pass(FaultPoint::kHello);
+  engine().sender_.send_ctrl(p, wire::kHello, body, engine().incarnation_);
   return true;
 }
 
 void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<const std::byte> body) {
-  e_.c_.ctrl_received->add();
+  engine().c_.ctrl_received->add();
   if (h.handler == wire::kHello) {
     wire::Hello hello;
     bool parsed = wire::decode_hello(body, &hello) == wire::Parse::kOk;
     bool who_ok = p.rank >= 0 ? hello.rank == static_cast<std::uint32_t>(p.rank)
                               : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
     if (!parsed || !who_ok) {
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from %s rejected", p.name);
       return;
     }
@@ -108,41 +109,41 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     return;
   }
   if (p.state == PeerState::kDead) {
-    e_.count_drop("control message from a dead peer");
+    engine().count_drop("control message from a dead peer");
     return;
   }
   if (h.handler == wire::kReject) {
     std::string why(reinterpret_cast<const char*>(body.data()), body.size());
     SLUICE_LOG(kError, "am", "%s refused the connection: %s", p.name, why);
-    e_.fail_peer(p, absl::StatusCode::kUnavailable, "refused by the peer: " + why);
+    engine().fail_peer(p, absl::StatusCode::kUnavailable, "refused by the peer: " + why);
     return;
   }
   if (p.state != PeerState::kReady) {
-    e_.count_drop("control message before the handshake");
+    engine().count_drop("control message before the handshake");
     return;
   }
   if (h.credits != 0 && !Sender::credits_back(p.tx, h.credits)) {
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p.name, h.credits);
   }
   switch (h.handler) {
     case wire::kCredit: break;
-    case wire::kDecline: e_.landings_.on_decline(p, h, body); break;
+    case wire::kDecline: engine().landings_.on_decline(p, h, body); break;
     case wire::kPing:
-      e_.sender_.reconcile_credits(p, h.aux);
-      e_.sender_.send_ctrl(p, wire::kPong, {});
+      engine().sender_.reconcile_credits(p, h.aux);
+      engine().sender_.send_ctrl(p, wire::kPong, {});
       break;
     case wire::kPong:
-      e_.sender_.reconcile_credits(p, h.aux);
+      engine().sender_.reconcile_credits(p, h.aux);
       on_pong(p);
       break;
     case wire::kBye: on_bye(p, h); return;
     default:
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from %s", h.handler, p.name);
       return;
   }
-  e_.sender_.flush(p);
+  engine().sender_.flush(p);
 }
 
 void LinkControl::on_pong(PeerData& p) {
@@ -159,7 +160,7 @@ void LinkControl::on_bye(PeerData& p, const wire::Header& h) {
   if (h.aux > p.rx.window().delivered() + p.rx.granted()) {
     // More undelivered messages than it had credits for: not a sequence a correct peer sends.
     // Close now rather than wait for messages that cannot come.
-    e_.c_.parse_errors->add();
+    engine().c_.parse_errors->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name, h.aux);
     p.link.bye_seq_ = p.rx.window().delivered();
   }
@@ -168,13 +169,13 @@ void LinkControl::on_bye(PeerData& p, const wire::Header& h) {
 
 void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
   if (p.link.hello_received_ && hello.incarnation == p.incarnation) {
-    e_.c_.duplicates->add();
+    engine().c_.duplicates->add();
     return;
   }
   if (p.state == PeerState::kDead && (hello.incarnation == p.incarnation || p.rank < 0)) {
     // A client/server peer is never revived (a reconnect is a new peer): a HELLO that arrives
     // after it failed would otherwise restart it as a rank restarts.
-    e_.count_drop("hello from a dead incarnation");
+    engine().count_drop("hello from a dead incarnation");
     return;
   }
   if (p.link.hello_received_ || p.state == PeerState::kDead) {
@@ -182,15 +183,15 @@ void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
     return;
   }
   if (hello.credits < 2) {
-    e_.fail_peer(p, absl::StatusCode::kResourceExhausted,
-                 absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name, hello.credits));
+    engine().fail_peer(p, absl::StatusCode::kResourceExhausted,
+                       absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name, hello.credits));
     return;
   }
   p.link.hello_received_ = true;
   p.incarnation = hello.incarnation;
   if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
-  e_.sender_.connect(p, wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key), hello.credits);
-  e_.rpc_client_.grant(p, hello.rpc_slots);
+  engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key), hello.credits);
+  engine().rpc_client_.grant(p, hello.rpc_slots);
   p.link.last_heard_ = Clock::now();
   if (p.state == PeerState::kNew) start_handshake(p);
   else if (!p.link.hello_sent_) send_hello(p);  // a client answers the server's HELLO
@@ -198,45 +199,45 @@ void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
 }
 
 void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
-  if (p.state != PeerState::kDead) e_.fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
+  if (p.state != PeerState::kDead) engine().fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
   SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
   ++p.epoch;  // completions of the old incarnation's operations are ignored
-  e_.receives_.revive_slot(p.id);
+  engine().receives_.revive_slot(p.id);
   p.state = PeerState::kNew;
   // The handshake and the goodbye start over; why it failed and its endpoint's close stay.
   p.link.hello_sent_ = p.link.hello_received_ = false;
   p.link.bye_sent_ = p.link.bye_received_ = false;
   p.link.bye_seq_ = 0;
   p.link.ping_outstanding_ = false;
-  e_.sender_.restart(p);
+  engine().sender_.restart(p);
   Delivery::restart_receiving(p);
-  e_.landings_.peer_restarted(p);
-  e_.rpc_client_.grant(p, 0);
+  engine().landings_.peer_restarted(p);
+  engine().rpc_client_.grant(p, 0);
   handle_hello(p, hello);
 }
 
 void LinkControl::send_bye(PeerData& p) {
   if (p.link.bye_sent_) return;
   p.link.bye_sent_ = true;
-  e_.sender_.send_ctrl(p, wire::kBye, {}, p.tx.sent_seq());
+  engine().sender_.send_ctrl(p, wire::kBye, {}, p.tx.sent_seq());
 }
 
 void LinkControl::close_after_bye(PeerData& p) {
   if (!p.link.bye_received_ || p.state != PeerState::kReady) return;
   if (static_cast<std::int64_t>(p.rx.window().delivered() - p.link.bye_seq_) < 0 || !p.landings.quiet()) return;
-  e_.fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
+  engine().fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
 void LinkControl::maybe_ready(PeerData& p) {
   if (p.state != PeerState::kConnecting || !p.link.hello_sent_ || !p.link.hello_received_) return;
   p.state = PeerState::kReady;
-  e_.watch_timers();
+  engine().watch_timers();
   p.link.last_heard_ = Clock::now();
   p.link.early_since_ = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
              p.rx.granted(), p.tx.credits().granted(), p.calls.window().granted(), p.ep.transports());
-  if (p.rx.window().held() != 0) e_.delivery_.deliver(p);  // what arrived before its HELLO
-  e_.sender_.flush(p);
+  if (p.rx.window().held() != 0) engine().delivery_.deliver(p);  // what arrived before its HELLO
+  engine().sender_.flush(p);
 }
 
 }  // namespace sluice::detail

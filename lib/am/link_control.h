@@ -5,6 +5,7 @@
 // decides to send.
 #pragma once
 
+#include <cassert>
 #include <span>
 #include <string>
 
@@ -52,7 +53,7 @@ class LinkState {
 
 class LinkControl {
  public:
-  explicit LinkControl(EngineCore& e) : e_(e) {}
+  explicit LinkControl([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   LinkControl(const LinkControl&) = delete;
   LinkControl& operator=(const LinkControl&) = delete;
 
@@ -110,7 +111,7 @@ class LinkControl {
   // Drops what waited for a HELLO that did not come.
   void drop_early(PeerData& p);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
 };
 
 }  // namespace sluice::detail

@@ -10,27 +10,28 @@
 namespace sluice::detail {
 
 bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
-  if (p.state == PeerState::kConnecting && e_.config_.connect_timeout != kInfinite && now >= p.link.hello_deadline_) {
-    e_.fail_peer(
-        p, absl::StatusCode::kDeadlineExceeded,
-        absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s", format_duration(e_.config_.connect_timeout)));
+  if (p.state == PeerState::kConnecting && engine().config_.connect_timeout != kInfinite &&
+      now >= p.link.hello_deadline_) {
+    engine().fail_peer(p, absl::StatusCode::kDeadlineExceeded,
+                       absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s",
+                                       format_duration(engine().config_.connect_timeout)));
     return true;
   }
   if (p.state == PeerState::kConnecting && p.link.early_since_ != Clock::time_point{} &&
-      now - p.link.early_since_ >= e_.config_.heartbeat) [[unlikely]] {
+      now - p.link.early_since_ >= engine().config_.heartbeat) [[unlikely]] {
     drop_early(p);
     return true;
   }
   if (p.state != PeerState::kReady) return false;
-  if (now - p.link.lost_at_ >= e_.kLinkGrace) [[unlikely]] {
-    e_.fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason_);
+  if (now - p.link.lost_at_ >= engine().kLinkGrace) [[unlikely]] {
+    engine().fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason_);
     return true;
   }
   if (away) p.link.last_heard_ = now;
   Duration silent = now - p.link.last_heard_;
-  if (e_.config_.peer_timeout != kInfinite && silent >= e_.config_.peer_timeout) {
+  if (engine().config_.peer_timeout != kInfinite && silent >= engine().config_.peer_timeout) {
     // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
-    PoolClassStats rx = e_.recv_pool_->eager().stats();
+    PoolClassStats rx = engine().recv_pool_->eager().stats();
     SLUICE_LOG(
         kWarn, "am",
         "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
@@ -40,31 +41,31 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
         p.name, p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(), p.calls.queued(),
         p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
         std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
-        p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, e_.sender_.inflight(),
-        e_.worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.posted.key()), kFullMask) ? "yes" : "no");
-    e_.fail_peer(p, absl::StatusCode::kUnavailable,
-                 absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
-                                 format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
-                                 format_duration(e_.config_.peer_timeout)));
+        p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, engine().sender_.inflight(),
+        engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.posted.key()), kFullMask) ? "yes" : "no");
+    engine().fail_peer(p, absl::StatusCode::kUnavailable,
+                       absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
+                                       format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
+                                       format_duration(engine().config_.peer_timeout)));
     return true;
   }
   return false;
 }
 
 void LinkControl::keep_alive(PeerData& p, Clock::time_point now) {
-  const Duration beat = e_.config_.heartbeat;
+  const Duration beat = engine().config_.heartbeat;
   if (now - p.link.last_heard_ >= beat && (!p.link.ping_outstanding_ || now - p.link.ping_sent_ >= beat)) {
     p.link.ping_outstanding_ = true;
     p.link.ping_sent_ = now;
-    e_.c_.heartbeats->add();
-    e_.sender_.send_ctrl(p, wire::kPing, {});
+    engine().c_.heartbeats->add();
+    engine().sender_.send_ctrl(p, wire::kPing, {});
   }
 }
 
 void LinkControl::drop_early(PeerData& p) {
   // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
   // within a heartbeat interval is not coming, and what waited for it goes.
-  for (std::size_t n = p.rx.window().held(); n > 0; --n) e_.count_drop("before the handshake (no HELLO came)");
+  for (std::size_t n = p.rx.window().held(); n > 0; --n) engine().count_drop("before the handshake (no HELLO came)");
   Delivery::drop_held(p);  // their Messages release their slots and credits
   p.link.early_since_ = {};
 }

@@ -23,9 +23,9 @@ void PeerTable::add_ranks(std::vector<std::string> addresses) {
     p->id = static_cast<std::uint32_t>(rank);
     p->rank = rank;
     p->name = absl::StrFormat("rank %d", rank);
-    p->handle.reset(new Peer(&e_, p.get(), p->id, rank));
-    e_.rpc_server_.grant(*p, e_.config_.rpc_slots);
-    p->remote_slot = static_cast<std::uint32_t>(e_.rank());
+    p->handle.reset(new Peer(&engine(), p.get(), p->id, rank));
+    engine().rpc_server_.grant(*p, engine().config_.rpc_slots);
+    p->remote_slot = static_cast<std::uint32_t>(engine().rank());
     rank_handles_.push_back(p->handle.get());
   }
 }
@@ -38,7 +38,7 @@ Peer* PeerTable::no_such_rank(int rank) const {
 absl::Status PeerTable::ensure_endpoint(PeerData& p) {
   if (p.ep.valid()) return absl::OkStatus();
   if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
-  SLUICE_ASSIGN_OR_RETURN(p.ep, e_.worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
+  SLUICE_ASSIGN_OR_RETURN(p.ep, engine().worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
   return absl::OkStatus();
 }
 
@@ -52,13 +52,13 @@ bool PeerTable::reusable(const PeerData& p) const {
     return false;
   // Its receive ops are the slot's own and serve the next client (Receives::open) once their
   // cancellation has come back.
-  for (const Op& op : e_.ops_)
+  for (const Op& op : engine().ops_)
     if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
-  if (e_.rpc_client_.has_calls_to(p)) return false;
+  if (engine().rpc_client_.has_calls_to(p)) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
   // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
   constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
-  return !e_.worker_->has_unexpected(std::uint64_t{p.id} << wire::kSlotShift, kSlotBits);
+  return !engine().worker_->has_unexpected(std::uint64_t{p.id} << wire::kSlotShift, kSlotBits);
 }
 
 PeerData& PeerTable::add_client() {
@@ -79,8 +79,8 @@ PeerData& PeerTable::add_client() {
     fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
     Receives::carry(old, fresh);
     old = std::move(fresh);
-    e_.c_.peers_reused->add();
-    e_.receives_.revive_slot(id);
+    engine().c_.peers_reused->add();
+    engine().receives_.revive_slot(id);
     SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
                gone_cs_.size());
     return init_client(old);
@@ -96,8 +96,8 @@ PeerData& PeerTable::init_client(PeerData& p) {
   p.rank = -1;
   p.name = absl::StrFormat("client slot %u", p.id);
   p.remote_slot = wire::kUnassignedSlot;
-  p.handle.reset(new Peer(&e_, &p, p.id, -1));
-  e_.rpc_server_.grant(p, e_.config_.rpc_slots);
+  p.handle.reset(new Peer(&engine(), &p, p.id, -1));
+  engine().rpc_server_.grant(p, engine().config_.rpc_slots);
   return p;
 }
 

@@ -4,6 +4,7 @@
 // rank addresses, the gone lists and the Peer handles; the other components find peers here.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -20,7 +21,7 @@ class EngineCore;
 
 class PeerTable {
  public:
-  explicit PeerTable(EngineCore& e) : e_(e) {}
+  explicit PeerTable([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   PeerTable(const PeerTable&) = delete;
   PeerTable& operator=(const PeerTable&) = delete;
 
@@ -94,7 +95,7 @@ class PeerTable {
     return p;
   }
 
-  EngineCore& e_;
+  EngineCore& engine() const;                     // the engine holding this (EngineCore::of)
   std::vector<std::unique_ptr<PeerData>> peers_;  // ranks first, then client/server peers
   int ranks_ = 0;                                 // read on every lookup
   std::vector<std::string> addresses_;            // by rank

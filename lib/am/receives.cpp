@@ -16,11 +16,11 @@ void Receives::reserve(PeerData& p, std::uint32_t n) { p.posted.reserved_ = n; }
 void Receives::carry(PeerData& from, PeerData& to) { to.posted.ops_ = std::move(from.posted.ops_); }
 
 void Receives::post_waiting() {
-  if (e_.closing_) return;
-  PoolClass& cls = e_.recv_pool_->eager();
+  if (engine().closing_) return;
+  PoolClass& cls = engine().recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
-    PeerData& p = e_.peers_.at(op->peer);
+    PeerData& p = engine().peers_.at(op->peer);
     if (p.posted.key_ == 0 || op->recv.key != p.posted.key_) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
@@ -37,8 +37,8 @@ void Receives::post_waiting() {
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
     PostResult r =
-        e_.worker_->post_recv(p.ep, op, slot_data(op->slot), slot_size(op->slot),
-                              wire::make_tag(wire::kEager, p.id, p.posted.key_), kFullMask, slot_memh(op->slot));
+        engine().worker_->post_recv(p.ep, op, slot_data(op->slot), slot_size(op->slot),
+                                    wire::make_tag(wire::kEager, p.id, p.posted.key_), kFullMask, slot_memh(op->slot));
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
@@ -53,7 +53,7 @@ void Receives::post_waiting() {
 void Receives::open(PeerData& p) {
   p.posted.key_ = next_key_ = next_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
   while (p.posted.ops_.size() < p.posted.reserved_) {
-    Op* op = e_.new_op(OpKind::kRx, p.id);
+    Op* op = engine().new_op(OpKind::kRx, p.id);
     p.posted.ops_.push_back(op);
     all_.push_back(op);
   }
@@ -72,7 +72,7 @@ void Receives::open(PeerData& p) {
 std::uint32_t Receives::close(PeerData& p) {
   std::uint32_t reserved = std::exchange(p.posted.reserved_, 0);
   if (p.posted.key_ == 0) return reserved;
-  for (Op* op : p.posted.ops_) e_.worker_->cancel(op);
+  for (Op* op : p.posted.ops_) engine().worker_->cancel(op);
   // What the peer sent before it failed may still arrive, and a peer that was only stopped
   // (declared dead, then resumed) goes on sending: no receive takes those now, so they are
   // taken out of UCX's unexpected queue and dropped (counted), not left to pin its memory.
@@ -90,7 +90,7 @@ void Receives::take_first_contacts() {
   // before our HELLO reached it. All that waits, up to a bound per call: a peer flooding this
   // class must not grow UCX's unexpected queue faster than it is drained.
   for (int i = 0; i < 256; ++i) {
-    Worker::Unexpected u = e_.worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
+    Worker::Unexpected u = engine().worker_->take_unexpected(wire::make_tag(wire::kCtrl, 0, 0), wire::kClassMask);
     if (u.message == nullptr || !receive_unexpected(u)) return;
   }
 }
@@ -105,7 +105,7 @@ void Receives::revive_slot(std::uint32_t slot) {
 void Receives::purge_stragglers(Clock::time_point now) {
   for (std::size_t i = 0; i < stale_tags_.size();) {
     Worker::Unexpected u;
-    while ((u = e_.worker_->take_unexpected(stale_tags_[i].tag, stale_tags_[i].mask)).message != nullptr) {
+    while ((u = engine().worker_->take_unexpected(stale_tags_[i].tag, stale_tags_[i].mask)).message != nullptr) {
       if (!receive_unexpected(u)) return;
     }
     if (now >= stale_tags_[i].until) {
@@ -120,11 +120,11 @@ void Receives::purge_stragglers(Clock::time_point now) {
 bool Receives::receive_unexpected(const Worker::Unexpected& u) {
   // Into the heap: these are few, small (a HELLO, a REJECT) and belong to no peer's receive
   // reservation. A larger one is cut short by UCX (MESSAGE_TRUNCATED) and dropped.
-  Op* op = e_.new_op(OpKind::kContactRx, 0);
+  Op* op = engine().new_op(OpKind::kContactRx, 0);
   std::size_t room = std::clamp<std::size_t>(u.length, 1, kContactMax);
   op->heap.reset(new std::byte[room]);
   ++contact_inflight_;
-  PostResult r = e_.worker_->post_recv_message(op, u, op->heap.get(), room, nullptr);
+  PostResult r = engine().worker_->post_recv_message(op, u, op->heap.get(), room, nullptr);
   if (r.kind == Post::kError) {
     on_contact_rx(op, r.code, 0, 0);
     return false;
@@ -133,9 +133,9 @@ bool Receives::receive_unexpected(const Worker::Unexpected& u) {
   // handled now, so that a HELLO taken because the peer's data arrived is in before that data.
   if (r.kind == Post::kDone) {
     on_contact_rx(op, absl::StatusCode::kOk, u.length, u.tag);
-  } else if (!e_.done_.empty() && e_.done_.back().op == op) {
-    Completion c = e_.done_.back();
-    e_.done_.pop_back();
+  } else if (!engine().done_.empty() && engine().done_.back().op == op) {
+    Completion c = engine().done_.back();
+    engine().done_.pop_back();
     on_contact_rx(op, c.code, c.length, c.tag);
   }
   return true;
@@ -144,17 +144,17 @@ bool Receives::receive_unexpected(const Worker::Unexpected& u) {
 void Receives::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   --contact_inflight_;
   if (wire::tag_class(tag) != wire::kCtrl && code != absl::StatusCode::kCancelled) {
-    e_.count_drop("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
+    engine().count_drop("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
   } else if (code != absl::StatusCode::kOk) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
   } else {
-    e_.delivery_.accept_contact(std::span<std::byte>(op->heap.get(), length), tag);
+    engine().delivery_.accept_contact(std::span<std::byte>(op->heap.get(), length), tag);
   }
-  e_.free_op(op);
+  engine().free_op(op);
 }
 
 void Receives::cancel_all() {
-  for (Op* op : all_) e_.worker_->cancel(op);
+  for (Op* op : all_) engine().worker_->cancel(op);
 }
 
 bool Receives::busy() const {
@@ -165,7 +165,7 @@ bool Receives::busy() const {
 }
 
 void Receives::drop_unmatched() {
-  for (Worker::Unexpected u; (u = e_.worker_->take_unexpected(0, 0)).message != nullptr;)
+  for (Worker::Unexpected u; (u = engine().worker_->take_unexpected(0, 0)).message != nullptr;)
     if (!receive_unexpected(u)) break;
 }
 

@@ -5,6 +5,7 @@
 // taken from UCX's unexpected queue; so are a failed connection's stragglers, dropped.
 #pragma once
 
+#include <cassert>
 #include <vector>
 
 #include <sluice/engine.h>
@@ -38,7 +39,7 @@ class Receives {
   // The largest CTRL-class message taken whole (a HELLO or REJECT is under 200 bytes).
   static constexpr std::size_t kContactMax = 1024;
 
-  explicit Receives(EngineCore& e) : e_(e) {}
+  explicit Receives([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   Receives(const Receives&) = delete;
   Receives& operator=(const Receives&) = delete;
 
@@ -103,7 +104,7 @@ class Receives {
   // within microseconds on shared memory; TCP may hold some back longer).
   static constexpr Duration kStragglerWindow = std::chrono::seconds(5);
 
-  EngineCore& e_;
+  EngineCore& engine() const;          // the engine holding this (EngineCore::of)
   std::vector<Op*> unposted_;          // receive ops waiting to be posted
   std::vector<Op*> all_;               // every per-peer receive op (for close)
   std::vector<Straggler> stale_tags_;  // tags of failed connections, purged until `until`

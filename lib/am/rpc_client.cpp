@@ -13,13 +13,13 @@ namespace sluice::detail {
 [[gnu::always_inline]] inline Result RpcClient::refusal(const PeerData& p, HandlerId method, bool has_cb,
                                                         std::size_t header, std::size_t payload) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
-  if (!has_cb) return e_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
-  if (header > kMaxUserHeader || payload > e_.config_.max_message)
-    return e_.invalid(absl::StrFormat(
+  if (!has_cb) return engine().invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
+  if (header > kMaxUserHeader || payload > engine().config_.max_message)
+    return engine().invalid(absl::StrFormat(
         "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
-        method, p.name, header, kMaxUserHeader, payload, e_.config_.max_message));
-  if (p.tx.queued() + p.calls.queue_.size() >= e_.config_.send_queue_max) {
-    e_.c_.would_block->add();
+        method, p.name, header, kMaxUserHeader, payload, engine().config_.max_message));
+  if (p.tx.queued() + p.calls.queue_.size() >= engine().config_.send_queue_max) {
+    engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
   return Result::kOk;
@@ -34,7 +34,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   CallsTo& mine = p.calls;
   auto [id, new_call] = calls_.insert();
   if (new_call == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
-    e_.c_.would_block->add();
+    engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
   std::uint8_t flags = wire::kFlagRequest;
@@ -51,25 +51,25 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   bool fragmented = false;
   // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
-  bool sent =
-      options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() && e_.sender_.send_inline(p, out);
+  bool sent = options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() &&
+              engine().sender_.send_inline(p, out);
   Result r = Result::kOk;
   if (sent) {
     mine.window_.start();
-  } else if (header.size() + payload.size() <= e_.eager_limit_ || e_.config_.rndv) {
-    r = e_.sender_.pack_message(p, out, copy, &header_op, &payload_op);
+  } else if (header.size() + payload.size() <= engine().eager_limit_ || engine().config_.rndv) {
+    r = engine().sender_.pack_message(p, out, copy, &header_op, &payload_op);
   } else {
     // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
     if (!options.reply_buffer.empty()) {
       calls_.erase(id);
-      return e_.invalid(
+      return engine().invalid(
           absl::StrFormat("call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
                           "buffer in bounce mode (SLUICE_RNDV=n)",
                           method, p.name, header.size() + payload.size()));
     }
     if (p.state != PeerState::kReady || !mine.window_.may_start()) {
-      if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
+      if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
       calls_.erase(id);
       return Result::kWouldBlock;
     }
@@ -87,18 +87,18 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   if ((++p.traffic.sampler & 63) == 0) [[unlikely]]
     c.started = Clock::now();
   if (!options.reply_buffer.empty()) post_reply_rx(p, c, id, options.reply_buffer);
-  e_.c_.rpc_calls->add();
+  engine().c_.rpc_calls->add();
   if (id_out) *id_out = id;
   if (sent) return Result::kOk;
   if (fragmented) {
     mine.window_.start();
-    return e_.sender_.send_fragmented(p, out, SendCallback());
+    return engine().sender_.send_fragmented(p, out, SendCallback());
   }
   if (p.state == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
     mine.window_.start();
-    return e_.sender_.enqueue(p, header_op, payload_op);
+    return engine().sender_.enqueue(p, header_op, payload_op);
   }
-  if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
+  if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
   mine.queue_.push_back({header_op, payload_op});
   return Result::kOk;
 }
@@ -106,7 +106,8 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
 void RpcClient::set_deadline(Call& c, Duration timeout) {
   if (timeout == kInfinite) [[likely]] {
     c.deadline = Clock::time_point::max();
-    c.warn_at = e_.config_.call_warn == kInfinite ? Clock::time_point::max() : e_.now_ + e_.config_.call_warn;
+    c.warn_at =
+        engine().config_.call_warn == kInfinite ? Clock::time_point::max() : engine().now_ + engine().config_.call_warn;
   } else {
     c.deadline = Clock::now() + timeout;
     c.warn_at = Clock::time_point::max();
@@ -116,14 +117,14 @@ void RpcClient::set_deadline(Call& c, Duration timeout) {
 void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer) {
   c.landing = std::make_unique<ReplyLanding>();
   c.landing->buffer = buffer;
-  Op* rx = e_.new_op(OpKind::kReplyRx, p.id);
+  Op* rx = engine().new_op(OpKind::kReplyRx, p.id);
   rx->recv.call_id = id;
   rx->epoch = p.epoch;
   c.reply_rx = rx;
-  ++e_.exact_posted_;
-  PostResult pr = e_.worker_->post_recv(p.ep, rx, buffer.data(), buffer.size(), wire::make_tag(wire::kReply, p.id, id),
-                                        kFullMask, nullptr);
-  if (pr.kind != Post::kPending) e_.done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
+  ++engine().exact_posted_;
+  PostResult pr = engine().worker_->post_recv(p.ep, rx, buffer.data(), buffer.size(),
+                                              wire::make_tag(wire::kReply, p.id, id), kFullMask, nullptr);
+  if (pr.kind != Post::kPending) engine().done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
 }
 
 void RpcClient::grant(PeerData& p, std::uint32_t slots) { p.calls.window_.grant(slots); }
@@ -134,21 +135,21 @@ void RpcClient::start_waiting(PeerData& p) {
     Pending m = mine.queue_.front();
     mine.queue_.pop_front();
     mine.window_.start();
-    if (m.payload == nullptr && e_.sender_.send_packed_now(p, m.header)) continue;
-    (void)e_.sender_.enqueue(p, m.header, m.payload);
+    if (m.payload == nullptr && engine().sender_.send_packed_now(p, m.header)) continue;
+    (void)engine().sender_.enqueue(p, m.header, m.payload);
   }
 }
 
 void RpcClient::slot_freed(PeerData& p) {
   p.calls.window_.finish();
-  if (p.has_waiting()) e_.sender_.flush(p);  // a request waiting for this slot may go now
+  if (p.has_waiting()) engine().sender_.flush(p);  // a request waiting for this slot may go now
 }
 
 void RpcClient::on_reply(PeerData& p, Message& m) {
   slot_freed(p);
   Call* found = calls_.find(state(m).rpc_id);
   if (found == nullptr || found->finishing) {
-    e_.c_.rpc_late_replies->add();
+    engine().c_.rpc_late_replies->add();
     SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, state(m).rpc_id);
     return;
   }
@@ -169,7 +170,7 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
     if (c.landing == nullptr || state(m).announced > c.landing->buffer.size()) [[unlikely]] {
       // A reply into a buffer the call did not give (or larger than it): the peer broke the
       // protocol. The call fails now rather than wait for a payload that has nowhere to land.
-      e_.c_.parse_errors->add();
+      engine().c_.parse_errors->add();
       finish(id, absl::InternalError(
                      absl::StrFormat("%s answered call %u into a reply buffer it did not have room for", p.name, id)));
       return;
@@ -198,9 +199,9 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
 }
 
 void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
-  --e_.exact_posted_;
+  --engine().exact_posted_;
   CallId id = op->recv.call_id;
-  e_.free_op(op);
+  engine().free_op(op);
   Call* found = calls_.find(id);
   if (found == nullptr) return;
   Call& c = *found;
@@ -218,7 +219,7 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
   }
   l.payload_landed = true;
   l.payload_len = length;
-  if (PeerData* p = e_.peers_.find(c.peer)) e_.count_received(*p, 0, length);
+  if (PeerData* p = engine().peers_.find(c.peer)) engine().count_received(*p, 0, length);
   if (l.header_arrived) {
     state(l.reply).payload = l.buffer.first(length);
     finish(id, absl::OkStatus());
@@ -240,7 +241,7 @@ void RpcClient::finish(CallId id, absl::Status status) {
     // The transport may still write into the caller's buffer: complete once it cannot.
     c.finishing = true;
     c.landing->final_status = std::move(status);
-    e_.worker_->cancel(c.reply_rx);
+    engine().worker_->cancel(c.reply_rx);
     return;
   }
   ReplyCallback cb = std::move(c.on_reply);
@@ -255,28 +256,28 @@ void RpcClient::expire(Clock::time_point now) {
   auto due = [&](const Call& c) { return !c.finishing && (c.deadline <= now || c.warn_at <= now); };
   for (CallId id : calls_.ids_where(due)) {
     Call& c = *calls_.find(id);
-    PeerData* p = e_.peers_.find(c.peer);
+    PeerData* p = engine().peers_.find(c.peer);
     const char* peer = p != nullptr ? p->name.c_str() : "a gone peer";
     if (c.deadline <= now) {
-      e_.c_.rpc_deadline->add();
+      engine().c_.rpc_deadline->add();
       finish(id, absl::DeadlineExceededError(
                      absl::StrFormat("call %u of method %d to %s passed its deadline", id, c.method, peer)));
       continue;
     }
-    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - (c.warn_at - e_.config_.call_warn));
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - (c.warn_at - engine().config_.call_warn));
     c.warn_at = Clock::time_point::max();
-    e_.c_.rpc_overdue->add();
+    engine().c_.rpc_overdue->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "rpc",
                             "call %u of method %d to %s has waited %s for its reply, without a timeout; it goes on "
                             "waiting (SLUICE_CALL_WARN=%s; CallOptions::timeout or Engine::cancel end it)",
-                            id, c.method, peer, format_duration(age), format_duration(e_.config_.call_warn));
+                            id, c.method, peer, format_duration(age), format_duration(engine().config_.call_warn));
   }
 }
 
 void RpcClient::cancel(CallId id) {
   Call* found = calls_.find(id);
   if (found == nullptr || found->finishing) return;
-  e_.c_.rpc_cancelled->add();
+  engine().c_.rpc_cancelled->add();
   finish(id, absl::CancelledError(absl::StrFormat("call %u cancelled", id)));
 }
 
@@ -285,7 +286,7 @@ bool RpcClient::has_calls_to(const PeerData& p) const {
 }
 
 void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) {
-  e_.sender_.drop_queue(p, p.calls.queue_, status);
+  engine().sender_.drop_queue(p, p.calls.queue_, status);
 }
 
 void RpcClient::end_calls(PeerData& p, const absl::Status& status) {
@@ -298,9 +299,9 @@ void RpcClient::close() {
   // queued for a server slot (which frees only with another reply). A server that answers
   // late, or never, would otherwise hold the close until the deadline.
   absl::Status closing = absl::CancelledError("the engine is shutting down");
-  e_.peers_.for_each([&](PeerData& p) { e_.sender_.drop_queue(p, p.calls.queue_, closing); });
+  engine().peers_.for_each([&](PeerData& p) { engine().sender_.drop_queue(p, p.calls.queue_, closing); });
   for (CallId id : calls_.ids_where([](const Call& c) { return !c.finishing; })) {
-    e_.c_.rpc_cancelled->add();
+    engine().c_.rpc_cancelled->add();
     finish(id, closing);
   }
 }

@@ -4,6 +4,7 @@
 // requests, the receiver hands it the replies.
 #pragma once
 
+#include <cassert>
 #include <deque>
 #include <span>
 
@@ -35,7 +36,7 @@ class CallsTo {
 
 class RpcClient {
  public:
-  explicit RpcClient(EngineCore& e) : e_(e) {}
+  explicit RpcClient([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   RpcClient(const RpcClient&) = delete;
   RpcClient& operator=(const RpcClient&) = delete;
 
@@ -77,7 +78,7 @@ class RpcClient {
   void post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer);
   void set_deadline(Call& c, Duration timeout);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   CallTable<Call> calls_;
 };
 

@@ -22,14 +22,14 @@ void RpcServer::on_request(PeerData& p, Message& m) {
   SlotTable& slots = p.requests.slots_;
   if (!slots.try_acquire()) [[unlikely]] {
     // Beyond the slots granted: refused before any work is done.
-    e_.c_.rpc_slot_refused->add();
+    engine().c_.rpc_slot_refused->add();
     SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name, slots.capacity());
     answer_error(m, absl::StatusCode::kResourceExhausted,
                  absl::StrFormat("the client exceeded the %u RPC slots the server granted it", slots.capacity()));
     return;
   }
   state(m).holds_rpc_slot = true;
-  switch (e_.handlers_.invoke(m)) {
+  switch (engine().handlers_.invoke(m)) {
     case Handlers::Invoke::kDone: break;
     case Handlers::Invoke::kNoHandler:
       answer_error(m, absl::StatusCode::kUnimplemented,
@@ -38,7 +38,7 @@ void RpcServer::on_request(PeerData& p, Message& m) {
     case Handlers::Invoke::kThrew:
       // The caller learns why; the server goes on.
       if (m.valid() && !state(m).replied) {
-        std::string what = e_.handlers_.take_error();
+        std::string what = engine().handlers_.take_error();
         what.resize(std::min<std::size_t>(what.size(), 512));
         answer_error(m, absl::StatusCode::kInternal, what);
       }
@@ -48,9 +48,9 @@ void RpcServer::on_request(PeerData& p, Message& m) {
 
 Result RpcServer::not_answerable(const Message& m) {
   if (!state(m).request)
-    return e_.invalid(absl::StrFormat("reply to handler %d's message: it is not a request (no call waits for a reply)",
-                                      state(m).handler));
-  return e_.invalid(absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
+    return engine().invalid(absl::StrFormat(
+        "reply to handler %d's message: it is not a request (no call waits for a reply)", state(m).handler));
+  return engine().invalid(absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
 }
 
 [[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent) {
@@ -59,23 +59,23 @@ Result RpcServer::not_answerable(const Message& m) {
     if (sent) p.requests.slots_.release();
     else p.requests.slots_.answer();
   }
-  e_.c_.rpc_replies->add();
+  engine().c_.rpc_replies->add();
 }
 
 Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
                         std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
-  PeerData& p = e_.peers_.at(state(m).peer);
+  PeerData& p = engine().peers_.at(state(m).peer);
   if (p.state == PeerState::kDead || p.epoch != state(m).epoch) {
     state(m).replied = true;
     return Result::kUnavailable;
   }
-  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message)
-    return e_.invalid(absl::StrFormat(
+  if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message)
+    return engine().invalid(absl::StrFormat(
         "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
         "SLUICE_MAX_MESSAGE)",
-        state(m).handler, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
+        state(m).handler, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
   std::string too_large;  // the error's text, when it is one (lives until the reply is packed)
   if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) {
     status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
@@ -95,25 +95,25 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
                .rpc_id = state(m).rpc_id,
                .aux = 0,
                .status = status};
-  if (e_.sender_.send_inline(p, out)) [[likely]] {
+  if (engine().sender_.send_inline(p, out)) [[likely]] {
     answered(p, m, true);  // its send is complete already
-    e_.sender_.complete_inline(p.id, std::move(on_done));
+    engine().sender_.complete_inline(p.id, std::move(on_done));
     return Result::kOk;
   }
-  if (header.size() + payload.size() > e_.eager_limit_ && !e_.config_.rndv) {
+  if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
     answered(p, m, false);
-    return e_.sender_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
+    return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
   }
   Op* header_op = nullptr;
   Op* payload_op = nullptr;
-  if (Result r = e_.sender_.pack_message(p, out, copy, &header_op, &payload_op); r != Result::kOk) return r;
+  if (Result r = engine().sender_.pack_message(p, out, copy, &header_op, &payload_op); r != Result::kOk) return r;
   answered(p, m, false);
   if (payload_op != nullptr && copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   Op* last = payload_op ? payload_op : header_op;
   last->send.on_done = std::move(on_done);
   last->send.releases_rpc_slot = state(m).holds_rpc_slot;
   if (last_out != nullptr) *last_out = last;
-  return e_.sender_.enqueue(p, header_op, payload_op);
+  return engine().sender_.enqueue(p, header_op, payload_op);
 }
 
 Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
@@ -128,13 +128,13 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
                         .aux = 0,
                         .status = 0};
   Op* header_op = nullptr;
-  if (Result r = e_.sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &header_op);
+  if (Result r = engine().sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &header_op);
       r != Result::kOk)
     return r;
-  Op* payload_op = e_.new_op(OpKind::kSendPayload, p.id);
-  if (Result r = e_.sender_.prepare_payload(payload_op, payload, copy); r != Result::kOk) {
-    e_.free_op(header_op);
-    e_.free_op(payload_op);
+  Op* payload_op = engine().new_op(OpKind::kSendPayload, p.id);
+  if (Result r = engine().sender_.prepare_payload(payload_op, payload, copy); r != Result::kOk) {
+    engine().free_op(header_op);
+    engine().free_op(payload_op);
     return r;
   }
   answered(p, m, false);
@@ -143,29 +143,29 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   payload_op->send.releases_rpc_slot = state(m).holds_rpc_slot;
   payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
   if (last_out != nullptr) *last_out = payload_op;
-  return e_.sender_.enqueue(p, header_op, payload_op);
+  return engine().sender_.enqueue(p, header_op, payload_op);
 }
 
 Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
-  if (!state(m).reply_buf && header.size() + state(m).payload.size() <= e_.eager_limit_) [[likely]] {
+  if (!state(m).reply_buf && header.size() + state(m).payload.size() <= engine().eager_limit_) [[likely]] {
     // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
     // that borrows a coalesced receive would copy its bytes first.
     if (header.size() > kMaxUserHeader)
-      return e_.invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)", state(m).handler,
-                                        header.size(), kMaxUserHeader));
+      return engine().invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)", state(m).handler,
+                                              header.size(), kMaxUserHeader));
     // The request's receive slot is released right after the reply is packed, so the reply
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
-    PeerData& p = e_.peers_.at(state(m).peer);
+    PeerData& p = engine().peers_.at(state(m).peer);
     if (state(m).credit && p.epoch == state(m).epoch && p.state == PeerState::kReady) [[likely]] {
       state(m).credit = false;
       Delivery::credit_freed(p);
     }
     Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
     m.release();
-    e_.sender_.maybe_return_credits(p);  // a queued reply carries it later
+    engine().sender_.maybe_return_credits(p);  // a queued reply carries it later
     return r;
   }
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty

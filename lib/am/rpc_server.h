@@ -4,6 +4,7 @@
 // reply buffer, or from the request's own memory.
 #pragma once
 
+#include <cassert>
 #include <span>
 
 #include <sluice/engine.h>
@@ -24,7 +25,7 @@ class RequestsFrom {
 
 class RpcServer {
  public:
-  explicit RpcServer(EngineCore& e) : e_(e) {}
+  explicit RpcServer([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
 
@@ -52,7 +53,7 @@ class RpcServer {
                            std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,
                            Op** last_out);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
 };
 
 }  // namespace sluice::detail

@@ -25,38 +25,38 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed().returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
-  Op* op = e_.new_op(OpKind::kCtrl, p.id);
+  Op* op = engine().new_op(OpKind::kCtrl, p.id);
   op->send.ctrl_kind = kind;
   op->epoch = p.epoch;
   p.tx.ctrl_busy_[kind] = true;
-  e_.c_.ctrl_sent->add();
+  engine().c_.ctrl_sent->add();
   ++inflight_;
   // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
   // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
   std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_slot, 0);
   PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
-  if (r.kind == Post::kDone) e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});
-  else if (r.kind == Post::kError) e_.done_.push_back({op, r.code, 0, 0});
+  if (r.kind == Post::kDone) engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});
+  else if (r.kind == Post::kError) engine().done_.push_back({op, r.code, 0, 0});
 }
 
 void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   --inflight_;
-  PeerData& p = e_.peers_.at(op->peer);
+  PeerData& p = engine().peers_.at(op->peer);
   p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
   std::uint16_t kind = op->send.ctrl_kind;
   bool stale = op->epoch != p.epoch;
-  e_.free_op(op);
+  engine().free_op(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
     if (p.state != PeerState::kDead)
-      e_.transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
+      engine().transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
-  if (kind == wire::kDecline) e_.landings_.send_declines(p);
+  if (kind == wire::kDecline) engine().landings_.send_declines(p);
   if (kind == wire::kCredit && p.tx.credit_again_ && p.state == PeerState::kReady) {
     p.tx.credit_again_ = false;
     if (p.rx.owed().owed() != 0) {
-      e_.c_.credit_msgs->add();
+      engine().c_.credit_msgs->add();
       send_ctrl(p, wire::kCredit, {});
     }
   }
@@ -64,8 +64,8 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
 
 void Sender::maybe_return_credits(PeerData& p) {
   if (p.state == PeerState::kReady && p.rx.owed().explicit_due()) {
-    e_.fault_.pass(FaultPoint::kCreditReturn);
-    e_.c_.credit_msgs->add();
+    engine().fault_.pass(FaultPoint::kCreditReturn);
+    engine().c_.credit_msgs->add();
     send_ctrl(p, wire::kCredit, {});
   }
 }
@@ -75,7 +75,7 @@ void Sender::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   if (d == 0) [[likely]]
     return;
   if (d > 0) {
-    e_.c_.credits_recovered->add(static_cast<std::uint64_t>(d));
+    engine().c_.credits_recovered->add(static_cast<std::uint64_t>(d));
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits were lost in transit; recovered from its heartbeat",
                             p.name, d);
   } else {
@@ -94,7 +94,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
     p.tx.starved_since_ = now;
     p.tx.starved_stalls_ = p.traffic.credit_stalls;
   }
-  if (p.tx.starved_logged_ || now - p.tx.starved_since_ < e_.config_.heartbeat) return;
+  if (p.tx.starved_logged_ || now - p.tx.starved_since_ < engine().config_.heartbeat) return;
   p.tx.starved_logged_ = true;
   SLUICE_LOG_RATE_LIMITED(
       kWarn, "flow",
@@ -103,7 +103,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
       "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
       p.name, p.tx.credits_.granted() - p.tx.credits_.available(), p.tx.credits_.granted(),
       format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since_)), p.tx.queued_,
-      e_.config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls_);
+      engine().config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls_);
 }
 
 void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status) {
@@ -112,10 +112,10 @@ void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status&
     q.pop_front();
     Op* last = m.payload ? m.payload : m.header;
     if (last->send.on_done) last->send.on_done(status);
-    if (last->send.releases_rpc_slot) e_.rpc_server_.reply_sent(p);  // a reply that never left
-    complete_coalesced(m.header, status, false);                     // sends that joined it in the queue
-    e_.free_op(m.header);
-    if (m.payload) e_.free_op(m.payload);
+    if (last->send.releases_rpc_slot) engine().rpc_server_.reply_sent(p);  // a reply that never left
+    complete_coalesced(m.header, status, false);                           // sends that joined it in the queue
+    engine().free_op(m.header);
+    if (m.payload) engine().free_op(m.payload);
   }
 }
 
@@ -125,19 +125,19 @@ void Sender::complete_stuck(PeerData& p, const absl::Status& status) {
            !op.orphaned;
   };
   bool any = false;
-  for (auto& op : e_.ops_) {
+  for (auto& op : engine().ops_) {
     if (stuck(op)) {
-      e_.worker_->cancel(&op);
+      engine().worker_->cancel(&op);
       any = true;
     }
   }
   if (!any) return;
-  for (int i = 0; i < 100; ++i) e_.worker_->progress();
-  for (auto& op : e_.ops_) {
+  for (int i = 0; i < 100; ++i) engine().worker_->progress();
+  for (auto& op : engine().ops_) {
     if (!stuck(op)) continue;
     op.orphaned = true;
     --inflight_;
-    e_.c_.orphaned_sends->add();
+    engine().c_.orphaned_sends->add();
     SLUICE_LOG_RATE_LIMITED(
         kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
     if (op.send.on_done) {
@@ -178,7 +178,7 @@ void Sender::drop_queued(PeerData& p, const absl::Status& status) {
 
 void Sender::release_held(PeerData& p) {
   if (p.tx.reply_reserved_ != 0) {
-    e_.send_pool_->eager().unreserve(p.tx.reply_reserved_);
+    engine().send_pool_->eager().unreserve(p.tx.reply_reserved_);
     p.tx.reply_reserved_ = 0;
   }
 }

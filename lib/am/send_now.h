@@ -67,7 +67,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   (void)Delivery::take_owed(p.rx);
   ++p.tx.next_seq_;
   ++p.tx.sent_seq_;
-  e_.count_sent(p, 1, total);
+  engine().count_sent(p, 1, total);
 }
 
 [[gnu::always_inline]] inline bool Sender::send_inline(PeerData& p, const Outgoing& m) {
@@ -79,17 +79,17 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);
-  e_.c_.sent_inline->add();
+  engine().c_.sent_inline->add();
   return true;
 }
 
 [[gnu::always_inline]] inline void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
-  Op* op = e_.new_op(OpKind::kSend, peer);
-  op->epoch = e_.peers_.at(peer).epoch;
+  Op* op = engine().new_op(OpKind::kSend, peer);
+  op->epoch = engine().peers_.at(peer).epoch;
   op->send.on_done = std::move(cb);
   ++inflight_;
-  e_.done_.push_back({op, absl::StatusCode::kOk, 0, 0});
+  engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});
 }
 
 }  // namespace sluice::detail

@@ -12,13 +12,13 @@ namespace sluice::detail {
 
 Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, Op** out) {
   std::size_t total = wire::kHeaderSize + m.header.size() + m.payload.size();
-  PoolClass& cls = e_.send_pool_->eager();
+  PoolClass& cls = engine().send_pool_->eager();
   if (total > cls.slot_size()) return Result::kInvalidArgument;
   Slot slot;
   // Replies may use the capacity held back for them; everything else leaves it.
   Result got = (m.flags & wire::kFlagReply) ? cls.try_get_reserved(&slot) : cls.try_get(&slot);
   if (got != Result::kOk) [[unlikely]] {
-    e_.c_.would_block->add();
+    engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
   wire::Header wire_header;
@@ -33,7 +33,7 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
   wire::encode(wire_header, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
-  Op* op = e_.new_op(OpKind::kSend, p.id);
+  Op* op = engine().new_op(OpKind::kSend, p.id);
   op->slot = std::move(slot);
   op->send.message_len = total;
   *out = op;
@@ -43,30 +43,30 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
 Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op** header_op, Op** payload_op) {
   auto len = static_cast<std::uint32_t>(m.payload.size());
   *payload_op = nullptr;
-  if (m.header.size() + m.payload.size() <= e_.eager_limit_) [[likely]]
+  if (m.header.size() + m.payload.size() <= engine().eager_limit_) [[likely]]
     return pack(p, m, len, header_op);
   Outgoing announcement = m;  // the payload follows by rendezvous
   announcement.flags |= wire::kFlagRndv;
   announcement.payload = {};
   Result r = pack(p, announcement, len, header_op);
   if (r != Result::kOk) return r;
-  *payload_op = e_.new_op(OpKind::kSendPayload, p.id);
+  *payload_op = engine().new_op(OpKind::kSendPayload, p.id);
   r = prepare_payload(*payload_op, m.payload, copy);
   if (r != Result::kOk) {
-    e_.free_op(*header_op);
-    e_.free_op(*payload_op);
+    engine().free_op(*header_op);
+    engine().free_op(*payload_op);
   }
   return r;
 }
 
 bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> header,
                          std::span<const std::byte> payload, SendCallback& cb) {
-  if (header.size() + payload.size() > e_.eager_limit_ || !p.can_send_now()) return false;
+  if (header.size() + payload.size() > engine().eager_limit_ || !p.can_send_now()) return false;
   Slot slot;
   // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
   // here, so it is counted once).
-  if (e_.send_pool_->eager().try_take(&slot) != Result::kOk) return false;
-  Op* op = e_.new_op(OpKind::kSend, p.id);
+  if (engine().send_pool_->eager().try_take(&slot) != Result::kOk) return false;
+  Op* op = engine().new_op(OpKind::kSend, p.id);
   op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
   op->epoch = p.epoch;
@@ -82,10 +82,10 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
     op->send.payload = payload.data();
     return Result::kOk;
   }
-  if (PoolClass* cls = e_.send_pool_->class_for(payload.size())) {
+  if (PoolClass* cls = engine().send_pool_->class_for(payload.size())) {
     Slot slot;
     if (cls->try_get(&slot) == Result::kOk) {
-      e_.c_.copied_bytes->add(payload.size());
+      engine().c_.copied_bytes->add(payload.size());
       copy_payload(slot_data(slot), payload.data(), payload.size());
       op->send.payload = slot_data(slot);
       op->send.payload_memh = slot_memh(slot);
@@ -93,13 +93,13 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
       return Result::kOk;
     }
     if (copy == PayloadCopy::kPool) {
-      e_.c_.would_block->add();
+      engine().c_.would_block->add();
       return Result::kWouldBlock;
     }
     // A copying reply: the heap rather than a refusal (the slot table bounds how many exist).
   }
   // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
-  e_.c_.copied_bytes->add(payload.size());
+  engine().c_.copied_bytes->add(payload.size());
   op->heap.reset(new std::byte[payload.size()]);
   copy_payload(op->heap.get(), payload.data(), payload.size());
   op->send.payload = op->heap.get();
@@ -112,13 +112,13 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
                                                   PayloadCopy copy, void* memh) {
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
-  if (header.size() > kMaxUserHeader || payload.size() > e_.config_.max_message) [[unlikely]]
-    return e_.invalid(
+  if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message) [[unlikely]]
+    return engine().invalid(
         absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
                         "SLUICE_MAX_MESSAGE)",
-                        h, p.name, header.size(), kMaxUserHeader, payload.size(), e_.config_.max_message));
-  if (p.tx.queued_ >= e_.config_.send_queue_max) [[unlikely]] {
-    e_.c_.would_block->add();
+                        h, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
+  if (p.tx.queued_ >= engine().config_.send_queue_max) [[unlikely]] {
+    engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
   Outgoing m = plain_message(h, header, payload);
@@ -131,7 +131,8 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   } else if (append_queued(p, h, header, payload, cb)) {
     return Result::kOk;
   }
-  if (!e_.config_.rndv && header.size() + payload.size() > e_.eager_limit_) return send_fragmented(p, m, std::move(cb));
+  if (!engine().config_.rndv && header.size() + payload.size() > engine().eager_limit_)
+    return send_fragmented(p, m, std::move(cb));
   Op *header_op, *payload_op;
   Result r = pack_message(p, m, copy, &header_op, &payload_op);
   if (r != Result::kOk) return r;
@@ -155,12 +156,12 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
   bool first = true;
   while (offset < payload.size()) {
     std::span<const std::byte> uh = first ? header : std::span<const std::byte>();
-    std::size_t room = e_.eager_limit_ - uh.size();
+    std::size_t room = engine().eager_limit_ - uh.size();
     std::size_t piece = std::min(room, payload.size() - offset);
     Op* op = nullptr;
     Result r;
-    auto deadline =
-        Clock::now() + (e_.config_.connect_timeout == kInfinite ? std::chrono::hours(24) : e_.config_.connect_timeout);
+    auto deadline = Clock::now() + (engine().config_.connect_timeout == kInfinite ? std::chrono::hours(24)
+                                                                                  : engine().config_.connect_timeout);
     Outgoing piece_m = m;  // a piece's aux is its offset
     piece_m.flags |= wire::kFlagFrag;
     piece_m.header = uh;
@@ -170,18 +171,18 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
     while ((r = pack(p, piece_m, static_cast<std::uint32_t>(payload.size()), &op)) == Result::kWouldBlock) {
       if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
       if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
-      e_.progress();
+      engine().progress();
     }
     if (r != Result::kOk) return r;
-    e_.c_.bounce_bytes->add(piece);
-    e_.c_.copied_bytes->add(piece);
+    engine().c_.bounce_bytes->add(piece);
+    engine().c_.copied_bytes->add(piece);
     offset += piece;
     if (offset == payload.size()) {
       op->send.on_done = std::move(cb);  // NOLINT(bugprone-use-after-move): the last piece, once
       op->send.releases_rpc_slot = releases_rpc_slot;
     }
     if (first && p.state == PeerState::kDead) {
-      e_.free_op(op);
+      engine().free_op(op);
       return Result::kUnavailable;
     }
     first = false;
@@ -199,19 +200,19 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
     if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);
     payload->epoch = p.epoch;
   }
-  if (p.state == PeerState::kNew) e_.link_.start_handshake(p);
+  if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
   if (p.state == PeerState::kReady && p.tx.queue_.empty() && p.tx.credits_.try_consume()) [[likely]] {
     transmit(p, {header, payload});
     return Result::kOk;
   }
   if (p.state == PeerState::kDead) {
-    e_.free_op(header);
-    if (payload) e_.free_op(payload);
+    engine().free_op(header);
+    if (payload) engine().free_op(payload);
     return Result::kUnavailable;
   }
-  if (p.state == PeerState::kReady) e_.count_credit_stall(p);
+  if (p.state == PeerState::kReady) engine().count_credit_stall(p);
   p.tx.queue_.push_back({header, payload});
-  e_.c_.queue_hwm->update(++p.tx.queued_);
+  engine().c_.queue_hwm->update(++p.tx.queued_);
   return Result::kOk;
 }
 
@@ -219,7 +220,7 @@ void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.tx.sent_seq_ += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
   wire::patch_piggyback(slot_data(h->slot), Delivery::take_owed(p.rx), p.rx.window().delivered());
-  e_.count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
+  engine().count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
@@ -229,7 +230,7 @@ void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
         copy_payload(at, slot_data(h->slot), h->send.message_len);
         h->slot.release();
         chain(head, h);
-        e_.c_.coalesced->add();
+        engine().c_.coalesced->add();
         return;
       }
       post_batch(p, open);
@@ -238,17 +239,17 @@ void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
     return;
   }
   if (open != nullptr) post_batch(p, open);  // what was batched goes first
-  if (m.payload != nullptr) e_.fault_.pass(FaultPoint::kRndvAnnounce);
+  if (m.payload != nullptr) engine().fault_.pass(FaultPoint::kRndvAnnounce);
   post_message(p, h);
   if (m.payload != nullptr) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
-    e_.c_.rndv_sent->add();
+    engine().c_.rndv_sent->add();
     ++inflight_;
     PostResult r = p.ep.post_send(m.payload, m.payload->send.payload, m.payload->send.payload_len, m.payload->send.tag,
                                   m.payload->send.payload_memh);
     if (r.kind != Post::kPending)
-      e_.done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
-    e_.fault_.pass(FaultPoint::kRndvPayload);
+      engine().done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+    engine().fault_.pass(FaultPoint::kRndvPayload);
   }
 }
 
@@ -276,7 +277,7 @@ void Sender::chain(Op* head, Op* op) {
 
 bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
                            std::span<const std::byte> payload, SendCallback& cb) {
-  if (p.tx.queue_.empty() || !e_.config_.coalesce) return false;
+  if (p.tx.queue_.empty() || !engine().config_.coalesce) return false;
   const Pending& last = p.tx.queue_.back();
   Op* head = last.header;
   std::size_t len = wire::kHeaderSize + header.size() + payload.size();
@@ -297,15 +298,15 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
   if (!header.empty()) std::memcpy(at + wire::kHeaderSize, header.data(), header.size());
   if (!payload.empty()) copy_payload(at + wire::kHeaderSize + header.size(), payload.data(), payload.size());
   ++head->send.batch_count;
-  e_.c_.queue_hwm->update(++p.tx.queued_);
+  engine().c_.queue_hwm->update(++p.tx.queued_);
   if (cb) {
-    Op* op = e_.new_op(OpKind::kSend, p.id);
+    Op* op = engine().new_op(OpKind::kSend, p.id);
     op->epoch = p.epoch;
     op->send.on_done = std::move(cb);
     chain(head, op);
   }
-  e_.c_.coalesced->add();
-  if (p.state == PeerState::kReady) e_.count_credit_stall(p);
+  engine().c_.coalesced->add();
+  if (p.state == PeerState::kReady) engine().count_credit_stall(p);
   return true;
 }
 
@@ -315,7 +316,7 @@ void Sender::post_message(PeerData& p, Op* header) {
   PostResult r =
       p.ep.post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag_, slot_memh(header->slot));
   if (r.kind != Post::kPending)
-    e_.done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
+    engine().done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
 
 void Sender::post_batch(PeerData& p, Op** open) {
@@ -331,8 +332,8 @@ void Sender::complete_coalesced(Op* head, const absl::Status& status, bool relea
     Op* next = op->send.coalesced_next;
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
-    if (op->send.releases_rpc_slot && release_slots) e_.rpc_server_.reply_sent(e_.peers_.at(op->peer));
-    e_.free_op(op);
+    if (op->send.releases_rpc_slot && release_slots) engine().rpc_server_.reply_sent(engine().peers_.at(op->peer));
+    engine().free_op(op);
     op = next;
   }
 }
@@ -346,16 +347,16 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed().owed()), p.rx.window().delivered());
   if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
   count_sent_now(p, header->send.message_len);
-  e_.c_.sent_inline->add();
-  e_.free_op(header);
+  engine().c_.sent_inline->add();
+  engine().free_op(header);
   return true;
 }
 
 void Sender::flush(PeerData& p) {
   if (p.state != PeerState::kReady) return;
-  e_.rpc_client_.start_waiting(p);
+  engine().rpc_client_.start_waiting(p);
   Op* open = nullptr;
-  Op** coalesce = e_.config_.coalesce ? &open : nullptr;
+  Op** coalesce = engine().config_.coalesce ? &open : nullptr;
   while (!p.tx.queue_.empty() && p.tx.credits_.try_consume(p.tx.queue_.front().header->send.batch_count)) {
     Pending m = p.tx.queue_.front();
     p.tx.queue_.pop_front();
@@ -363,20 +364,20 @@ void Sender::flush(PeerData& p) {
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.tx.queue_.empty()) e_.count_credit_stall(p);  // waits for the peer to return credits
+  if (!p.tx.queue_.empty()) engine().count_credit_stall(p);  // waits for the peer to return credits
 }
 
 void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (op->orphaned) [[unlikely]] {  // completed already when its peer died
-    e_.free_op(op);
+    engine().free_op(op);
     return;
   }
   --inflight_;
-  PeerData& p = e_.peers_.at(op->peer);
+  PeerData& p = engine().peers_.at(op->peer);
   bool stale = op->epoch != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
-    e_.transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+    engine().transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status =
       code == absl::StatusCode::kOk
@@ -386,9 +387,9 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (declined) [[unlikely]]
     status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name, op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
-  if (op->send.releases_rpc_slot && !stale) e_.rpc_server_.reply_sent(p);
+  if (op->send.releases_rpc_slot && !stale) engine().rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
-  e_.free_op(op);
+  engine().free_op(op);
 }
 
 }  // namespace sluice::detail

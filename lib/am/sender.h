@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cassert>
 #include <deque>
 #include <span>
 #include <string>
@@ -53,7 +54,7 @@ class SendsTo {
 
 class Sender {
  public:
-  explicit Sender(EngineCore& e) : e_(e) {}
+  explicit Sender([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   Sender(const Sender&) = delete;
   Sender& operator=(const Sender&) = delete;
 
@@ -152,7 +153,7 @@ class Sender {
   void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
   void post_message(PeerData& p, Op* header);
 
-  EngineCore& e_;
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::size_t inflight_ = 0;
 };
 
