@@ -172,17 +172,17 @@ Peer* Engine::peer(int rank) { return core_->peers().handle(rank); }
 absl::StatusOr<int> Engine::listen(std::string_view host_port) {
   if (!core_->engine_thread("Engine::listen")) [[unlikely]]
     return wrong_thread("Engine::listen");
-  return core_->listen(host_port);
+  return core_->connections().listen(host_port);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
   if (!core_->engine_thread("Engine::connect")) [[unlikely]]
     return wrong_thread("Engine::connect");
-  return core_->connect(host_port, std::nullopt);
+  return core_->connections().connect(host_port, std::nullopt);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port, Duration timeout) {
   if (!core_->engine_thread("Engine::connect")) [[unlikely]]
     return wrong_thread("Engine::connect");
-  return core_->connect(host_port, timeout);
+  return core_->connections().connect(host_port, timeout);
 }
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {

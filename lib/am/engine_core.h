@@ -1,9 +1,9 @@
 // The engine (internal): one object, its state and its protocol, owned by one thread. The
 // declarations below are grouped by the file that implements them:
-//   lifecycle.cpp   construction, init, the orderly close, handlers, stats
+//   lifecycle.cpp   construction, init, a peer's failure, the orderly close, stats
 //   loop.cpp        progress, sleeping, posted work, timers, completions
 //   peer_table.cpp  PeerTable: rank and client/server peers, rank endpoints (peer_table.h)
-//   connections.cpp a peer's failure, the front door's glue (listen, connect, admission)
+//   connections.cpp Connections: the front door's engine side: listen, connect, admission
 //   link_control.cpp LinkControl: HELLO, BYE, REJECT, control messages received (link_control.h;
 //                   link_timers.cpp: handshake deadlines, silence, heartbeats)
 //   sender.cpp      Sender: packing, the send queue, coalescing, credits spent (sender.h;
@@ -34,6 +34,7 @@
 
 #include "am/barrier.h"
 #include "am/call.h"
+#include "am/connections.h"
 #include "am/counters.h"
 #include "am/delivery.h"
 #include "am/handlers.h"
@@ -59,7 +60,7 @@
 
 namespace sluice::detail {
 
-class EngineCore final : private Door::Owner {
+class EngineCore final {
  public:
   EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot, int engine_id);
   ~EngineCore();
@@ -109,6 +110,7 @@ class EngineCore final : private Door::Owner {
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   RpcClient& rpc_client() { return rpc_client_; }
   PeerTable& peers() { return peers_; }
+  Connections& connections() { return connections_; }
   Handlers& handlers() { return handlers_; }
   RpcServer& rpc_server() { return rpc_server_; }
   // A Message comes to hold something of this engine / lets go of it (MessageAnchor::held).
@@ -137,9 +139,6 @@ class EngineCore final : private Door::Owner {
   std::size_t eager_limit() const { return eager_limit_; }
   Duration spin() const { return config_.spin; }
   int rank() const { return boot_->rank(); }
-  absl::StatusOr<int> listen(std::string_view host_port);
-  // `timeout`: this connect's limit instead of SLUICE_CONNECT_TIMEOUT.
-  absl::StatusOr<Peer*> connect(std::string_view host_port, std::optional<Duration> timeout);
   int size() const { return boot_->size(); }
   int id() const { return engine_id_; }
 
@@ -175,27 +174,8 @@ class EngineCore final : private Door::Owner {
       if (!progress()) wait(std::min(deadline, Clock::now() + std::chrono::milliseconds(1)));
   }
 
-  // ---- connections.cpp: a peer's failure, the front door's glue
+  // ---- lifecycle.cpp: a peer's failure, fanned out to every component (docs/architecture.md)
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
-  // The front door, made on first listen() or connect().
-  Door& door();
-  // Door::Owner: a client passed the pre-handshake; its link closed; its stream's socket.
-  absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
-  void link_lost(std::uint32_t slot, const std::string& why) override;
-  // A send or landing to the peer failed (`why`): fails it, or, for a client whose link is
-  // open, gives the link kLinkGrace to say whether its process ended (then that is the cause).
-  void transfer_failed(PeerData& p, const std::string& why);
-  void link_ready(std::uint32_t slot, int fd) override;
-  // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
-  // whether and how it is encrypted; `keys` are the door's session keys for it.
-  Endpoint stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
-                           bool client);
-  // The server's choice for an admitted client: UCX when its worker address is reachable over
-  // shared memory (or SLUICE_UCX_TCP=y lets UCX's TCP carry it), else the stream, encrypted
-  // when either side asks.
-  absl::StatusOr<door::Link> choose_link(PeerData& p, const Door::Admission& a);
-  // The client's side: the endpoint the server's ACCEPT asked for.
-  absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   void count_drop(const char* what);
   // A rank's barrier word (barrier.cpp).
   void barrier_word(const Message& m);
@@ -213,16 +193,9 @@ class EngineCore final : private Door::Owner {
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
   PeerTable peers_{*this};
-  std::unique_ptr<door::Key> key_;  // SLUICE_AUTH_KEY_FILE's, when authenticating
-  std::unique_ptr<Door> door_;
-  int listen_port_ = -1;
+  Connections connections_{*this};
   std::unique_ptr<LiveStats> live_;                // SLUICE_STATS_TRIGGER set
   Clock::time_point last_line_at_ = Clock::now();  // the last live-stats line (its rates' interval)
-  Clock::time_point door_due_{};                   // progress() polls the door from then on
-  // How often a busy engine looks at its front door (a poll of one epoll fd), and how long a
-  // peer whose link closed may still say BYE.
-  static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
-  static constexpr Duration kLinkGrace = std::chrono::milliseconds(250);
   OpPool ops_{this, &EngineCore::on_transport};
   std::vector<Completion> done_;
   bool draining_ = false;
@@ -302,7 +275,8 @@ class EngineCore final : private Door::Owner {
     std::size_t at = 0;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"  // conditionally supported; GCC and Clang do
-    if constexpr (std::is_same_v<Part, Delivery>) at = offsetof(EngineCore, delivery_);
+    if constexpr (std::is_same_v<Part, Connections>) at = offsetof(EngineCore, connections_);
+    else if constexpr (std::is_same_v<Part, Delivery>) at = offsetof(EngineCore, delivery_);
     else if constexpr (std::is_same_v<Part, Handlers>) at = offsetof(EngineCore, handlers_);
     else if constexpr (std::is_same_v<Part, Landings>) at = offsetof(EngineCore, landings_);
     else if constexpr (std::is_same_v<Part, LinkControl>) at = offsetof(EngineCore, link_);
@@ -325,9 +299,11 @@ class EngineCore final : private Door::Owner {
   friend class Handlers;
   friend class Delivery;
   friend class PeerTable;
+  friend class Connections;
 };
 
 // Each component reaches its engine at a constant offset from itself.
+inline EngineCore& Connections::engine() const { return EngineCore::of(this); }
 inline EngineCore& Delivery::engine() const { return EngineCore::of(this); }
 inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }
 inline EngineCore& Landings::engine() const { return EngineCore::of(this); }

@@ -82,9 +82,7 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   fault_.arm(fault);
   if (config_.stats_trigger.any())
     live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
-  if (config_.auth_mode() != AuthMode::kOff) {
-    SLUICE_ASSIGN_OR_RETURN(key_, door::Key::load(config_.auth_key_file, "SLUICE_AUTH_KEY_FILE"));
-  }
+  SLUICE_RETURN_IF_ERROR(connections_.load_key(config_));
   std::vector<std::string> listening = listening_tcp_sockets();
   SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
   log_ucx_ports(listening);
@@ -150,6 +148,65 @@ EngineCore::~EngineCore() {
     std::fprintf(stderr, "sluice stats (rank %d, engine %d):\n%s", rank(), engine_id_, text.c_str());
   }
   worker_->progress();
+}
+
+// ---- a peer's failure ---------------------------------------------------------------------
+
+void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
+  if (p.state == PeerState::kDead) return;
+  // A stream that failed knows why (a send failing right after it would only say "failed").
+  if (std::string why = p.ep.failure(); code != absl::StatusCode::kCancelled && !why.empty() && why != reason) {
+    fail_peer(p, absl::StatusCode::kUnavailable, why);
+    return;
+  }
+  bool orderly = code == absl::StatusCode::kCancelled;
+  if (!orderly) {
+    c_.peers_failed->add();
+    // The cause's code is named when it says more than the UNAVAILABLE the operations get.
+    SLUICE_LOG(kWarn, "am", "peer %s failed%s: %s; its operations complete with UNAVAILABLE", p.name,
+               code == absl::StatusCode::kUnavailable ? "" : absl::StrFormat(" (%s)", absl::StatusCodeToString(code)),
+               reason);
+  } else {
+    SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
+  }
+  p.state = PeerState::kDead;
+  LinkControl::failed(p.link, reason);
+  if (p.rank < 0) connections_.close_link(p.id);
+  absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
+                      absl::StrFormat("peer %s: %s", p.name, reason));
+  // Queued messages never reached the transport: complete them here, once.
+  sender_.drop_queued(p, status);
+  rpc_client_.drop_waiting(p, status);
+  // In-flight sends complete through the force close (their callbacks see an error)...
+  if (p.ep.valid()) {
+    void* req = p.ep.start_close(true);
+    if (req != nullptr)
+      LinkControl::close_pending(
+          p.link, absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1))));
+  }
+  // ...except when UCX forgets some (seen with rendezvous sends to a dead shared-memory peer;
+  // openucx/ucx#11154 reports the same): Sluice completes those itself, exactly once.
+  sender_.complete_stuck(p, status);
+  Delivery::drop_held(p);
+  landings_.peer_failed(p);
+  // Exact receives posted for this peer's payloads: cancel; their completions clean up.
+  for (auto& op : ops_) {
+    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
+      worker_->cancel(&op);
+    }
+  }
+  // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
+  rpc_client_.end_calls(p, status);
+  std::uint32_t posted = receives_.close(p);
+  if (std::uint32_t granted = Delivery::take_grant(p); granted != 0) recv_pool_->eager().unreserve(granted + posted);
+  sender_.release_held(p);
+  rpc_server_.grant(p, config_.rpc_slots);
+  peers_.gone(p);
+}
+
+void EngineCore::count_drop(const char* what) {
+  c_.dropped_dead->add();
+  SLUICE_LOG_RATE_LIMITED(kInfo, "am", "dropped a message: %s", what);
 }
 
 // ---- the close, in phases ------------------------------------------------------------------
@@ -231,7 +288,7 @@ std::string EngineCore::stats_line(const char* trigger) {
   std::string line = absl::StrFormat("{\"time\": \"%s\", \"host\": \"%s\", \"pid\": %d, ", utc_timestamp(),
                                      json_escape(host_name()), static_cast<int>(::getpid()));
   if (boot_ != nullptr && boot_->size() > 1) absl::StrAppendFormat(&line, "\"rank\": %d, ", rank());
-  if (listen_port_ >= 0) absl::StrAppendFormat(&line, "\"listen_port\": %d, ", listen_port_);
+  if (int port = connections_.listen_port(); port >= 0) absl::StrAppendFormat(&line, "\"listen_port\": %d, ", port);
   absl::StrAppendFormat(&line, "\"engine\": %d, \"trigger\": \"%s\", \"counters\": %s, \"peers\": [", engine_id_,
                         trigger, counters);
   // The live peers busiest since the last line (a server with thousands of clients writes

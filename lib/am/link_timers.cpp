@@ -23,7 +23,7 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
     return true;
   }
   if (p.state != PeerState::kReady) return false;
-  if (now - p.link.lost_at_ >= engine().kLinkGrace) [[unlikely]] {
+  if (now - p.link.lost_at_ >= Connections::kLinkGrace) [[unlikely]] {
     engine().fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason_);
     return true;
   }

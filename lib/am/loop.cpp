@@ -56,8 +56,8 @@ void EngineCore::drain_completions() {
     if (p.state == PeerState::kDead) continue;
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
-    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason());
-    else transfer_failed(p, p.link.fail_reason());
+    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) connections_.link_lost(p.id, p.link.fail_reason());
+    else connections_.transfer_failed(p, p.link.fail_reason());
   }
 }
 
@@ -157,10 +157,7 @@ bool EngineCore::check_clock() {
   now_ = Clock::now();
   bool any = false;
   // The door first: a link that closed names the cause before its grace ends (timers()).
-  if (door_ && now_ >= door_due_) {
-    door_due_ = now_ + kDoorEvery;
-    any = door_->poll(now_);
-  }
+  any = connections_.poll_due(now_);
   if (now_ >= next_timer_) timers(now_);
   receives_.take_first_contacts();
   // An endpoint that failed in a pass that completed nothing (a stream's peer closing).
@@ -181,16 +178,13 @@ void EngineCore::wait(Clock::time_point deadline) {
 }
 
 void EngineCore::sleep_until(Clock::time_point until) {
-  if (door_) until = std::min(until, door_->next_deadline());
+  until = std::min(until, connections_.next_deadline());
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
   pollfd fds[3] = {
-      {worker_->event_fd(), POLLIN, 0}, {door_ ? door_->fd() : -1, POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
+      {worker_->event_fd(), POLLIN, 0}, {connections_.fd(), POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
   if (ms > 0) ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
-  if (door_ && (fds[1].revents != 0 || Clock::now() >= door_->next_deadline())) {
-    door_due_ = Clock::now() + kDoorEvery;
-    (void)door_->poll(Clock::now());  // what it did is handled by the caller's next progress()
-  }
+  connections_.woke(fds[1].revents != 0);
 }
 
 Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {

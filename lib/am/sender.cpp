@@ -377,7 +377,7 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   bool stale = op->epoch != p.epoch;
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
   if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
-    engine().transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
+    engine().connections_.transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status =
       code == absl::StatusCode::kOk

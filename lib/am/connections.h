@@ -1,0 +1,87 @@
+// Client/server connections (internal): the engine's side of the front door (lib/door), which
+// owns the listening socket and the pre-handshake. listen() and connect() make the door on
+// first use; an admitted client gets a peer record and the link the server chooses for it
+// (UCX when reachable over shared memory, else the stream, encrypted when either side asks);
+// a link that closes gives its peer a short grace to say why before it fails.
+#pragma once
+
+#include <cassert>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <sluice/engine.h>
+
+#include "door/door.h"
+#include "transport/transport.h"
+
+namespace sluice::detail {
+
+class EngineCore;
+struct PeerData;
+
+class Connections final : private Door::Owner {
+ public:
+  // How long a peer whose link closed may still say BYE.
+  static constexpr Duration kLinkGrace = std::chrono::milliseconds(250);
+
+  explicit Connections([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
+  Connections(const Connections&) = delete;
+  Connections& operator=(const Connections&) = delete;
+
+  // Init: SLUICE_AUTH_KEY_FILE's key, when authentication is on.
+  absl::Status load_key(const Config& config);
+  absl::StatusOr<int> listen(std::string_view host_port);
+  // `timeout`: this connect's limit instead of SLUICE_CONNECT_TIMEOUT.
+  absl::StatusOr<Peer*> connect(std::string_view host_port, std::optional<Duration> timeout);
+  int listen_port() const { return listen_port_; }
+
+  // A send or landing to the peer failed (`why`): fails it, or, for a client whose link is
+  // open, gives the link kLinkGrace to say whether its process ended (then that is the cause).
+  void transfer_failed(PeerData& p, const std::string& why);
+  // The peer's link closed (Door::Owner; also a stream endpoint its peer closed).
+  void link_lost(std::uint32_t slot, const std::string& why) override;
+  // A failed client's link is closed.
+  void close_link(std::uint32_t slot) {
+    if (door_) door_->close_link(slot);
+  }
+
+  // The engine's loop: the door polled every kDoorEvery while busy (true when it did
+  // something); its socket and next deadline for sleeping, then polled when it woke.
+  bool poll_due(Clock::time_point now) {
+    if (!door_ || now < door_due_) return false;
+    door_due_ = now + kDoorEvery;
+    return door_->poll(now);
+  }
+  int fd() const { return door_ ? door_->fd() : -1; }
+  Clock::time_point next_deadline() const { return door_ ? door_->next_deadline() : Clock::time_point::max(); }
+  void woke(bool readable);
+
+ private:
+  // How often a busy engine looks at its front door (a poll of one epoll fd).
+  static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
+
+  Door& door();
+  // Door::Owner: a client passed the pre-handshake; its stream's socket.
+  absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
+  void link_ready(std::uint32_t slot, int fd) override;
+  // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
+  // whether and how it is encrypted; `keys` are the door's session keys for it.
+  Endpoint stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
+                           bool client);
+  // The server's choice for an admitted client: UCX when its worker address is reachable over
+  // shared memory (or SLUICE_UCX_TCP=y lets UCX's TCP carry it), else the stream, encrypted
+  // when either side asks.
+  absl::StatusOr<door::Link> choose_link(PeerData& p, const Door::Admission& a);
+  // The client's side: the endpoint the server's ACCEPT asked for.
+  absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
+
+  std::unique_ptr<door::Key> key_;  // SLUICE_AUTH_KEY_FILE's, when authenticating
+  std::unique_ptr<Door> door_;
+  int listen_port_ = -1;
+  Clock::time_point door_due_{};  // poll_due() polls the door from then on
+};
+
+}  // namespace sluice::detail
