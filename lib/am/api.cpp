@@ -50,7 +50,7 @@ void Message::release() {
 
 Peer* Message::peer() const {
   if (!valid()) return nullptr;
-  if (!s_.anchor->core->engine_thread("Message::peer")) [[unlikely]]
+  if (!s_.anchor->core->guard().engine_thread("Message::peer")) [[unlikely]]
     return nullptr;
   return s_.anchor->core->peers().handle_of(s_.peer);
 }
@@ -66,7 +66,7 @@ detail::EngineCore* Message::answering(const char* what) const {
     return nullptr;
   }
   detail::EngineCore* core = s_.anchor->core;
-  return core->engine_thread(what) ? core : nullptr;
+  return core->guard().engine_thread(what) ? core : nullptr;
 }
 
 Result Message::reply_copy(std::span<const std::byte> header, std::span<const std::byte> payload) {
@@ -89,7 +89,7 @@ Result Message::reply(std::span<const std::byte> header, const Slot& payload, st
                       SendCallback on_done) {
   detail::EngineCore* core = answering("Message::reply");
   if (core == nullptr) return Result::kInvalidArgument;
-  if (!payload || length > detail::slot_size(payload)) return core->bad_slot("Message::reply", payload, length);
+  if (!payload || length > detail::slot_size(payload)) return core->guard().bad_slot("Message::reply", payload, length);
   return core->rpc_server().reply(*this, header, std::span<const std::byte>(detail::slot_data(payload), length), 0,
                                   detail::PayloadCopy::kNo, std::move(on_done), detail::slot_memh(payload));
 }
@@ -97,7 +97,7 @@ Result Message::reply(std::span<const std::byte> header, const Slot& payload, st
 Result Message::reply_error(const absl::Status& status) {
   detail::EngineCore* core = answering("Message::reply_error");
   if (core == nullptr) return Result::kInvalidArgument;
-  if (status.ok()) return core->bad_status();
+  if (status.ok()) return core->guard().bad_status();
   std::string text(status.message());
   if (text.size() > 512) text.resize(512);
   return core->rpc_server().reply(*this, {}, std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()),
@@ -107,44 +107,44 @@ Result Message::reply_error(const absl::Status& status) {
 // ---- Peer ----------------------------------------------------------------------------------
 
 bool Peer::alive() const {
-  if (!engine_->engine_thread("Peer::alive")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::alive")) [[unlikely]]
     return false;
   return data_->state != detail::PeerState::kDead;
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                   SendCallback&& on_done) {
-  if (!engine_->engine_thread("Peer::send")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::send")) [[unlikely]]
     return Result::kInvalidArgument;
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
                   SendCallback&& on_done) {
-  if (!engine_->engine_thread("Peer::send")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::send")) [[unlikely]]
     return Result::kInvalidArgument;
-  if (!payload || length > detail::slot_size(payload)) return engine_->bad_slot("Peer::send", payload, length);
+  if (!payload || length > detail::slot_size(payload)) return engine_->guard().bad_slot("Peer::send", payload, length);
   return engine_->send(*data_, h, header, std::span<const std::byte>(detail::slot_data(payload), length),
                        std::move(on_done), detail::PayloadCopy::kNo, detail::slot_memh(payload));
 }
 
 Result Peer::send_copy(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
                        SendCallback&& on_done) {
-  if (!engine_->engine_thread("Peer::send_copy")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::send_copy")) [[unlikely]]
     return Result::kInvalidArgument;
   return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kPool);
 }
 
 Result Peer::call(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                   CallOptions options, ReplyCallback&& on_reply, CallId* id) {
-  if (!engine_->engine_thread("Peer::call")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::call")) [[unlikely]]
     return Result::kInvalidArgument;
   return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id);
 }
 
 Result Peer::call_copy(HandlerId method, std::span<const std::byte> header, std::span<const std::byte> payload,
                        CallOptions options, ReplyCallback&& on_reply, CallId* id) {
-  if (!engine_->engine_thread("Peer::call_copy")) [[unlikely]]
+  if (!engine_->guard().engine_thread("Peer::call_copy")) [[unlikely]]
     return Result::kInvalidArgument;
   return engine_->rpc_client().call(*data_, method, header, payload, options, std::move(on_reply), id,
                                     detail::PayloadCopy::kPool);
@@ -159,34 +159,34 @@ int Engine::rank() const { return core_->rank(); }
 int Engine::size() const { return core_->size(); }
 int Engine::id() const { return core_->id(); }
 absl::Status Engine::register_handler(HandlerId id, Handler fn, HandlerOptions options) {
-  if (!core_->engine_thread("Engine::register_handler")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::register_handler")) [[unlikely]]
     return wrong_thread("Engine::register_handler");
   return core_->handlers().add(id, std::move(fn), std::move(options));
 }
 absl::Status Engine::unregister_handler(HandlerId id) {
-  if (!core_->engine_thread("Engine::unregister_handler")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::unregister_handler")) [[unlikely]]
     return wrong_thread("Engine::unregister_handler");
   return core_->handlers().remove(id);
 }
 Peer* Engine::peer(int rank) { return core_->peers().handle(rank); }
 absl::StatusOr<int> Engine::listen(std::string_view host_port) {
-  if (!core_->engine_thread("Engine::listen")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::listen")) [[unlikely]]
     return wrong_thread("Engine::listen");
   return core_->connections().listen(host_port);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
-  if (!core_->engine_thread("Engine::connect")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::connect")) [[unlikely]]
     return wrong_thread("Engine::connect");
   return core_->connections().connect(host_port, std::nullopt);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port, Duration timeout) {
-  if (!core_->engine_thread("Engine::connect")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::connect")) [[unlikely]]
     return wrong_thread("Engine::connect");
   return core_->connections().connect(host_port, timeout);
 }
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
-  if (!core_->bind_driver("Engine::run_until")) return false;
+  if (!core_->guard().bind("Engine::run_until")) return false;
   // Busy-polls while there is work, and for SLUICE_SPIN after the last of it; then sleeps in
   // wait() until a message, a timer or post() wakes it. Polling threads that never sleep
   // turn an oversubscribed machine into one where each hand-off between two of them waits
@@ -217,7 +217,7 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
 void Engine::wait(Clock::time_point deadline) { core_->wait(deadline); }
 void Engine::post(absl::AnyInvocable<void()> fn) { core_->post(std::move(fn)); }
 absl::Status Engine::barrier(Clock::time_point deadline) {
-  if (!core_->engine_thread("Engine::barrier")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::barrier")) [[unlikely]]
     return wrong_thread("Engine::barrier");
   std::uint64_t epoch = core_->barrier_enter();
   absl::Status status;
@@ -234,25 +234,25 @@ absl::Status Engine::barrier(Clock::time_point deadline) {
 Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point deadline) {
   return core_->submit(std::move(attempt), deadline);
 }
-void Engine::release_thread() { core_->release_thread(); }
+void Engine::release_thread() { core_->guard().release(); }
 void Engine::cancel(CallId id) {
-  if (!core_->engine_thread("Engine::cancel")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::cancel")) [[unlikely]]
     return;
   core_->rpc_client().cancel(id);
 }
 Result Engine::try_get_send_slot(std::size_t size, Slot* out) {
-  if (!core_->engine_thread("Engine::try_get_send_slot")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::try_get_send_slot")) [[unlikely]]
     return Result::kInvalidArgument;
   return core_->try_get_send_slot(size, out);
 }
 const Stats& Engine::stats() {
   static const Stats kNone;
-  if (!core_->engine_thread("Engine::stats")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::stats")) [[unlikely]]
     return kNone;
   return core_->stats();
 }
 PoolStats Engine::pool_stats(Direction d) const {
-  if (!core_->engine_thread("Engine::pool_stats")) [[unlikely]]
+  if (!core_->guard().engine_thread("Engine::pool_stats")) [[unlikely]]
     return (PoolStats{d, 0, 0, 0, {}});
   return core_->pool_stats(d);
 }
@@ -270,13 +270,13 @@ struct EngineAccess {
 namespace testing {
 std::size_t outstanding_sends(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
-  if (!core->engine_thread("testing::outstanding_sends")) [[unlikely]]
+  if (!core->guard().engine_thread("testing::outstanding_sends")) [[unlikely]]
     return 0;
   return core->outstanding_sends();
 }
 std::size_t posted_exact_receives(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
-  if (!core->engine_thread("testing::posted_exact_receives")) [[unlikely]]
+  if (!core->guard().engine_thread("testing::posted_exact_receives")) [[unlikely]]
     return 0;
   return core->posted_exact_receives();
 }

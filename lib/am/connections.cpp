@@ -35,7 +35,7 @@ Door& Connections::door() {
     DoorOptions o;
     o.auth = engine().config_.auth_mode() == AuthMode::kRequired   ? door::AuthMode::kRequired
              : engine().config_.auth_mode() == AuthMode::kOptional ? door::AuthMode::kOptional
-                                                          : door::AuthMode::kOff;
+                                                                   : door::AuthMode::kOff;
     o.key = key_.get();
     o.handshake_timeout = engine().config_.handshake_timeout;
     o.max_pending = engine().config_.handshake_max;
@@ -54,13 +54,13 @@ absl::StatusOr<int> Connections::listen(std::string_view host_port) {
   SLUICE_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(host_port));
   SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.host, hp.port));
   listen_port_ = port;
-  SLUICE_LOG(kInfo, "am", "engine %d listening on %s (authentication %s)", engine().engine_id_, format_host_port(hp.host, port),
-             key_ ? "on" : "off");
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s (authentication %s)", engine().engine_id_,
+             format_host_port(hp.host, port), key_ ? "on" : "off");
   return port;
 }
 
 Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
-                                     bool client) {
+                                      bool client) {
   StreamOptions o;
   o.name = p.name;
   // Messages up to the eager limit go at once; larger ones (rendezvous payloads) wait at the
@@ -68,7 +68,8 @@ Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::o
   // and RPC slots allow, with room for its control messages.
   o.eager_max = engine().eager_limit_;
   o.frame_max = std::max(eager_slot_size(engine().eager_limit_), Receives::kContactMax);
-  o.unexpected_max = (std::size_t{engine().config_.credits} + 2 * std::size_t{engine().config_.rpc_slots} + 16) * (o.frame_max + 64);
+  o.unexpected_max =
+      (std::size_t{engine().config_.credits} + 2 * std::size_t{engine().config_.rpc_slots} + 16) * (o.frame_max + 64);
   // Its messages carry our slot for it: one tagged as another peer's is refused by the stream,
   // so no client can speak for another.
   o.tag_mask = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
@@ -87,7 +88,8 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
   if (absl::Status valid = check_ucx_address(a.address); !valid.ok())
     return absl::InvalidArgumentError(absl::StrFormat("its UCX worker address is malformed: %s", valid.message()));
   absl::StatusOr<Endpoint> ep = absl::UnavailableError("SLUICE_CS_TRANSPORT=stream");
-  if (engine().config_.cs_transport == CsTransport::kAuto) ep = engine().worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+  if (engine().config_.cs_transport == CsTransport::kAuto)
+    ep = engine().worker_->connect(a.address, &EngineCore::on_ep_error, &p);
   if (ep.ok() && (engine().config_.ucx_tcp == UcxTcp::kYes || ep->transports().find("tcp") == std::string::npos)) {
     p.ep = std::move(*ep);
     return door::Link::kUcx;
@@ -221,7 +223,7 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
     engine().wait(deadline);
     if (Clock::now() >= deadline && p.state == PeerState::kConnecting) {
       engine().fail_peer(p, absl::StatusCode::kDeadlineExceeded,
-                absl::StrFormat("no handshake with %s within %s", host_port, limit_name));
+                         absl::StrFormat("no handshake with %s within %s", host_port, limit_name));
     }
   }
   if (p.state != PeerState::kReady) {

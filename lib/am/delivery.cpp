@@ -306,7 +306,7 @@ void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
 void Delivery::release(Message& m) {
   // Bound to this thread, not merely unbound: a Message may be dropped on any thread, also
   // while the engine is between drivers (after release_thread()).
-  if (engine().driver_tp_.load(std::memory_order_acquire) != engine().thread_pointer()) [[unlikely]] {
+  if (!engine().guard_.bound_here(std::memory_order_acquire)) [[unlikely]] {
     // Released on another thread (message.h asks for the engine's): its credit, slot and
     // unanswered request belong to the engine thread's state, so the release is handed there.
     auto* held = new Message(std::move(m));

@@ -32,6 +32,7 @@
 #include <sluice/bootstrap.h>
 #include <sluice/engine.h>
 
+#include "am/api_guard.h"
 #include "am/barrier.h"
 #include "am/call.h"
 #include "am/connections.h"
@@ -68,33 +69,6 @@ class EngineCore final {
   absl::Status init(const std::optional<NumaPolicy>& numa, std::string_view fault_at);
 
   // --- public API, forwarded from Engine/Peer/Message ---
-  // Whether the calling thread may call `what` (a public method's name): the thread driving
-  // the engine, or any thread before one does. Otherwise counted (api.wrong_thread), logged
-  // once per engine naming both threads, and false: the caller returns kInvalidArgument.
-  bool engine_thread(const char* what) {
-    if (on_driver_thread()) [[likely]]
-      return true;
-    wrong_thread(what);
-    return false;
-  }
-  void wrong_thread(const char* what);
-  // kInvalidArgument, logged: a send or reply from an empty Slot or beyond its size; an OK
-  // status given to reply_error().
-  Result bad_slot(const char* what, const Slot& slot, std::size_t length) {
-    return invalid(
-        absl::StrFormat("%s: %s", what,
-                        !slot ? std::string("the Slot is empty")
-                              : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot_size(slot))));
-  }
-  Result bad_status() { return invalid("Message::reply_error: the status is OK (use reply() for an answer)"); }
-  // kInvalidArgument, counted (api.invalid_argument) and logged with `why`, rate-limited per
-  // call site.
-  Result invalid(const std::string& why, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE());
-  // Binds the calling thread when nothing drives the engine; false (after wrong_thread()) when
-  // another thread does.
-  bool bind_driver(const char* what);
-  // The driving thread lets go: the next thread to drive the engine binds it.
-  void release_thread();
   bool progress();
   void wait(Clock::time_point deadline);
   void post(absl::AnyInvocable<void()> fn);
@@ -109,6 +83,7 @@ class EngineCore final {
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   RpcClient& rpc_client() { return rpc_client_; }
+  ApiGuard& guard() { return guard_; }
   PeerTable& peers() { return peers_; }
   Connections& connections() { return connections_; }
   Handlers& handlers() { return handlers_; }
@@ -192,6 +167,7 @@ class EngineCore final {
   std::unique_ptr<Pool> send_pool_;
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
+  ApiGuard guard_{*this};
   PeerTable peers_{*this};
   Connections connections_{*this};
   std::unique_ptr<LiveStats> live_;                // SLUICE_STATS_TRIGGER set
@@ -203,27 +179,6 @@ class EngineCore final {
   bool closing_ = false;        // shutting down: receives are not re-posted
   bool shutting_down_ = false;  // ~EngineCore runs: no handler is called any more
   bool initialized_ = false;
-  // The thread driving the engine, by its thread pointer (comparing that is one instruction
-  // where std::this_thread::get_id() is a call into libc): nullptr until the first progress(),
-  // run_until() or wait() binds the calling thread, and again after release_thread().
-  std::atomic<const void*> driver_tp_{nullptr};
-  std::atomic<int> driver_tid_{0};  // its kernel thread id, for messages
-  std::atomic<std::uint64_t> wrong_thread_calls_{0};
-  std::mutex wrong_thread_mu_;
-  std::vector<std::string> wrong_thread_logged_;  // the methods refused so far (each logged once)
-  static const void* thread_pointer() {
-#if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
-    return __builtin_thread_pointer();
-#else
-    static thread_local const char marker = 0;  // distinct per thread, like the thread pointer
-    return &marker;
-#endif
-  }
-  // The calling thread drives the engine, or nothing does yet.
-  bool on_driver_thread() const {
-    const void* d = driver_tp_.load(std::memory_order_relaxed);
-    return d == thread_pointer() || d == nullptr;
-  }
   // Messages point here, not at the engine: one that outlives the engine finds it gone.
   MessageAnchor* anchor_ = new MessageAnchor{this};
   LinkControl link_{*this};
@@ -234,8 +189,6 @@ class EngineCore final {
   Landings landings_{*this};
   Handlers handlers_{*this};
   Delivery delivery_{*this};
-  // invalid()'s rate limits, by call site (file, line).
-  std::map<std::pair<const char*, unsigned>, RateLimit> invalid_limits_;
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
   Clock::time_point now_ = Clock::now();          // coarse: updated when timers are checked
@@ -275,7 +228,8 @@ class EngineCore final {
     std::size_t at = 0;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"  // conditionally supported; GCC and Clang do
-    if constexpr (std::is_same_v<Part, Connections>) at = offsetof(EngineCore, connections_);
+    if constexpr (std::is_same_v<Part, ApiGuard>) at = offsetof(EngineCore, guard_);
+    else if constexpr (std::is_same_v<Part, Connections>) at = offsetof(EngineCore, connections_);
     else if constexpr (std::is_same_v<Part, Delivery>) at = offsetof(EngineCore, delivery_);
     else if constexpr (std::is_same_v<Part, Handlers>) at = offsetof(EngineCore, handlers_);
     else if constexpr (std::is_same_v<Part, Landings>) at = offsetof(EngineCore, landings_);
@@ -299,10 +253,12 @@ class EngineCore final {
   friend class Handlers;
   friend class Delivery;
   friend class PeerTable;
+  friend class ApiGuard;
   friend class Connections;
 };
 
 // Each component reaches its engine at a constant offset from itself.
+inline EngineCore& ApiGuard::engine() const { return EngineCore::of(this); }
 inline EngineCore& Connections::engine() const { return EngineCore::of(this); }
 inline EngineCore& Delivery::engine() const { return EngineCore::of(this); }
 inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }

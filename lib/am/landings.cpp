@@ -242,7 +242,8 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
       Delivery::credit_gone(p);
     }
     if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
-      engine().connections_.transfer_failed(p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
+      engine().connections_.transfer_failed(
+          p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   engine().c_.rndv_received->add();

@@ -131,8 +131,7 @@ EngineCore::~EngineCore() {
     return;  // init failed part-way: nothing was posted, no peer was contacted
   }
   // The last call on the engine, on whichever thread destroys it: that thread drives the close.
-  driver_tp_.store(nullptr, std::memory_order_relaxed);
-  (void)bind_driver("Engine::~Engine");
+  (void)guard_.take_over("Engine::~Engine");
   shutting_down_ = true;
   auto deadline = Clock::now() + std::min<Duration>(config_.connect_timeout, std::chrono::seconds(5));
   rpc_client_.close();
@@ -272,7 +271,7 @@ void EngineCore::close_transport(Clock::time_point deadline) {
 Result EngineCore::try_get_send_slot(std::size_t size, Slot* out) {
   PoolClass* cls = send_pool_->class_for(size);
   if (cls == nullptr)
-    return invalid(absl::StrFormat(
+    return guard_.invalid(absl::StrFormat(
         "try_get_send_slot(%u): larger than the send pool's largest class (SLUICE_POOL_CLASSES)", size));
   // A full class frees as sends complete and the application's slots come back.
   Result r = cls->try_get(out);
@@ -367,7 +366,7 @@ const Stats& EngineCore::stats() {
     }
   }
   stats_.counter("am.tx_inflight").set(sender_.inflight());
-  stats_.counter("api.wrong_thread").set(wrong_thread_calls_.load(std::memory_order_relaxed));
+  stats_.counter("api.wrong_thread").set(guard_.wrong_thread_calls());
   std::size_t held = 0;
   peers_.for_each([&](const PeerData& p) {
     held += p.state == PeerState::kReady && p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;

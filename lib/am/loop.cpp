@@ -72,57 +72,9 @@ void EngineCore::run_posted() {
   (void)submissions_.run();  // after the flag is cleared: a submit() meanwhile sets it again
 }
 
-bool EngineCore::bind_driver(const char* what) {
-  // The thread that drives the engine owns its pools' free lists (slots released elsewhere
-  // come back through the pools' lock-free return path).
-  const void* me = thread_pointer();
-  const void* expected = nullptr;
-  if (driver_tp_.compare_exchange_strong(expected, me, std::memory_order_acq_rel)) {
-    driver_tid_.store(static_cast<int>(gettid()), std::memory_order_relaxed);
-    send_pool_->set_owner(std::this_thread::get_id());
-    recv_pool_->set_owner(std::this_thread::get_id());
-    return true;
-  }
-  if (expected == me) return true;
-  wrong_thread(what);
-  return false;
-}
-
-Result EngineCore::invalid(const std::string& why, const char* file, unsigned line) {
-  c_.invalid_argument->add();
-  if (log_enabled(LogLevel::kWarn)) [[unlikely]] {
-    auto [it, _] = invalid_limits_.try_emplace({file, line});
-    std::uint64_t suppressed = 0;
-    if (it->second.allow(&suppressed))
-      log_write(LogLevel::kWarn, "api",
-                suppressed == 0 ? why : absl::StrFormat("%s (%u similar lines suppressed)", why, suppressed));
-  }
-  return Result::kInvalidArgument;
-}
-
-void EngineCore::wrong_thread(const char* what) {
-  wrong_thread_calls_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(wrong_thread_mu_);
-    if (std::find(wrong_thread_logged_.begin(), wrong_thread_logged_.end(), what) != wrong_thread_logged_.end()) return;
-    wrong_thread_logged_.emplace_back(what);
-  }
-  SLUICE_LOG(kError, "am",
-             "engine %d: %s called on thread %d while thread %d drives the engine: refused (logged once per "
-             "method; counted in api.wrong_thread). One thread drives an engine: "
-             "hand it work with Engine::post(), or hand the engine over with Engine::release_thread() "
-             "on the driving thread",
-             engine_id_, what, static_cast<int>(gettid()), driver_tid_.load(std::memory_order_relaxed));
-}
-
-void EngineCore::release_thread() {
-  if (!engine_thread("Engine::release_thread")) return;
-  driver_tp_.store(nullptr, std::memory_order_release);
-}
-
 bool EngineCore::progress() {
-  if (driver_tp_.load(std::memory_order_relaxed) != thread_pointer()) [[unlikely]] {
-    if (!bind_driver("Engine::progress")) return false;
+  if (!guard_.bound_here()) [[unlikely]] {
+    if (!guard_.bind("Engine::progress")) return false;
   }
   // Receives consumed in the last call are re-posted here, before polling, rather than at
   // the end of it: a handler's reply, or the caller's next send after progress() returns,
@@ -168,7 +120,7 @@ bool EngineCore::check_clock() {
 }
 
 void EngineCore::wait(Clock::time_point deadline) {
-  if (driver_tp_.load(std::memory_order_relaxed) != thread_pointer() && !bind_driver("Engine::wait")) return;
+  if (!guard_.bound_here() && !guard_.bind("Engine::wait")) return;
   since_timer_check_ = kTimerEvery;  // about to sleep: timers first
   if (progress()) return;
   if (!worker_->arm()) return;  // events pending: progress instead of sleeping
@@ -181,15 +133,14 @@ void EngineCore::sleep_until(Clock::time_point until) {
   until = std::min(until, connections_.next_deadline());
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
-  pollfd fds[3] = {
-      {worker_->event_fd(), POLLIN, 0}, {connections_.fd(), POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
+  pollfd fds[3] = {{worker_->event_fd(), POLLIN, 0}, {connections_.fd(), POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
   if (ms > 0) ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
   connections_.woke(fds[1].revents != 0);
 }
 
 Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {
   // The engine thread waiting for room only it can make would wait forever.
-  if (driver_tp_.load(std::memory_order_acquire) == thread_pointer()) deadline = Clock::time_point::min();
+  if (guard_.bound_here(std::memory_order_acquire)) deadline = Clock::time_point::min();
   // One wake-up per batch: a producer that finds the flag set leaves the signal to the one
   // that set it (the engine clears the flag before it takes what was queued).
   return submissions_.push(std::move(attempt), deadline, [this] {

@@ -13,9 +13,10 @@ namespace sluice::detail {
 [[gnu::always_inline]] inline Result RpcClient::refusal(const PeerData& p, HandlerId method, bool has_cb,
                                                         std::size_t header, std::size_t payload) {
   if (p.state == PeerState::kDead) return Result::kUnavailable;
-  if (!has_cb) return engine().invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
+  if (!has_cb)
+    return engine().guard_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
   if (header > kMaxUserHeader || payload > engine().config_.max_message)
-    return engine().invalid(absl::StrFormat(
+    return engine().guard_.invalid(absl::StrFormat(
         "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
         method, p.name, header, kMaxUserHeader, payload, engine().config_.max_message));
   if (p.tx.queued() + p.calls.queue_.size() >= engine().config_.send_queue_max) {
@@ -63,7 +64,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
     if (!options.reply_buffer.empty()) {
       calls_.erase(id);
-      return engine().invalid(
+      return engine().guard_.invalid(
           absl::StrFormat("call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
                           "buffer in bounce mode (SLUICE_RNDV=n)",
                           method, p.name, header.size() + payload.size()));

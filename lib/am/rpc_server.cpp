@@ -48,9 +48,10 @@ void RpcServer::on_request(PeerData& p, Message& m) {
 
 Result RpcServer::not_answerable(const Message& m) {
   if (!state(m).request)
-    return engine().invalid(absl::StrFormat(
+    return engine().guard_.invalid(absl::StrFormat(
         "reply to handler %d's message: it is not a request (no call waits for a reply)", state(m).handler));
-  return engine().invalid(absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
+  return engine().guard_.invalid(
+      absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
 }
 
 [[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent) {
@@ -72,7 +73,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
     return Result::kUnavailable;
   }
   if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message)
-    return engine().invalid(absl::StrFormat(
+    return engine().guard_.invalid(absl::StrFormat(
         "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
         "SLUICE_MAX_MESSAGE)",
         state(m).handler, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
@@ -153,8 +154,8 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
     // that borrows a coalesced receive would copy its bytes first.
     if (header.size() > kMaxUserHeader)
-      return engine().invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)", state(m).handler,
-                                              header.size(), kMaxUserHeader));
+      return engine().guard_.invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)",
+                                                     state(m).handler, header.size(), kMaxUserHeader));
     // The request's receive slot is released right after the reply is packed, so the reply
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.

@@ -49,7 +49,8 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
     if (p.state != PeerState::kDead)
-      engine().connections_.transfer_failed(p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
+      engine().connections_.transfer_failed(
+          p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   if (kind == wire::kDecline) engine().landings_.send_declines(p);

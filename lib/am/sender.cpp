@@ -113,7 +113,7 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   if (p.state == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message) [[unlikely]]
-    return engine().invalid(
+    return engine().guard_.invalid(
         absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
                         "SLUICE_MAX_MESSAGE)",
                         h, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
