@@ -219,16 +219,16 @@ void Engine::post(absl::AnyInvocable<void()> fn) { core_->post(std::move(fn)); }
 absl::Status Engine::barrier(Clock::time_point deadline) {
   if (!core_->guard().engine_thread("Engine::barrier")) [[unlikely]]
     return wrong_thread("Engine::barrier");
-  std::uint64_t epoch = core_->barrier_enter();
+  std::uint64_t epoch = core_->barrier().enter();
   absl::Status status;
   bool done = false;
   if (!run_until(
           [&] {
-            status = core_->barrier_status(epoch, &done);
+            status = core_->barrier().status(epoch, &done);
             return done || !status.ok();
           },
           deadline))
-    return core_->barrier_timed_out(epoch);
+    return core_->barrier().timed_out(epoch);
   return status;
 }
 Result Engine::submit(absl::AnyInvocable<Result()> attempt, Clock::time_point deadline) {
@@ -264,6 +264,8 @@ namespace detail {
 // What testing.h reads of an Engine (a friend of it).
 struct EngineAccess {
   static EngineCore& core(const Engine& e) { return *e.core_; }
+  static std::size_t outstanding_sends(const EngineCore& core) { return core.sender_.inflight(); }
+  static std::size_t posted_exact_receives(const EngineCore& core) { return core.exact_posted_; }
 };
 }  // namespace detail
 
@@ -272,13 +274,13 @@ std::size_t outstanding_sends(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
   if (!core->guard().engine_thread("testing::outstanding_sends")) [[unlikely]]
     return 0;
-  return core->outstanding_sends();
+  return detail::EngineAccess::outstanding_sends(*core);
 }
 std::size_t posted_exact_receives(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
   if (!core->guard().engine_thread("testing::posted_exact_receives")) [[unlikely]]
     return 0;
-  return core->posted_exact_receives();
+  return detail::EngineAccess::posted_exact_receives(*core);
 }
 void* memh(const Slot& slot) { return slot ? detail::slot_memh(slot) : nullptr; }
 }  // namespace testing

@@ -62,10 +62,10 @@ void ApiGuard::wrong_thread(const char* what) {
 }
 
 Result ApiGuard::bad_slot(const char* what, const Slot& slot, std::size_t length) {
-  return invalid(absl::StrFormat("%s: %s", what,
-                                 !slot ? std::string("the Slot is empty")
-                                       : absl::StrFormat("length %u is beyond the slot's %u bytes", length,
-                                                         slot_size(slot))));
+  return invalid(
+      absl::StrFormat("%s: %s", what,
+                      !slot ? std::string("the Slot is empty")
+                            : absl::StrFormat("length %u is beyond the slot's %u bytes", length, slot_size(slot))));
 }
 
 }  // namespace sluice::detail

@@ -5,9 +5,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <map>
 #include <vector>
+
+#include <absl/status/status.h>
 
 #include <sluice/message.h>
 
@@ -45,6 +48,29 @@ class Barrier {
   std::uint64_t epoch_ = 0;
   std::vector<bool> unsent_;
   std::map<std::uint64_t, std::vector<int>> arrived_;  // by barrier: the ranks whose word is in
+};
+
+class EngineCore;
+
+// Engine::barrier()'s engine side (barrier.cpp): entering, sending our word to every rank, the
+// words that arrive, leaving.
+class RankBarrier {
+ public:
+  explicit RankBarrier([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
+  RankBarrier(const RankBarrier&) = delete;
+  RankBarrier& operator=(const RankBarrier&) = delete;
+
+  // Enter (its number); then, on each pass, send what waits and say whether every other
+  // rank's word is in (*done), or why it cannot be (a rank failed).
+  std::uint64_t enter();
+  absl::Status status(std::uint64_t epoch, bool* done);
+  absl::Status timed_out(std::uint64_t epoch) const;
+  // A rank's word arrived (a message for kBarrierHandler).
+  void word(const Message& m);
+
+ private:
+  EngineCore& engine() const;  // the engine holding this (EngineCore::of)
+  Barrier barrier_;
 };
 
 }  // namespace sluice::detail

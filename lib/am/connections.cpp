@@ -80,7 +80,7 @@ Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::o
     o.tx_key = client ? keys->client_to_server : keys->server_to_client;
     o.rx_key = client ? keys->server_to_client : keys->client_to_server;
   }
-  return engine().worker_->stream_endpoint(std::move(o), &EngineCore::on_ep_error, &p);
+  return engine().worker_->stream_endpoint(std::move(o), &PeerTable::on_ep_error, &p);
 }
 
 absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Admission& a) {
@@ -89,7 +89,7 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
     return absl::InvalidArgumentError(absl::StrFormat("its UCX worker address is malformed: %s", valid.message()));
   absl::StatusOr<Endpoint> ep = absl::UnavailableError("SLUICE_CS_TRANSPORT=stream");
   if (engine().config_.cs_transport == CsTransport::kAuto)
-    ep = engine().worker_->connect(a.address, &EngineCore::on_ep_error, &p);
+    ep = engine().worker_->connect(a.address, &PeerTable::on_ep_error, &p);
   if (ep.ok() && (engine().config_.ucx_tcp == UcxTcp::kYes || ep->transports().find("tcp") == std::string::npos)) {
     p.ep = std::move(*ep);
     return door::Link::kUcx;
@@ -142,6 +142,17 @@ void Connections::link_lost(std::uint32_t slot, const std::string& why) {
   else engine().fail_peer(p, absl::StatusCode::kUnavailable, why);
 }
 
+void Connections::endpoints_failed() {
+  for (std::uint32_t id; engine().peers_.take_failed_endpoint(&id);) {
+    PeerData& p = engine().peers_.at(id);
+    if (p.state == PeerState::kDead) continue;
+    // A stream the peer closed after its last frame: its BYE may be among what still waits for
+    // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
+    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason());
+    else transfer_failed(p, p.link.fail_reason());
+  }
+}
+
 void Connections::transfer_failed(PeerData& p, const std::string& why) {
   // A client killed mid-transfer fails the transfer before its link closes (its memory goes
   // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
@@ -157,7 +168,7 @@ void Connections::transfer_failed(PeerData& p, const std::string& why) {
 
 absl::Status Connections::attach_dialed(PeerData& p, const Door::Dialed& d) {
   if (d.link == door::Link::kUcx) {
-    auto ep = engine().worker_->connect(d.address, &EngineCore::on_ep_error, &p);
+    auto ep = engine().worker_->connect(d.address, &PeerTable::on_ep_error, &p);
     if (!ep.ok()) {
       door_->close_link(p.id);
       return ep.status();

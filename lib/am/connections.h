@@ -40,6 +40,9 @@ class Connections final : private Door::Owner {
   // A send or landing to the peer failed (`why`): fails it, or, for a client whose link is
   // open, gives the link kLinkGrace to say whether its process ended (then that is the cause).
   void transfer_failed(PeerData& p, const std::string& why);
+  // Peers whose endpoint UCX declared failed (PeerTable): each fails, or, for a stream its peer
+  // closed, gets the grace of a closed link.
+  void endpoints_failed();
   // The peer's link closed (Door::Owner; also a stream endpoint its peer closed).
   void link_lost(std::uint32_t slot, const std::string& why) override;
   // A failed client's link is closed.

@@ -45,7 +45,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
   if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->posted.key()) [[unlikely]] {
     // Taken by a receive posted under a retired key (the peer failed, and came back before
     // the receive's cancellation was handled): its previous incarnation's, not the new one's.
-    engine().count_drop("sent to a closed connection");
+    engine().c_.dropped("sent to a closed connection");
     return;
   }
   wire::Header h;
@@ -128,7 +128,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   bool early = false;  // before its sender's HELLO
   if (p->state != PeerState::kReady) [[unlikely]]
     if (!admit_unready(*p, &early)) return;
-  engine().count_received(*p, 1, length);
+  engine().c_.received(p->traffic, 1, length);
   std::uint64_t seq = h.seq;
   if (h.flags & wire::kFlagCompact) [[likely]]
     seq = wire::extend_seq(p->rx.window_.expected(), static_cast<std::uint32_t>(h.seq));
@@ -144,7 +144,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   // The fast path builds only the Message; the early-arrival path wraps it (with its header)
   // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
   Message m;
-  engine().attach(m);
+  attach(m);
   state(m).peer = p->id;
   state(m).source = static_cast<int>(p->id);
   state(m).epoch = p->epoch;
@@ -200,7 +200,7 @@ bool Delivery::admit_unready(PeerData& p, bool* early) {
   // the grant, for at most a heartbeat interval (timers()).
   *early = p.state == PeerState::kConnecting && p.link.hello_sent() && !p.link.hello_received();
   if (!*early) {
-    engine().count_drop(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+    engine().c_.dropped(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
     return false;
   }
   LinkControl::early(p.link, engine().now_);
@@ -256,7 +256,7 @@ void Delivery::finish_incoming(PeerData& p, Message& m) {
   if (state(m).reply_flag) engine().rpc_client_.on_reply(p, m);  // completes a call of ours, like a send completion
   else if (engine().shutting_down_) [[unlikely]] {
     if (state(m).request) engine().rpc_server_.answer_error(m, absl::StatusCode::kUnavailable, {});
-    engine().count_drop("the engine is closing; handlers no longer run");
+    engine().c_.dropped("the engine is closing; handlers no longer run");
   } else if (state(m).request) engine().rpc_server_.on_request(p, m);
   else engine().handlers_.dispatch(m);
 }
@@ -287,7 +287,7 @@ void Delivery::own_bytes(Message& m) {
 }
 
 void Delivery::release_handled(PeerData& p, Message& m) {
-  engine().detach(m);  // the caller destroys it next: nothing else of it needs resetting
+  detach(m);  // the caller destroys it next: nothing else of it needs resetting
   return_credit(p, state(m).epoch);
 }
 
@@ -319,7 +319,7 @@ void Delivery::release(Message& m) {
     engine().rpc_server_.answer_error(m, absl::StatusCode::kInternal,
                                       "the server's handler released the request without a reply");
   if (state(m).credit) return_credit(engine().peers_.at(state(m).peer), state(m).epoch);
-  engine().detach(m);
+  detach(m);
   state(m) = {};
 }
 

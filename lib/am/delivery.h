@@ -94,6 +94,9 @@ class Delivery {
   // right after the handler: it owns nothing but the borrow; its credit is returned.
   void release_handled(PeerData& p, Message& m);
 
+  // A Message comes to hold something of this engine / lets go of it (MessageAnchor::held).
+  void attach(Message& m);
+  void detach(Message& m);
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
 };
 

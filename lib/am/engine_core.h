@@ -73,30 +73,17 @@ class EngineCore final {
   void wait(Clock::time_point deadline);
   void post(absl::AnyInvocable<void()> fn);
   Result submit(Submissions::Attempt&& attempt, Clock::time_point deadline);
-  // Engine::barrier(): enter (its number); then, on each pass, send what waits and say whether
-  // every other rank's word is in (*done), or why it cannot be (a rank failed).
-  std::uint64_t barrier_enter();
-  absl::Status barrier_status(std::uint64_t epoch, bool* done);
-  absl::Status barrier_timed_out(std::uint64_t epoch);
   // Peer::send and the barrier: Sender::send, inlined here so that the public call reaches
   // it as cheaply as a call into the engine itself.
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   RpcClient& rpc_client() { return rpc_client_; }
   ApiGuard& guard() { return guard_; }
+  RankBarrier& barrier() { return barrier_; }
   PeerTable& peers() { return peers_; }
   Connections& connections() { return connections_; }
   Handlers& handlers() { return handlers_; }
   RpcServer& rpc_server() { return rpc_server_; }
-  // A Message comes to hold something of this engine / lets go of it (MessageAnchor::held).
-  void attach(Message& m) {
-    m.s_.anchor = anchor_;
-    anchor_->held.store(anchor_->held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-  void detach(Message& m) {
-    m.s_.anchor = nullptr;
-    anchor_->held.store(anchor_->held.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  }
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
   // The end of the engine: Messages the application still holds are cut loose (counted, logged).
@@ -109,8 +96,6 @@ class EngineCore final {
   // the busiest peers' traffic (docs/stats.md#live-stats).
   std::string stats_line(const char* trigger);
   PoolStats pool_stats(Direction d) const;
-  std::size_t outstanding_sends() const { return sender_.inflight(); }
-  std::size_t posted_exact_receives() const { return exact_posted_; }
   std::size_t eager_limit() const { return eager_limit_; }
   Duration spin() const { return config_.spin; }
   int rank() const { return boot_->rank(); }
@@ -123,12 +108,8 @@ class EngineCore final {
 
  private:
   // ---- lifecycle.cpp
-  // Logs the TCP ports the worker opened (those listening now and not in `before`).
-  void log_ucx_ports(const std::vector<std::string>& before);
 
   // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
-  Op* new_op(OpKind kind, std::uint32_t peer) { return ops_.take(kind, peer); }
-  void free_op(Op* op) { ops_.give(op); }
   void complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   void drain_completions();
   void run_posted();
@@ -152,10 +133,12 @@ class EngineCore final {
   // ---- lifecycle.cpp: a peer's failure, fanned out to every component (docs/architecture.md)
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
   void count_drop(const char* what);
-  // A rank's barrier word (barrier.cpp).
-  void barrier_word(const Message& m);
 
   // ---- state used across the files above
+  // First, at the engine's own address (Delivery holds no data): reaching them from the engine
+  // and the engine from them costs no instruction, on the paths every message takes.
+  [[no_unique_address]] Delivery delivery_{*this};
+  ApiGuard guard_{*this};
   const Config config_;
   const Topology* topo_;
   const TransportContext* ucx_;
@@ -167,7 +150,6 @@ class EngineCore final {
   std::unique_ptr<Pool> send_pool_;
   std::unique_ptr<Pool> recv_pool_;
   ArenaSource arena_source_;
-  ApiGuard guard_{*this};
   PeerTable peers_{*this};
   Connections connections_{*this};
   std::unique_ptr<LiveStats> live_;                // SLUICE_STATS_TRIGGER set
@@ -188,7 +170,6 @@ class EngineCore final {
   RpcServer rpc_server_{*this};
   Landings landings_{*this};
   Handlers handlers_{*this};
-  Delivery delivery_{*this};
   std::size_t exact_posted_ = 0;
   Clock::time_point next_timer_{};
   Clock::time_point now_ = Clock::now();          // coarse: updated when timers are checked
@@ -199,26 +180,9 @@ class EngineCore final {
   std::vector<absl::AnyInvocable<void()>> posted_;
   std::atomic<bool> has_posted_{false};  // post() or submit() handed work
   Submissions submissions_;
-  Barrier barrier_;
+  RankBarrier barrier_{*this};
   Stats stats_;
   EngineCounters c_{};
-  // The engine's traffic counters and the peer's share of them (live stats), counted together.
-  void count_sent(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {
-    c_.msgs_sent->add(msgs);
-    c_.bytes_sent->add(bytes);
-    p.traffic.msgs_sent += msgs;
-    p.traffic.bytes_sent += bytes;
-  }
-  void count_received(PeerData& p, std::uint64_t msgs, std::uint64_t bytes) {
-    c_.msgs_received->add(msgs);
-    c_.bytes_received->add(bytes);
-    p.traffic.msgs_received += msgs;
-    p.traffic.bytes_received += bytes;
-  }
-  void count_credit_stall(PeerData& p) {
-    c_.credit_stalls->add();
-    ++p.traffic.credit_stalls;
-  }
   // The engine holding `part`, one of the components above. A component finds its engine at a
   // constant offset from itself (a container_of): no load, and nothing to reload after each
   // call on the message paths, which a stored EngineCore& costs (10 instructions per am_lat
@@ -236,6 +200,7 @@ class EngineCore final {
     else if constexpr (std::is_same_v<Part, LinkControl>) at = offsetof(EngineCore, link_);
     else if constexpr (std::is_same_v<Part, PeerTable>) at = offsetof(EngineCore, peers_);
     else if constexpr (std::is_same_v<Part, Receives>) at = offsetof(EngineCore, receives_);
+    else if constexpr (std::is_same_v<Part, RankBarrier>) at = offsetof(EngineCore, barrier_);
     else if constexpr (std::is_same_v<Part, RpcClient>) at = offsetof(EngineCore, rpc_client_);
     else if constexpr (std::is_same_v<Part, RpcServer>) at = offsetof(EngineCore, rpc_server_);
     else if constexpr (std::is_same_v<Part, Sender>) at = offsetof(EngineCore, sender_);
@@ -244,6 +209,7 @@ class EngineCore final {
     return *reinterpret_cast<EngineCore*>(const_cast<char*>(reinterpret_cast<const char*>(part)) - at);
   }
   friend class ::sluice::Message;
+  friend struct EngineAccess;  // <sluice/testing.h>'s observers (api.cpp)
   friend class LinkControl;
   friend class Sender;
   friend class Receives;
@@ -254,6 +220,7 @@ class EngineCore final {
   friend class Delivery;
   friend class PeerTable;
   friend class ApiGuard;
+  friend class RankBarrier;
   friend class Connections;
 };
 
@@ -261,11 +228,23 @@ class EngineCore final {
 inline EngineCore& ApiGuard::engine() const { return EngineCore::of(this); }
 inline EngineCore& Connections::engine() const { return EngineCore::of(this); }
 inline EngineCore& Delivery::engine() const { return EngineCore::of(this); }
+
+inline void Delivery::attach(Message& m) {
+  MessageAnchor* anchor = engine().anchor_;
+  state(m).anchor = anchor;
+  anchor->held.store(anchor->held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+inline void Delivery::detach(Message& m) {
+  MessageAnchor* anchor = engine().anchor_;
+  state(m).anchor = nullptr;
+  anchor->held.store(anchor->held.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
 inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }
 inline EngineCore& Landings::engine() const { return EngineCore::of(this); }
 inline EngineCore& LinkControl::engine() const { return EngineCore::of(this); }
 inline EngineCore& PeerTable::engine() const { return EngineCore::of(this); }
 inline EngineCore& Receives::engine() const { return EngineCore::of(this); }
+inline EngineCore& RankBarrier::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcClient::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcServer::engine() const { return EngineCore::of(this); }
 inline EngineCore& Sender::engine() const { return EngineCore::of(this); }

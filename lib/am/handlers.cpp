@@ -72,7 +72,7 @@ void Handlers::no_handler(Message& m) {
   PeerData& p = engine().peers_.at(state(m).peer);
   HandlerId h = state(m).handler;
   if (h == kBarrierHandler) {
-    engine().barrier_word(m);
+    engine().barrier_.word(m);
     return;
   }
   if (h >= kMaxHandlers) {  // no handler can ever take it

@@ -71,7 +71,7 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
 
 void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
   if (p.state == PeerState::kDead || !p.ep.valid()) return;
-  Op* op = engine().new_op(OpKind::kRndvRx, p.id);
+  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id);
   op->epoch = p.epoch;
   op->recv.discard = true;
   ++engine().exact_posted_;
@@ -124,7 +124,7 @@ void Landings::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool 
 
 void Landings::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
   state(m).payload = dest;
-  Op* op = engine().new_op(OpKind::kRndvRx, p.id);
+  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id);
   op->epoch = p.epoch;
   op->recv.ordered = ordered;
   std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, state(m).seq);
@@ -223,14 +223,14 @@ void Landings::peer_failed(PeerData& p) {
 void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
   --engine().exact_posted_;
   if (op->recv.discard) {  // a refused payload, taken and dropped (decline_landing)
-    engine().free_op(op);
+    engine().ops_.give(op);
     return;
   }
   PeerData& p = engine().peers_.at(op->peer);
   Message m = std::move(op->pending);
   bool stale = op->epoch != p.epoch;
   bool ordered = op->recv.ordered;
-  engine().free_op(op);
+  engine().ops_.give(op);
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.landings.blocked_ = false;
   --p.landings.landing_;
@@ -247,7 +247,7 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
     return;
   }
   engine().c_.rndv_received->add();
-  engine().count_received(p, 0, length);  // the payload; its announcement was counted as a message
+  engine().c_.received(p.traffic, 0, length);  // the payload; its announcement was counted as a message
   engine().delivery_.finish_incoming(p, m);
   m = Message();
   engine().delivery_.deliver(p);

@@ -15,6 +15,22 @@
 namespace sluice::detail {
 
 namespace {
+
+// Logs the TCP ports the worker opened (those listening now and not in `before`).
+void log_ucx_ports(const std::vector<std::string>& before, bool ucx_tcp, int engine_id) {
+  // What the worker opened: UCX's TCP transport listens on one port per interface it uses.
+  std::vector<std::string> opened;
+  for (const std::string& s : listening_tcp_sockets())
+    if (std::find(before.begin(), before.end(), s) == before.end()) opened.push_back(s);
+  if (opened.empty()) return;
+  std::string ports = absl::StrJoin(opened, ", ");
+  constexpr const char* kWhat =
+      "engine %d: UCX's TCP transport listens on %s; it trusts whoever reaches these ports (UCX_NET_DEVICES and "
+      "UCX_TCP_PORT_RANGE narrow them, SLUICE_UCX_TCP=n closes them: docs/security.md)";
+  if (ucx_tcp) SLUICE_LOG(kInfo, "transport", kWhat, engine_id, ports);
+  else SLUICE_LOG(kWarn, "transport", kWhat, engine_id, ports);
+}
+
 std::uint64_t random_incarnation() {
   std::random_device rd;
   std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -85,7 +101,7 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   SLUICE_RETURN_IF_ERROR(connections_.load_key(config_));
   std::vector<std::string> listening = listening_tcp_sockets();
   SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
-  log_ucx_ports(listening);
+  log_ucx_ports(listening, ucx_->ucx_tcp(), engine_id_);
   SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(numa.value_or(config_.numa), *topo_, current_cpu()));
   arena_source_ = {topo_, ucx_, node, config_.hugepages, config_.pool_chunk, &fault_};
   std::size_t slot = eager_slot_size(eager_limit_);
@@ -108,20 +124,6 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   SLUICE_LOG(kDebug, "am", "engine %d: rank %d of %d, pools on numa node %d, eager limit %u", engine_id_, rank(), n,
              node, eager_limit_);
   return absl::OkStatus();
-}
-
-void EngineCore::log_ucx_ports(const std::vector<std::string>& before) {
-  // What the worker opened: UCX's TCP transport listens on one port per interface it uses.
-  std::vector<std::string> opened;
-  for (const std::string& s : listening_tcp_sockets())
-    if (std::find(before.begin(), before.end(), s) == before.end()) opened.push_back(s);
-  if (opened.empty()) return;
-  std::string ports = absl::StrJoin(opened, ", ");
-  constexpr const char* kWhat =
-      "engine %d: UCX's TCP transport listens on %s; it trusts whoever reaches these ports (UCX_NET_DEVICES and "
-      "UCX_TCP_PORT_RANGE narrow them, SLUICE_UCX_TCP=n closes them: docs/security.md)";
-  if (ucx_->ucx_tcp()) SLUICE_LOG(kInfo, "transport", kWhat, engine_id_, ports);
-  else SLUICE_LOG(kWarn, "transport", kWhat, engine_id_, ports);
 }
 
 EngineCore::~EngineCore() {
@@ -201,11 +203,6 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   sender_.release_held(p);
   rpc_server_.grant(p, config_.rpc_slots);
   peers_.gone(p);
-}
-
-void EngineCore::count_drop(const char* what) {
-  c_.dropped_dead->add();
-  SLUICE_LOG_RATE_LIMITED(kInfo, "am", "dropped a message: %s", what);
 }
 
 // ---- the close, in phases ------------------------------------------------------------------

@@ -109,7 +109,7 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     return;
   }
   if (p.state == PeerState::kDead) {
-    engine().count_drop("control message from a dead peer");
+    engine().c_.dropped("control message from a dead peer");
     return;
   }
   if (h.handler == wire::kReject) {
@@ -119,7 +119,7 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     return;
   }
   if (p.state != PeerState::kReady) {
-    engine().count_drop("control message before the handshake");
+    engine().c_.dropped("control message before the handshake");
     return;
   }
   if (h.credits != 0 && !Sender::credits_back(p.tx, h.credits)) {
@@ -175,7 +175,7 @@ void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
   if (p.state == PeerState::kDead && (hello.incarnation == p.incarnation || p.rank < 0)) {
     // A client/server peer is never revived (a reconnect is a new peer): a HELLO that arrives
     // after it failed would otherwise restart it as a rank restarts.
-    engine().count_drop("hello from a dead incarnation");
+    engine().c_.dropped("hello from a dead incarnation");
     return;
   }
   if (p.link.hello_received_ || p.state == PeerState::kDead) {

@@ -65,7 +65,7 @@ void LinkControl::keep_alive(PeerData& p, Clock::time_point now) {
 void LinkControl::drop_early(PeerData& p) {
   // Over UCX a peer's HELLO is in before the data it sent after it: one that has not come
   // within a heartbeat interval is not coming, and what waited for it goes.
-  for (std::size_t n = p.rx.window().held(); n > 0; --n) engine().count_drop("before the handshake (no HELLO came)");
+  for (std::size_t n = p.rx.window().held(); n > 0; --n) engine().c_.dropped("before the handshake (no HELLO came)");
   Delivery::drop_held(p);  // their Messages release their slots and credits
   p.link.early_since_ = {};
 }

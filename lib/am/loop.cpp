@@ -18,16 +18,6 @@ void EngineCore::on_transport(TransportOp* t, absl::StatusCode code, std::size_t
   op->engine->done_.push_back({op, code, length, tag});
 }
 
-void EngineCore::on_ep_error(void* arg, int ucs_status) {
-  auto* p = static_cast<PeerData*>(arg);
-  (void)ucs_status;
-  // Recorded here, handled after progress returns: never change peer state inside UCX.
-  std::string why = p->ep.failure();
-  LinkControl::endpoint_failed(
-      p->link, why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why);
-  p->handle->engine_->peers_.endpoint_failed(p->id);
-}
-
 void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   switch (op->kind) {
     case OpKind::kSend:
@@ -51,14 +41,8 @@ void EngineCore::drain_completions() {
   }
   done_.clear();
   draining_ = false;
-  for (std::uint32_t id; peers_.take_failed_endpoint(&id);) {
-    PeerData& p = peers_.at(id);
-    if (p.state == PeerState::kDead) continue;
-    // A stream the peer closed after its last frame: its BYE may be among what still waits for
-    // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
-    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) connections_.link_lost(p.id, p.link.fail_reason());
-    else connections_.transfer_failed(p, p.link.fail_reason());
-  }
+  if (peers_.endpoints_failed()) [[unlikely]]
+    connections_.endpoints_failed();
 }
 
 void EngineCore::run_posted() {

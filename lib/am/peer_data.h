@@ -12,6 +12,7 @@
 
 #include <sluice/engine.h>
 
+#include "am/counters.h"
 #include "am/landings.h"
 #include "am/link_control.h"
 #include "am/op.h"
@@ -32,16 +33,6 @@ constexpr const char* to_string(PeerState s) {
 }
 // How many peers a live stats line describes (the busiest by bytes).
 inline constexpr std::size_t kStatsPeers = 8;
-
-// One peer's share of the engine's traffic counters, for live stats' busiest peers.
-struct PeerTraffic {
-  std::uint64_t msgs_sent = 0, bytes_sent = 0, msgs_received = 0, bytes_received = 0;
-  std::uint64_t credit_stalls = 0;
-  Duration rtt{0};                                    // smoothed round trip (heartbeats, one call in 64); 0: none yet
-  std::uint32_t sampler = 0;                          // counts calls, to time one in 64
-  std::uint64_t msgs_at_line = 0, bytes_at_line = 0;  // both ways, at the last live-stats line
-  void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
-};
 
 class EngineCore;
 

@@ -35,10 +35,20 @@ Peer* PeerTable::no_such_rank(int rank) const {
   return nullptr;
 }
 
+void PeerTable::on_ep_error(void* arg, int ucs_status) {
+  auto* p = static_cast<PeerData*>(arg);
+  (void)ucs_status;
+  // Recorded here, handled after progress returns: never change peer state inside UCX.
+  std::string why = p->ep.failure();
+  LinkControl::endpoint_failed(
+      p->link, why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why);
+  p->handle->engine_->peers_.endpoint_failed(p->id);
+}
+
 absl::Status PeerTable::ensure_endpoint(PeerData& p) {
   if (p.ep.valid()) return absl::OkStatus();
   if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
-  SLUICE_ASSIGN_OR_RETURN(p.ep, engine().worker_->connect(addresses_[p.id], &EngineCore::on_ep_error, &p));
+  SLUICE_ASSIGN_OR_RETURN(p.ep, engine().worker_->connect(addresses_[p.id], &PeerTable::on_ep_error, &p));
   return absl::OkStatus();
 }
 

@@ -75,6 +75,9 @@ class PeerTable {
     if (p.rank < 0) gone_cs_.push_back(p.id);
   }
 
+  // UCX's callback for an endpoint that failed (`arg` is its PeerData): recorded, handled
+  // after progress returns (endpoints_failed()).
+  static void on_ep_error(void* arg, int ucs_status);
   // Endpoints UCX declared failed (from its callback), handled after progress returns.
   void endpoint_failed(std::uint32_t id) { failed_eps_.push_back(id); }
   bool take_failed_endpoint(std::uint32_t* id) {

@@ -53,7 +53,7 @@ void Receives::post_waiting() {
 void Receives::open(PeerData& p) {
   p.posted.key_ = next_key_ = next_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
   while (p.posted.ops_.size() < p.posted.reserved_) {
-    Op* op = engine().new_op(OpKind::kRx, p.id);
+    Op* op = engine().ops_.take(OpKind::kRx, p.id);
     p.posted.ops_.push_back(op);
     all_.push_back(op);
   }
@@ -120,7 +120,7 @@ void Receives::purge_stragglers(Clock::time_point now) {
 bool Receives::receive_unexpected(const Worker::Unexpected& u) {
   // Into the heap: these are few, small (a HELLO, a REJECT) and belong to no peer's receive
   // reservation. A larger one is cut short by UCX (MESSAGE_TRUNCATED) and dropped.
-  Op* op = engine().new_op(OpKind::kContactRx, 0);
+  Op* op = engine().ops_.take(OpKind::kContactRx, 0);
   std::size_t room = std::clamp<std::size_t>(u.length, 1, kContactMax);
   op->heap.reset(new std::byte[room]);
   ++contact_inflight_;
@@ -144,13 +144,13 @@ bool Receives::receive_unexpected(const Worker::Unexpected& u) {
 void Receives::on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
   --contact_inflight_;
   if (wire::tag_class(tag) != wire::kCtrl && code != absl::StatusCode::kCancelled) {
-    engine().count_drop("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
+    engine().c_.dropped("sent to a closed connection");  // a larger one was cut short (truncated): dropped too
   } else if (code != absl::StatusCode::kOk) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receiving an unexpected message failed: %s", absl::StatusCodeToString(code));
   } else {
     engine().delivery_.accept_contact(std::span<std::byte>(op->heap.get(), length), tag);
   }
-  engine().free_op(op);
+  engine().ops_.give(op);
 }
 
 void Receives::cancel_all() {

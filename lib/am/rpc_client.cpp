@@ -118,7 +118,7 @@ void RpcClient::set_deadline(Call& c, Duration timeout) {
 void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer) {
   c.landing = std::make_unique<ReplyLanding>();
   c.landing->buffer = buffer;
-  Op* rx = engine().new_op(OpKind::kReplyRx, p.id);
+  Op* rx = engine().ops_.take(OpKind::kReplyRx, p.id);
   rx->recv.call_id = id;
   rx->epoch = p.epoch;
   c.reply_rx = rx;
@@ -202,7 +202,7 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
 void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length) {
   --engine().exact_posted_;
   CallId id = op->recv.call_id;
-  engine().free_op(op);
+  engine().ops_.give(op);
   Call* found = calls_.find(id);
   if (found == nullptr) return;
   Call& c = *found;
@@ -220,7 +220,7 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
   }
   l.payload_landed = true;
   l.payload_len = length;
-  if (PeerData* p = engine().peers_.find(c.peer)) engine().count_received(*p, 0, length);
+  if (PeerData* p = engine().peers_.find(c.peer)) engine().c_.received(p->traffic, 0, length);
   if (l.header_arrived) {
     state(l.reply).payload = l.buffer.first(length);
     finish(id, absl::OkStatus());

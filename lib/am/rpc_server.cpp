@@ -132,10 +132,10 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   if (Result r = engine().sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &header_op);
       r != Result::kOk)
     return r;
-  Op* payload_op = engine().new_op(OpKind::kSendPayload, p.id);
+  Op* payload_op = engine().ops_.take(OpKind::kSendPayload, p.id);
   if (Result r = engine().sender_.prepare_payload(payload_op, payload, copy); r != Result::kOk) {
-    engine().free_op(header_op);
-    engine().free_op(payload_op);
+    engine().ops_.give(header_op);
+    engine().ops_.give(payload_op);
     return r;
   }
   answered(p, m, false);

@@ -25,7 +25,7 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed().returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
-  Op* op = engine().new_op(OpKind::kCtrl, p.id);
+  Op* op = engine().ops_.take(OpKind::kCtrl, p.id);
   op->send.ctrl_kind = kind;
   op->epoch = p.epoch;
   p.tx.ctrl_busy_[kind] = true;
@@ -45,7 +45,7 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
   std::uint16_t kind = op->send.ctrl_kind;
   bool stale = op->epoch != p.epoch;
-  engine().free_op(op);
+  engine().ops_.give(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
     if (p.state != PeerState::kDead)
@@ -115,8 +115,8 @@ void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status&
     if (last->send.on_done) last->send.on_done(status);
     if (last->send.releases_rpc_slot) engine().rpc_server_.reply_sent(p);  // a reply that never left
     complete_coalesced(m.header, status, false);                           // sends that joined it in the queue
-    engine().free_op(m.header);
-    if (m.payload) engine().free_op(m.payload);
+    engine().ops_.give(m.header);
+    if (m.payload) engine().ops_.give(m.payload);
   }
 }
 

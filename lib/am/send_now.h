@@ -67,7 +67,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   (void)Delivery::take_owed(p.rx);
   ++p.tx.next_seq_;
   ++p.tx.sent_seq_;
-  engine().count_sent(p, 1, total);
+  engine().c_.sent(p.traffic, 1, total);
 }
 
 [[gnu::always_inline]] inline bool Sender::send_inline(PeerData& p, const Outgoing& m) {
@@ -85,7 +85,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 
 [[gnu::always_inline]] inline void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
-  Op* op = engine().new_op(OpKind::kSend, peer);
+  Op* op = engine().ops_.take(OpKind::kSend, peer);
   op->epoch = engine().peers_.at(peer).epoch;
   op->send.on_done = std::move(cb);
   ++inflight_;

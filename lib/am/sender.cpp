@@ -33,7 +33,7 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
   wire::encode(wire_header, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
-  Op* op = engine().new_op(OpKind::kSend, p.id);
+  Op* op = engine().ops_.take(OpKind::kSend, p.id);
   op->slot = std::move(slot);
   op->send.message_len = total;
   *out = op;
@@ -50,11 +50,11 @@ Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op
   announcement.payload = {};
   Result r = pack(p, announcement, len, header_op);
   if (r != Result::kOk) return r;
-  *payload_op = engine().new_op(OpKind::kSendPayload, p.id);
+  *payload_op = engine().ops_.take(OpKind::kSendPayload, p.id);
   r = prepare_payload(*payload_op, m.payload, copy);
   if (r != Result::kOk) {
-    engine().free_op(*header_op);
-    engine().free_op(*payload_op);
+    engine().ops_.give(*header_op);
+    engine().ops_.give(*payload_op);
   }
   return r;
 }
@@ -66,7 +66,7 @@ bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> he
   // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
   // here, so it is counted once).
   if (engine().send_pool_->eager().try_take(&slot) != Result::kOk) return false;
-  Op* op = engine().new_op(OpKind::kSend, p.id);
+  Op* op = engine().ops_.take(OpKind::kSend, p.id);
   op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
   op->epoch = p.epoch;
@@ -182,7 +182,7 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
       op->send.releases_rpc_slot = releases_rpc_slot;
     }
     if (first && p.state == PeerState::kDead) {
-      engine().free_op(op);
+      engine().ops_.give(op);
       return Result::kUnavailable;
     }
     first = false;
@@ -206,11 +206,11 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
     return Result::kOk;
   }
   if (p.state == PeerState::kDead) {
-    engine().free_op(header);
-    if (payload) engine().free_op(payload);
+    engine().ops_.give(header);
+    if (payload) engine().ops_.give(payload);
     return Result::kUnavailable;
   }
-  if (p.state == PeerState::kReady) engine().count_credit_stall(p);
+  if (p.state == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   p.tx.queue_.push_back({header, payload});
   engine().c_.queue_hwm->update(++p.tx.queued_);
   return Result::kOk;
@@ -220,7 +220,7 @@ void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
   Op* h = m.header;
   p.tx.sent_seq_ += h->send.batch_count;  // messages reach the transport in sequence order (FIFO queue)
   wire::patch_piggyback(slot_data(h->slot), Delivery::take_owed(p.rx), p.rx.window().delivered());
-  engine().count_sent(p, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
+  engine().c_.sent(p.traffic, h->send.batch_count, h->send.message_len + (m.payload ? m.payload->send.payload_len : 0));
   if (open != nullptr && m.payload == nullptr && h->send.batch_count == 1 && h->send.message_len <= kCoalesceMax &&
       (wire::flags_of(slot_data(h->slot)) & wire::kFlagFrag) == 0) {
     // Coalescing: join the open batch when it has room, otherwise open one. (A queue entry
@@ -300,13 +300,13 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
   ++head->send.batch_count;
   engine().c_.queue_hwm->update(++p.tx.queued_);
   if (cb) {
-    Op* op = engine().new_op(OpKind::kSend, p.id);
+    Op* op = engine().ops_.take(OpKind::kSend, p.id);
     op->epoch = p.epoch;
     op->send.on_done = std::move(cb);
     chain(head, op);
   }
   engine().c_.coalesced->add();
-  if (p.state == PeerState::kReady) engine().count_credit_stall(p);
+  if (p.state == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   return true;
 }
 
@@ -333,7 +333,7 @@ void Sender::complete_coalesced(Op* head, const absl::Status& status, bool relea
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
     if (op->send.releases_rpc_slot && release_slots) engine().rpc_server_.reply_sent(engine().peers_.at(op->peer));
-    engine().free_op(op);
+    engine().ops_.give(op);
     op = next;
   }
 }
@@ -348,7 +348,7 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
   if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
   count_sent_now(p, header->send.message_len);
   engine().c_.sent_inline->add();
-  engine().free_op(header);
+  engine().ops_.give(header);
   return true;
 }
 
@@ -364,12 +364,12 @@ void Sender::flush(PeerData& p) {
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.tx.queue_.empty()) engine().count_credit_stall(p);  // waits for the peer to return credits
+  if (!p.tx.queue_.empty()) engine().c_.credit_stall(p.traffic);  // waits for the peer to return credits
 }
 
 void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (op->orphaned) [[unlikely]] {  // completed already when its peer died
-    engine().free_op(op);
+    engine().ops_.give(op);
     return;
   }
   --inflight_;
@@ -389,7 +389,7 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (op->send.on_done) op->send.on_done(status);
   if (op->send.releases_rpc_slot && !stale) engine().rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
-  engine().free_op(op);
+  engine().ops_.give(op);
 }
 
 }  // namespace sluice::detail
