@@ -1,5 +1,5 @@
-// The engine (internal): one object, its state and its protocol, owned by one thread. The
-// declarations below are grouped by the file that implements them:
+// The engine (internal): the composition root of its components, owned by one thread. Its
+// own declarations and its components, by the file that implements them:
 //   lifecycle.cpp   construction, init, a peer's failure, the orderly close, stats
 //   loop.cpp        progress, sleeping, posted work, timers, completions
 //   peer_table.cpp  PeerTable: rank and client/server peers, rank endpoints (peer_table.h)
@@ -102,13 +102,10 @@ class EngineCore final {
   int size() const { return boot_->size(); }
   int id() const { return engine_id_; }
 
-  // Transport callback trampolines.
+  // The transport's completion callback (OpPool's operations): queued for drain_completions().
   static void on_transport(TransportOp* op, absl::StatusCode code, std::size_t length, Tag tag);
-  static void on_ep_error(void* arg, int ucs_status);
 
  private:
-  // ---- lifecycle.cpp
-
   // ---- loop.cpp: the operation pool, completions, posted work, sleeping, timers
   void complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
   void drain_completions();
@@ -132,7 +129,6 @@ class EngineCore final {
 
   // ---- lifecycle.cpp: a peer's failure, fanned out to every component (docs/architecture.md)
   void fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason);
-  void count_drop(const char* what);
 
   // ---- state used across the files above
   // First, at the engine's own address (Delivery holds no data): reaching them from the engine
@@ -185,7 +181,7 @@ class EngineCore final {
   EngineCounters c_{};
   // The engine holding `part`, one of the components above. A component finds its engine at a
   // constant offset from itself (a container_of): no load, and nothing to reload after each
-  // call on the message paths, which a stored EngineCore& costs (10 instructions per am_lat
+  // call on the message paths, which a stored EngineCore& costs (9 instructions per am_lat
   // echo, 8 per rpc_rate call, measured by scripts/instructions).
   template <typename Part>
   static EngineCore& of(const Part* part) {

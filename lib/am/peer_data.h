@@ -36,7 +36,7 @@ inline constexpr std::size_t kStatsPeers = 8;
 
 class EngineCore;
 
-// A peer's receive part: written by EngineCore's receive path alone, read by anyone.
+// A peer's receive part: written by Delivery alone, read by anyone.
 class ReceiveState {
  public:
   // Credits owed back to it, piggybacked on what we send (Sender takes them: take_owed()).
@@ -77,7 +77,7 @@ struct PeerData {
   // What we send it: credits, sequence, the send queue (Sender's).
   SendsTo tx;
 
-  // What we receive from it: credits owed back, ordering (the engine's receive path's).
+  // What we receive from it: credits owed back, ordering (Delivery's).
   ReceiveState rx;
   // Receives posted for its EAGER tag (exact, keyed): Receives'.
   PostedFor posted;

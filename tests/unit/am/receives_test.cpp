@@ -1,4 +1,4 @@
-// The Receives component (lib/am/receives.h) and the receive path (lib/am/receive.cpp) against
+// The Receives component (lib/am/receives.h) and the receive path (lib/am/delivery.cpp) against
 // a rogue peer that sends by hand over the fake transport: data is taken only under the key
 // our HELLO gave, a restarted peer gets a fresh key and its old incarnation's stragglers are
 // dropped, messages reach the handler in sequence order with copies counted, credits go back
