@@ -11,14 +11,44 @@
 
 namespace sluice::detail {
 
-// One peer's share of the engine's traffic counters, for live stats' busiest peers.
-struct PeerTraffic {
-  std::uint64_t msgs_sent = 0, bytes_sent = 0, msgs_received = 0, bytes_received = 0;
-  std::uint64_t credit_stalls = 0;
-  Duration rtt{0};                                    // smoothed round trip (heartbeats, one call in 64); 0: none yet
-  std::uint32_t sampler = 0;                          // counts calls, to time one in 64
-  std::uint64_t msgs_at_line = 0, bytes_at_line = 0;  // both ways, at the last live-stats line
-  void sample_rtt(Duration d) { rtt = rtt.count() == 0 ? d : (rtt * 7 + d) / 8; }
+// One peer's share of the engine's traffic counters, for live stats' busiest peers, and its
+// round-trip estimate. Its own methods are its only writers.
+class PeerTraffic {
+ public:
+  void sent(std::uint64_t msgs, std::uint64_t bytes) {
+    msgs_sent_ += msgs;
+    bytes_sent_ += bytes;
+  }
+  void received(std::uint64_t msgs, std::uint64_t bytes) {
+    msgs_received_ += msgs;
+    bytes_received_ += bytes;
+  }
+  void credit_stall() { ++credit_stalls_; }
+  void sample_rtt(Duration d) { rtt_ = rtt_.count() == 0 ? d : (rtt_ * 7 + d) / 8; }
+  // Whether to time this call (one in 64).
+  bool time_this_call() { return (++sampler_ & 63) == 0; }
+  // A live-stats line described it: its rates count from here.
+  void mark_line() {
+    msgs_at_line_ = msgs_sent_ + msgs_received_;
+    bytes_at_line_ = bytes_sent_ + bytes_received_;
+  }
+
+  std::uint64_t msgs_sent() const { return msgs_sent_; }
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t msgs_received() const { return msgs_received_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+  std::uint64_t credit_stalls() const { return credit_stalls_; }
+  Duration rtt() const { return rtt_; }  // smoothed (heartbeats, one call in 64); 0: none yet
+  // Both ways, since the last live-stats line.
+  std::uint64_t msgs_since_line() const { return msgs_sent_ + msgs_received_ - msgs_at_line_; }
+  std::uint64_t bytes_since_line() const { return bytes_sent_ + bytes_received_ - bytes_at_line_; }
+
+ private:
+  std::uint64_t msgs_sent_ = 0, bytes_sent_ = 0, msgs_received_ = 0, bytes_received_ = 0;
+  std::uint64_t credit_stalls_ = 0;
+  Duration rtt_{0};
+  std::uint32_t sampler_ = 0;
+  std::uint64_t msgs_at_line_ = 0, bytes_at_line_ = 0;
 };
 
 struct EngineCounters {
@@ -65,14 +95,12 @@ struct EngineCounters {
   void sent(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {
     msgs_sent->add(msgs);
     bytes_sent->add(bytes);
-    peer.msgs_sent += msgs;
-    peer.bytes_sent += bytes;
+    peer.sent(msgs, bytes);
   }
   void received(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {
     msgs_received->add(msgs);
     bytes_received->add(bytes);
-    peer.msgs_received += msgs;
-    peer.bytes_received += bytes;
+    peer.received(msgs, bytes);
   }
   // A message dropped (from a dead peer, before the handshake, ...): counted and logged.
   void dropped(const char* what) {
@@ -81,7 +109,7 @@ struct EngineCounters {
   }
   void credit_stall(PeerTraffic& peer) {
     credit_stalls->add();
-    ++peer.credit_stalls;
+    peer.credit_stall();
   }
 };
 

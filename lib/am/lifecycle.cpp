@@ -298,33 +298,27 @@ std::string EngineCore::stats_line(const char* trigger) {
   std::size_t gone = 0;
   peers_.for_each([&](PeerData& p) {
     if (p.state == PeerState::kDead && !at_exit) ++gone;
-    else if (p.traffic.msgs_sent != 0 || p.traffic.msgs_received != 0) live.push_back(&p);
+    else if (p.traffic.msgs_sent() != 0 || p.traffic.msgs_received() != 0) live.push_back(&p);
   });
-  auto recent = [](const PeerData* p) {
-    return p->traffic.bytes_sent + p->traffic.bytes_received - p->traffic.bytes_at_line;
-  };
+  auto recent = [](const PeerData* p) { return p->traffic.bytes_since_line(); };
   std::size_t n = std::min<std::size_t>(live.size(), kStatsPeers);
   std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(n), live.end(),
                     [&](const PeerData* a, const PeerData* b) { return recent(a) > recent(b); });
   for (std::size_t i = 0; i < n; ++i) {
     const PeerData& p = *live[i];
     const PeerTraffic& t = p.traffic;
-    std::uint64_t msgs = t.msgs_sent + t.msgs_received;
     absl::StrAppendFormat(&line,
                           "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
                           "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, "
                           "\"msgs_per_s\": %.1f, \"bytes_per_s\": %.1f, \"rtt_us\": ",
-                          i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent, t.bytes_sent,
-                          t.msgs_received, t.bytes_received, t.credit_stalls,
-                          secs > 0 ? static_cast<double>(msgs - t.msgs_at_line) / secs : 0.0,
+                          i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent(), t.bytes_sent(),
+                          t.msgs_received(), t.bytes_received(), t.credit_stalls(),
+                          secs > 0 ? static_cast<double>(t.msgs_since_line()) / secs : 0.0,
                           secs > 0 ? static_cast<double>(recent(&p)) / secs : 0.0);
-    if (t.rtt.count() == 0) line += "null}";
-    else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt).count());
+    if (t.rtt().count() == 0) line += "null}";
+    else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt()).count());
   }
-  for (PeerData* p : live) {
-    p->traffic.msgs_at_line = p->traffic.msgs_sent + p->traffic.msgs_received;
-    p->traffic.bytes_at_line = p->traffic.bytes_sent + p->traffic.bytes_received;
-  }
+  for (PeerData* p : live) p->traffic.mark_line();
   return line + absl::StrFormat("], \"peers_live\": %u, \"peers_gone\": %u}", live.size(), gone);
 }
 

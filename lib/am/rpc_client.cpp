@@ -85,7 +85,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   c.on_reply = std::move(cb);
   c.method = method;
   set_deadline(c, options.timeout);
-  if ((++p.traffic.sampler & 63) == 0) [[unlikely]]
+  if (p.traffic.time_this_call()) [[unlikely]]
     c.started = Clock::now();
   if (!options.reply_buffer.empty()) post_reply_rx(p, c, id, options.reply_buffer);
   engine().c_.rpc_calls->add();

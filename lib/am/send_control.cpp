@@ -93,7 +93,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
   }
   if (p.tx.starved_since_ == Clock::time_point{}) {
     p.tx.starved_since_ = now;
-    p.tx.starved_stalls_ = p.traffic.credit_stalls;
+    p.tx.starved_stalls_ = p.traffic.credit_stalls();
   }
   if (p.tx.starved_logged_ || now - p.tx.starved_since_ < engine().config_.heartbeat) return;
   p.tx.starved_logged_ = true;
@@ -104,7 +104,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
       "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
       p.name, p.tx.credits_.granted() - p.tx.credits_.available(), p.tx.credits_.granted(),
       format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since_)), p.tx.queued_,
-      engine().config_.send_queue_max, p.traffic.credit_stalls - p.tx.starved_stalls_);
+      engine().config_.send_queue_max, p.traffic.credit_stalls() - p.tx.starved_stalls_);
 }
 
 void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status) {
