@@ -109,7 +109,7 @@ Result Message::reply_error(const absl::Status& status) {
 bool Peer::alive() const {
   if (!engine_->guard().engine_thread("Peer::alive")) [[unlikely]]
     return false;
-  return data_->state != detail::PeerState::kDead;
+  return data_->state() != detail::PeerState::kDead;
 }
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,

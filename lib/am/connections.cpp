@@ -62,7 +62,7 @@ absl::StatusOr<int> Connections::listen(std::string_view host_port) {
 Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,
                                       bool client) {
   StreamOptions o;
-  o.name = p.name;
+  o.name = p.name();
   // Messages up to the eager limit go at once; larger ones (rendezvous payloads) wait at the
   // sender until their landing is posted. What may wait here unasked is what the peer's credits
   // and RPC slots allow, with room for its control messages.
@@ -73,7 +73,7 @@ Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::o
   // Its messages carry our slot for it: one tagged as another peer's is refused by the stream,
   // so no client can speak for another.
   o.tag_mask = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
-  o.tag_value = std::uint64_t{p.id} << wire::kSlotShift;
+  o.tag_value = std::uint64_t{p.id()} << wire::kSlotShift;
   if (link == door::Link::kStreamAes || link == door::Link::kStreamChaCha) {
     o.suite = static_cast<std::uint8_t>(link == door::Link::kStreamAes ? stream::Suite::kAes256Gcm
                                                                        : stream::Suite::kChaCha20Poly1305);
@@ -91,7 +91,7 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
   if (engine().config_.cs_transport == CsTransport::kAuto)
     ep = engine().worker_->connect(a.address, &PeerTable::on_ep_error, &p);
   if (ep.ok() && (engine().config_.ucx_tcp == UcxTcp::kYes || ep->transports().find("tcp") == std::string::npos)) {
-    p.ep = std::move(*ep);
+    PeerTable::set_endpoint(p, std::move(*ep));
     return door::Link::kUcx;
   }
   bool encrypt = engine().config_.encrypt == Encrypt::kOn || (a.client_link & door::kWantsEncryption) != 0;
@@ -102,15 +102,15 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
   door::Link link = !encrypt                                                          ? door::Link::kStream
                     : stream::aes_available() && (a.client_link & door::kCanAes) != 0 ? door::Link::kStreamAes
                                                                                       : door::Link::kStreamChaCha;
-  p.ep = stream_endpoint(p, link, a.keys, /*client=*/false);
+  PeerTable::set_endpoint(p, stream_endpoint(p, link, a.keys, /*client=*/false));
   return link;
 }
 
 absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
   if (engine().closing_ || engine().shutting_down_) return absl::UnavailableError("the server is shutting down");
   PeerData& p = engine().peers_.add_client();
-  p.name = "client " + a.name;
-  p.remote_slot = a.slot;
+  PeerTable::name(p, "client " + a.name);
+  PeerTable::set_remote_slot(p, a.slot);
   absl::StatusOr<door::Link> link = choose_link(p, a);
   if (!link.ok()) {
     engine().peers_.abandon(p, std::string(link.status().message()));
@@ -118,25 +118,25 @@ absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
   }
   // The client speaks first: its HELLO, then ours (handle_hello).
   engine().link_.connecting(p, engine().link_.connect_deadline());
-  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s, over %s)", p.name, p.id,
-             a.authenticated ? "authenticated" : "no key", p.ep.stream() ? p.ep.transports() : "ucx");
-  return Door::Admitted{p.id, *link};
+  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s, over %s)", p.name(), p.id(),
+             a.authenticated ? "authenticated" : "no key", p.ep().stream() ? p.ep().transports() : "ucx");
+  return Door::Admitted{p.id(), *link};
 }
 
 void Connections::link_ready(std::uint32_t slot, int fd) {
   PeerData* p = engine().peers_.find(slot);
-  if (p == nullptr || p->state == PeerState::kDead || !p->ep.stream()) {
+  if (p == nullptr || p->state() == PeerState::kDead || !p->ep().stream()) {
     ::close(fd);
     return;
   }
-  p->ep.attach(fd);
+  p->ep().attach(fd);
 }
 
 void Connections::link_lost(std::uint32_t slot, const std::string& why) {
   PeerData* found = engine().peers_.find(slot);
   if (found == nullptr) return;
   PeerData& p = *found;
-  if (p.state == PeerState::kDead) return;
+  if (p.state() == PeerState::kDead) return;
   Clock::time_point now = Clock::now();
   if (engine().link_.link_lost(p, why, now)) engine().next_timer_ = std::min(engine().next_timer_, now + kLinkGrace);
   else engine().fail_peer(p, absl::StatusCode::kUnavailable, why);
@@ -145,10 +145,10 @@ void Connections::link_lost(std::uint32_t slot, const std::string& why) {
 void Connections::endpoints_failed() {
   for (std::uint32_t id; engine().peers_.take_failed_endpoint(&id);) {
     PeerData& p = engine().peers_.at(id);
-    if (p.state == PeerState::kDead) continue;
+    if (p.state() == PeerState::kDead) continue;
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
-    if (p.state == PeerState::kReady && p.ep.closed_by_peer()) link_lost(p.id, p.link.fail_reason());
+    if (p.state() == PeerState::kReady && p.ep().closed_by_peer()) link_lost(p.id(), p.link.fail_reason());
     else transfer_failed(p, p.link.fail_reason());
   }
 }
@@ -158,9 +158,9 @@ void Connections::transfer_failed(PeerData& p, const std::string& why) {
   // before its sockets): the link has kLinkGrace to say so (link_lost, which names the cause),
   // and nothing more of the client is delivered meanwhile.
   bool lost = p.link.lost();  // closed already: its grace runs
-  if (p.state == PeerState::kReady && p.rank < 0 && (lost || (door_ && door_->has_link(p.id)))) {
+  if (p.state() == PeerState::kReady && p.rank() < 0 && (lost || (door_ && door_->has_link(p.id())))) {
     engine().landings_.hold(p);
-    if (!lost) link_lost(p.id, why);
+    if (!lost) link_lost(p.id(), why);
     return;
   }
   engine().fail_peer(p, absl::StatusCode::kUnavailable, why);
@@ -170,10 +170,10 @@ absl::Status Connections::attach_dialed(PeerData& p, const Door::Dialed& d) {
   if (d.link == door::Link::kUcx) {
     auto ep = engine().worker_->connect(d.address, &PeerTable::on_ep_error, &p);
     if (!ep.ok()) {
-      door_->close_link(p.id);
+      door_->close_link(p.id());
       return ep.status();
     }
-    p.ep = std::move(*ep);
+    PeerTable::set_endpoint(p, std::move(*ep));
     return absl::OkStatus();
   }
   bool encrypted = d.link != door::Link::kStream;
@@ -189,8 +189,8 @@ absl::Status Connections::attach_dialed(PeerData& p, const Door::Dialed& d) {
     ::close(d.fd);
     return refused;
   }
-  p.ep = stream_endpoint(p, d.link, d.keys, /*client=*/true);
-  p.ep.attach(d.fd);
+  PeerTable::set_endpoint(p, stream_endpoint(p, d.link, d.keys, /*client=*/true));
+  p.ep().attach(d.fd);
   return absl::OkStatus();
 }
 
@@ -203,8 +203,8 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
                                    : absl::StrFormat("SLUICE_CONNECT_TIMEOUT=%s", format_duration(limit));
   auto deadline = limit == kInfinite ? Clock::time_point::max() : Clock::now() + limit;
   PeerData& p = engine().peers_.add_client();
-  p.name = absl::StrFormat("server %s", host_port);
-  if (absl::Status s = door().dial(hp.host, hp.port, p.id, deadline, limit_name); !s.ok()) {
+  PeerTable::name(p, absl::StrFormat("server %s", host_port));
+  if (absl::Status s = door().dial(hp.host, hp.port, p.id(), deadline, limit_name); !s.ok()) {
     engine().peers_.abandon(p, std::string(s.message()));
     return s;
   }
@@ -218,10 +218,10 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
     engine().peers_.abandon(p, std::string(dialed.status().message()));
     return dialed.status();
   }
-  if (p.state == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
+  if (p.state() == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason()));
   }
-  p.remote_slot = dialed->slot;
+  PeerTable::set_remote_slot(p, dialed->slot);
   if (absl::Status s = attach_dialed(p, *dialed); !s.ok()) {
     engine().peers_.abandon(p, std::string(s.message()));
     return absl::Status(s.code(), absl::StrFormat("cannot connect to %s: %s", host_port, s.message()));
@@ -230,17 +230,17 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
   engine().link_.send_hello(p);
   // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
   // fails the peer.
-  while (p.state == PeerState::kConnecting) {
+  while (p.state() == PeerState::kConnecting) {
     engine().wait(deadline);
-    if (Clock::now() >= deadline && p.state == PeerState::kConnecting) {
+    if (Clock::now() >= deadline && p.state() == PeerState::kConnecting) {
       engine().fail_peer(p, absl::StatusCode::kDeadlineExceeded,
                          absl::StrFormat("no handshake with %s within %s", host_port, limit_name));
     }
   }
-  if (p.state != PeerState::kReady) {
+  if (p.state() != PeerState::kReady) {
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason()));
   }
-  return p.handle.get();
+  return p.handle();
 }
 
 }  // namespace sluice::detail

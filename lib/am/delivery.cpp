@@ -55,10 +55,10 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
     SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s", wire::tag_slot(tag),
                             p == nullptr ? "no such rank" : wire::to_string(pr));
     if (p != nullptr && (pr == wire::Parse::kBadVersion || pr == wire::Parse::kBadMagic) &&
-        p->state != PeerState::kDead) {
+        p->state() != PeerState::kDead) {
       std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d", wire::to_string(pr),
                                         wire::kVersion);
-      if (p->ep.valid() || engine().peers_.ensure_endpoint(*p).ok())
+      if (p->ep().valid() || engine().peers_.ensure_endpoint(*p).ok())
         engine().sender_.send_ctrl(*p, wire::kReject,
                                    std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
       engine().fail_peer(*p, absl::StatusCode::kUnavailable, why);
@@ -67,7 +67,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
   }
   if (ctrl_only && !(h.flags & wire::kFlagCtrl)) [[unlikely]] {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s sent a data message with a control-class tag; dropped", p->name);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s sent a data message with a control-class tag; dropped", p->name());
     return;
   }
   if (h.flags & wire::kFlagMore) [[unlikely]] {
@@ -92,16 +92,16 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     // else is refused.
     if (h.flags & (wire::kFlagCtrl | wire::kFlagRndv | wire::kFlagFrag | wire::kFlagCompact)) {
       engine().c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "wire",
-                              "%s coalesced a control, rendezvous, fragment or compact message; rest dropped", p->name);
+      SLUICE_LOG_RATE_LIMITED(
+          kWarn, "wire", "%s coalesced a control, rendezvous, fragment or compact message; rest dropped", p->name());
       return false;
     }
     // A correct peer never has more messages unreleased or unreturned than it was
     // granted; one beyond that could make kept messages take more than the reservation.
-    if (p->state == PeerState::kReady && p->rx.unreleased_ + p->rx.owed_.owed() >= p->rx.granted_) {
+    if (p->state() == PeerState::kReady && p->rx.unreleased_ + p->rx.owed_.owed() >= p->rx.granted_) {
       engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent more coalesced messages than it had credits; rest dropped",
-                              p->name);
+                              p->name());
       return false;
     }
     std::span<std::byte> bytes(const_cast<std::byte*>(msg.data()), msg.size());
@@ -110,7 +110,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   });
   if (pr != wire::Parse::kOk) {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s: a coalesced message was rejected: %s; the rest dropped", p->name,
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s: a coalesced message was rejected: %s; the rest dropped", p->name(),
                             wire::to_string(pr));
   }
 }
@@ -126,7 +126,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     return;
   }
   bool early = false;  // before its sender's HELLO
-  if (p->state != PeerState::kReady) [[unlikely]]
+  if (p->state() != PeerState::kReady) [[unlikely]]
     if (!admit_unready(*p, &early)) return;
   engine().c_.received(p->traffic, 1, length);
   std::uint64_t seq = h.seq;
@@ -139,15 +139,15 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
     returned = false;
   else if (returned && !Sender::credits_back(p->tx, h.credits)) {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name, h.credits);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p->name(), h.credits);
   }
   // The fast path builds only the Message; the early-arrival path wraps it (with its header)
   // for the reorder window. Zeroing a whole Incoming per message was a measurable cost.
   Message m;
   attach(m);
-  state(m).peer = p->id;
-  state(m).source = static_cast<int>(p->id);
-  state(m).epoch = p->epoch;
+  state(m).peer = p->id();
+  state(m).source = static_cast<int>(p->id());
+  state(m).epoch = p->epoch();
   state(m).handler = h.handler;
   if (h.flags & (wire::kFlagRequest | wire::kFlagReply)) {  // a plain message keeps the zeros
     state(m).request = (h.flags & wire::kFlagRequest) != 0;
@@ -193,14 +193,14 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
 bool Delivery::admit_unready(PeerData& p, bool* early) {
   // Its HELLO may have gone first yet still wait in UCX: a CTRL-class message is taken only
   // by probing, on timer ticks; a message on our EAGER tag is taken at once. Take it now.
-  if (p.state != PeerState::kDead && !p.link.hello_received()) engine().receives_.take_first_contacts();
-  if (p.state == PeerState::kReady) return true;
+  if (p.state() != PeerState::kDead && !p.link.hello_received()) engine().receives_.take_first_contacts();
+  if (p.state() == PeerState::kReady) return true;
   // Or it is still on its way (a transport that reorders between tags): the peer has our
   // HELLO, since it used our key, so the message waits in the window for the peer's, within
   // the grant, for at most a heartbeat interval (timers()).
-  *early = p.state == PeerState::kConnecting && p.link.hello_sent() && !p.link.hello_received();
+  *early = p.state() == PeerState::kConnecting && p.link.hello_sent() && !p.link.hello_received();
   if (!*early) {
-    engine().c_.dropped(p.state == PeerState::kDead ? "from a dead peer" : "before the handshake");
+    engine().c_.dropped(p.state() == PeerState::kDead ? "from a dead peer" : "before the handshake");
     return false;
   }
   LinkControl::early(p.link, engine().now_);
@@ -220,7 +220,7 @@ void Delivery::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std
       // offer() moves only what it keeps (kEarly, kDeliver): a duplicate is still here.
       state(in.message).credit = false;  // NOLINT(bugprone-use-after-move)
       --p.rx.unreleased_;
-      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name, seq,
+      SLUICE_LOG_RATE_LIMITED(kInfo, "am", "%s: dropped duplicate or stale sequence %u (expected %u)", p.name(), seq,
                               p.rx.window_.expected());
       break;
   }
@@ -228,7 +228,7 @@ void Delivery::hold_or_drop(PeerData& p, Message&& m, const wire::Header& h, std
 }
 
 void Delivery::deliver(PeerData& p) {
-  while (!p.landings.blocked() && p.state == PeerState::kReady) {
+  while (!p.landings.blocked() && p.state() == PeerState::kReady) {
     Incoming in;
     if (!p.rx.window_.next(&in)) break;
     process(p, in.message, in.header);
@@ -294,10 +294,10 @@ void Delivery::release_handled(PeerData& p, Message& m) {
 void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
   // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
   // dead peer's messages are still counted down: its slot is reused only when none is left.
-  if (p.epoch != epoch) [[unlikely]]
+  if (p.epoch() != epoch) [[unlikely]]
     return;
   --p.rx.unreleased_;
-  if (p.state != PeerState::kReady) [[unlikely]]
+  if (p.state() != PeerState::kReady) [[unlikely]]
     return;
   p.rx.owed_.released();
   engine().sender_.maybe_return_credits(p);
@@ -332,18 +332,18 @@ void Delivery::watch_held(PeerData& p, Clock::time_point now) {
   if (p.rx.held_since_ == Clock::time_point{}) p.rx.held_since_ = now;
   if (p.rx.held_logged_ || now - p.rx.held_since_ < engine().config_.heartbeat) return;
   p.rx.held_logged_ = true;
-  if (std::size_t waiting = engine().handlers_.kept_from(p.id); waiting != 0) {
+  if (std::size_t waiting = engine().handlers_.kept_from(p.id()); waiting != 0) {
     SLUICE_LOG(kWarn, "flow",
                "%s cannot send: %u of its %u credits are held by messages for handlers not registered here "
                "(am.unclaimed); register them (Engine::register_handler) to let it go on",
-               p.name, waiting, p.rx.granted_);
+               p.name(), waiting, p.rx.granted_);
     return;
   }
   SLUICE_LOG(kWarn, "flow",
              "%s cannot send: all %u of its credits are held by %u of its messages this application has not "
              "released (for %s). A Message returns its credit when it is destroyed or release()d; raise "
              "SLUICE_CREDITS if the application must keep more (flow.peers_held)",
-             p.name, p.rx.granted_, p.rx.unreleased_,
+             p.name(), p.rx.granted_, p.rx.unreleased_,
              format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.rx.held_since_)));
 }
 

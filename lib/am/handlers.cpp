@@ -76,7 +76,7 @@ void Handlers::no_handler(Message& m) {
     return;
   }
   if (h >= kMaxHandlers) {  // no handler can ever take it
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, beyond the highest id %d: dropped", p.name, h,
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s sent to handler %d, beyond the highest id %d: dropped", p.name(), h,
                             kMaxHandlers - 1);
     return;
   }
@@ -84,8 +84,8 @@ void Handlers::no_handler(Message& m) {
   SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                           "%s sent to handler %d, which is not registered: kept until it is (%u message(s) kept; "
                           "each holds one of the sender's credits; am.unclaimed)",
-                          p.name, h, unclaimed_.size() + 1);
-  unclaimed_.keep(h, p.id, std::move(m));
+                          p.name(), h, unclaimed_.size() + 1);
+  unclaimed_.keep(h, p.id(), std::move(m));
 }
 
 void Handlers::drop_unclaimed() {

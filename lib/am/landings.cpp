@@ -53,7 +53,7 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
   // The message fails, not its peer. The sender learns why (a request by its reply, a message
   // by DECLINE, and its send completes with ResourceExhausted; a reply fails its call here),
   // and the payload is taken and dropped: a receive of no bytes ends the sender's transfer.
-  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: refused a message for handler %d: %s", p.name, state(m).handler, why);
+  SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: refused a message for handler %d: %s", p.name(), state(m).handler, why);
   if (state(m).request) {
     engine().rpc_server_.answer_error(m, absl::StatusCode::kResourceExhausted, why);
     discard_payload(p, state(m).seq);
@@ -70,19 +70,19 @@ void Landings::decline_landing(PeerData& p, Message& m, const std::string& why) 
 }
 
 void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
-  if (p.state == PeerState::kDead || !p.ep.valid()) return;
-  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id);
-  op->epoch = p.epoch;
+  if (p.state() == PeerState::kDead || !p.ep().valid()) return;
+  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id());
+  op->epoch = p.epoch();
   op->recv.discard = true;
   ++engine().exact_posted_;
   PostResult r =
-      engine().worker_->post_recv(p.ep, op, nullptr, 0, wire::make_tag(wire::kRndv, p.id, seq), kFullMask, nullptr);
+      engine().worker_->post_recv(p.ep(), op, nullptr, 0, wire::make_tag(wire::kRndv, p.id(), seq), kFullMask, nullptr);
   if (r.kind != Post::kPending) engine().done_.push_back({op, r.code, r.length, r.sender_tag});
 }
 
 void Landings::send_declines(PeerData& p) {
   // One DECLINE in flight per peer (control messages have a buffer each); the next when it is sent.
-  if (p.landings.declines_.empty() || p.tx.ctrl_busy(wire::kDecline) || p.state != PeerState::kReady) return;
+  if (p.landings.declines_.empty() || p.tx.ctrl_busy(wire::kDecline) || p.state() != PeerState::kReady) return;
   const auto& [seq, why] = p.landings.declines_.front();
   engine().sender_.send_ctrl(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
   if (p.tx.ctrl_busy(wire::kDecline)) p.landings.declines_.pop_front();
@@ -96,7 +96,7 @@ void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const st
   std::string why(reinterpret_cast<const char*>(body.data()), body.size());
   bool found = false;
   for (auto& op : engine().ops_) {
-    if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id && op.epoch == p.epoch &&
+    if (op.in_use && op.kind == OpKind::kSendPayload && op.peer == p.id() && op.epoch == p.epoch() &&
         wire::tag_class(op.send.tag) == wire::kRndv && wire::tag_id(op.send.tag) == (h.aux & wire::kIdMask)) {
       op.send.declined = why;  // its completion reports it
       found = true;
@@ -104,7 +104,8 @@ void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const st
     }
   }
   if (!found)
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s refused message %u, whose send is not in flight: %s", p.name, h.aux, why);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s refused message %u, whose send is not in flight: %s", p.name(), h.aux,
+                            why);
   p.landings.declines_.push_back({h.aux, std::string()});
   send_declines(p);
 }
@@ -119,22 +120,22 @@ void Landings::start_rndv(PeerData& p, Message&& m, const wire::Header& h, bool 
   }
   std::span<std::byte> dest = landing_for(p, m, size, false);
   if (!dest.empty()) post_landing(p, std::move(m), dest, ordered);
-  else if (p.state != PeerState::kDead && m.valid()) park(p, std::move(m), h, ordered);
+  else if (p.state() != PeerState::kDead && m.valid()) park(p, std::move(m), h, ordered);
 }
 
 void Landings::post_landing(PeerData& p, Message&& m, std::span<std::byte> dest, bool ordered) {
   state(m).payload = dest;
-  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id);
-  op->epoch = p.epoch;
+  Op* op = engine().ops_.take(OpKind::kRndvRx, p.id());
+  op->epoch = p.epoch();
   op->recv.ordered = ordered;
-  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id, state(m).seq);
+  std::uint64_t tag = wire::make_tag(wire::kRndv, p.id(), state(m).seq);
   void* memh = state(m).landing ? slot_memh(state(m).landing) : nullptr;
   op->pending = std::move(m);
   free_announcement(p, op->pending);
   if (ordered) p.landings.blocked_ = true;
   ++p.landings.landing_;
   ++engine().exact_posted_;
-  PostResult r = engine().worker_->post_recv(p.ep, op, dest.data(), dest.size(), tag, kFullMask, memh);
+  PostResult r = engine().worker_->post_recv(p.ep(), op, dest.data(), dest.size(), tag, kFullMask, memh);
   if (r.kind != Post::kPending) engine().done_.push_back({op, r.code, r.length, r.sender_tag});
   engine().fault_.pass(FaultPoint::kRndvLand);
 }
@@ -165,10 +166,10 @@ void Landings::park(PeerData& p, Message&& m, const wire::Header& h, bool ordere
   SLUICE_LOG_RATE_LIMITED(kWarn, "am",
                           "%s: a %u-byte payload waits for receive memory: %s of SLUICE_RECV_POOL_MAX=%s "
                           "held by messages not yet released; it lands when some are (am.landing_waits)",
-                          p.name, h.payload_len, format_size(b.held_bytes), format_size(b.max));
+                          p.name(), h.payload_len, format_size(b.held_bytes), format_size(b.max));
   if (ordered) p.landings.blocked_ = true;
   ++p.landings.parked_;
-  parked_.push_back({p.id, std::move(m), h, ordered});
+  parked_.push_back({p.id(), std::move(m), h, ordered});
   parked_at_returns_ = engine().recv_pool_->returns();
 }
 
@@ -179,11 +180,11 @@ void Landings::retry_waiting() {
     PeerData& p = engine().peers_.at(w.peer);
     bool frag = (w.header.flags & wire::kFlagFrag) != 0;
     std::span<std::byte> dest = pool_landing(p, w.message, w.header.payload_len, frag);
-    if (dest.empty() && w.message.valid() && p.state != PeerState::kDead) return;  // oldest first: the rest wait
+    if (dest.empty() && w.message.valid() && p.state() != PeerState::kDead) return;  // oldest first: the rest wait
     Parked go = std::move(w);
     parked_.pop_front();
     if (dest.empty()) {  // refused (its peer goes on) or its peer failed (parked_ is cleared of it)
-      if (p.state == PeerState::kDead) continue;
+      if (p.state() == PeerState::kDead) continue;
       --p.landings.parked_;
       if (go.ordered) p.landings.blocked_ = false;
       engine().delivery_.deliver(p);
@@ -212,7 +213,7 @@ void Landings::close() {
 }
 
 void Landings::peer_failed(PeerData& p) {
-  std::erase_if(parked_, [&](const Parked& w) { return w.peer == p.id; });
+  std::erase_if(parked_, [&](const Parked& w) { return w.peer == p.id(); });
   LandingsFrom& mine = p.landings;
   mine.parked_ = 0;
   mine.frag_ = Message();
@@ -228,20 +229,20 @@ void Landings::on_rndv_done(Op* op, absl::StatusCode code, std::size_t length) {
   }
   PeerData& p = engine().peers_.at(op->peer);
   Message m = std::move(op->pending);
-  bool stale = op->epoch != p.epoch;
+  bool stale = op->epoch != p.epoch();
   bool ordered = op->recv.ordered;
   engine().ops_.give(op);
   if (stale) return;  // a partial payload never reaches a handler
   if (ordered) p.landings.blocked_ = false;
   --p.landings.landing_;
   if (code != absl::StatusCode::kOk || length != state(m).payload.size()) {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name,
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: rendezvous payload of %u bytes failed: %s, %u bytes landed", p.name(),
                             state(m).payload.size(), absl::StatusCodeToString(code), length);
     if (state(m).credit) {  // returned already when the landing was posted (free_announcement)
       state(m).credit = false;
       Delivery::credit_gone(p);
     }
-    if (p.state != PeerState::kDead && code != absl::StatusCode::kCancelled)
+    if (p.state() != PeerState::kDead && code != absl::StatusCode::kCancelled)
       engine().connections_.transfer_failed(
           p, absl::StrFormat("rendezvous payload failed: %s", absl::StatusCodeToString(code)));
     return;
@@ -261,7 +262,7 @@ void Landings::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h
     }
     std::span<std::byte> dest = landing_for(p, m, h.payload_len, true);
     if (!dest.empty()) start_fragments(p, std::move(m), dest);
-    else if (p.state != PeerState::kDead) park(p, std::move(m), h, /*ordered=*/true);
+    else if (p.state() != PeerState::kDead) park(p, std::move(m), h, /*ordered=*/true);
     return;
   }
   // A later piece is only bytes: the first piece stands for the message (its request, its
@@ -272,7 +273,7 @@ void Landings::assemble_fragment(PeerData& p, Message&& m, const wire::Header& h
   if (!p.landings.frag_.valid() || h.aux != p.landings.frag_received_ ||
       h.payload_len != state(p.landings.frag_).payload.size()) {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name, h.aux);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "am", "%s: fragment at %u out of place", p.name(), h.aux);
     return;
   }
   copy_payload(state(p.landings.frag_).payload.data() + h.aux, state(m).payload.data(), piece);

@@ -154,9 +154,9 @@ EngineCore::~EngineCore() {
 // ---- a peer's failure ---------------------------------------------------------------------
 
 void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string& reason) {
-  if (p.state == PeerState::kDead) return;
+  if (p.state() == PeerState::kDead) return;
   // A stream that failed knows why (a send failing right after it would only say "failed").
-  if (std::string why = p.ep.failure(); code != absl::StatusCode::kCancelled && !why.empty() && why != reason) {
+  if (std::string why = p.ep().failure(); code != absl::StatusCode::kCancelled && !why.empty() && why != reason) {
     fail_peer(p, absl::StatusCode::kUnavailable, why);
     return;
   }
@@ -164,23 +164,22 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   if (!orderly) {
     c_.peers_failed->add();
     // The cause's code is named when it says more than the UNAVAILABLE the operations get.
-    SLUICE_LOG(kWarn, "am", "peer %s failed%s: %s; its operations complete with UNAVAILABLE", p.name,
+    SLUICE_LOG(kWarn, "am", "peer %s failed%s: %s; its operations complete with UNAVAILABLE", p.name(),
                code == absl::StatusCode::kUnavailable ? "" : absl::StrFormat(" (%s)", absl::StatusCodeToString(code)),
                reason);
   } else {
-    SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name, reason);
+    SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name(), reason);
   }
-  p.state = PeerState::kDead;
   LinkControl::failed(p.link, reason);
-  if (p.rank < 0) connections_.close_link(p.id);
+  if (p.rank() < 0) connections_.close_link(p.id());
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
-                      absl::StrFormat("peer %s: %s", p.name, reason));
+                      absl::StrFormat("peer %s: %s", p.name(), reason));
   // Queued messages never reached the transport: complete them here, once.
   sender_.drop_queued(p, status);
   rpc_client_.drop_waiting(p, status);
   // In-flight sends complete through the force close (their callbacks see an error)...
-  if (p.ep.valid()) {
-    void* req = p.ep.start_close(true);
+  if (p.ep().valid()) {
+    void* req = p.ep().start_close(true);
     if (req != nullptr)
       LinkControl::close_pending(
           p.link, absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1))));
@@ -192,7 +191,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   landings_.peer_failed(p);
   // Exact receives posted for this peer's payloads: cancel; their completions clean up.
   for (auto& op : ops_) {
-    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id && op.request != nullptr) {
+    if ((op.kind == OpKind::kRndvRx || op.kind == OpKind::kReplyRx) && op.peer == p.id() && op.request != nullptr) {
       worker_->cancel(&op);
     }
   }
@@ -214,7 +213,7 @@ void EngineCore::close_peers(Clock::time_point deadline) {
     if (sender_.inflight() > 0) return true;
     // A connecting peer's queue goes out once its HELLO is in.
     return peers_.any([](const PeerData& p) {
-      return (p.state == PeerState::kReady || p.state == PeerState::kConnecting) && p.tx.waiting();
+      return (p.state() == PeerState::kReady || p.state() == PeerState::kConnecting) && p.tx.waiting();
     });
   };
   drain_while([&] { return unsent() || !submissions_.empty(); }, deadline);
@@ -225,13 +224,13 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // it; then a short wait for the peers' own goodbyes, so no message arrives after the
   // receives go.
   peers_.for_each([&](PeerData& p) {
-    if (p.state == PeerState::kReady) link_.send_bye(p);
+    if (p.state() == PeerState::kReady) link_.send_bye(p);
   });
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
-  auto live = [&] { return peers_.any([](const PeerData& p) { return p.state == PeerState::kReady; }); };
+  auto live = [&] { return peers_.any([](const PeerData& p) { return p.state() == PeerState::kReady; }); };
   drain_while([&] { return sender_.inflight() > 0 || live(); }, bye_deadline);
   peers_.for_each([&](PeerData& p) {
-    if (p.state != PeerState::kDead) fail_peer(p, absl::StatusCode::kCancelled, "engine shutting down");
+    if (p.state() != PeerState::kDead) fail_peer(p, absl::StatusCode::kCancelled, "engine shutting down");
   });
 }
 
@@ -252,10 +251,8 @@ void EngineCore::close_transport(Clock::time_point deadline) {
     op.pending = Message();
   }
   landings_.close();
-  peers_.for_each([](PeerData& p) {
-    Delivery::drop_held(p);
-    p.ep = Endpoint();
-  });
+  peers_.for_each([](PeerData& p) { Delivery::drop_held(p); });
+  peers_.drop_endpoints();
   // Whatever waits unmatched (a failed peer's late messages, a goodbye that crossed
   // ours) is taken and dropped: nothing of this engine is left in UCX's unexpected queue.
   worker_->progress();
@@ -297,7 +294,7 @@ std::string EngineCore::stats_line(const char* trigger) {
   std::vector<PeerData*> live;
   std::size_t gone = 0;
   peers_.for_each([&](PeerData& p) {
-    if (p.state == PeerState::kDead && !at_exit) ++gone;
+    if (p.state() == PeerState::kDead && !at_exit) ++gone;
     else if (p.traffic.msgs_sent() != 0 || p.traffic.msgs_received() != 0) live.push_back(&p);
   });
   auto recent = [](const PeerData* p) { return p->traffic.bytes_since_line(); };
@@ -311,8 +308,8 @@ std::string EngineCore::stats_line(const char* trigger) {
                           "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
                           "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, "
                           "\"msgs_per_s\": %.1f, \"bytes_per_s\": %.1f, \"rtt_us\": ",
-                          i == 0 ? "" : ", ", json_escape(p.name), to_string(p.state), t.msgs_sent(), t.bytes_sent(),
-                          t.msgs_received(), t.bytes_received(), t.credit_stalls(),
+                          i == 0 ? "" : ", ", json_escape(p.name()), to_string(p.state()), t.msgs_sent(),
+                          t.bytes_sent(), t.msgs_received(), t.bytes_received(), t.credit_stalls(),
                           secs > 0 ? static_cast<double>(t.msgs_since_line()) / secs : 0.0,
                           secs > 0 ? static_cast<double>(recent(&p)) / secs : 0.0);
     if (t.rtt().count() == 0) line += "null}";
@@ -360,7 +357,7 @@ const Stats& EngineCore::stats() {
   stats_.counter("api.wrong_thread").set(guard_.wrong_thread_calls());
   std::size_t held = 0;
   peers_.for_each([&](const PeerData& p) {
-    held += p.state == PeerState::kReady && p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
+    held += p.state() == PeerState::kReady && p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
   });
   stats_.counter("flow.peers_held").set(held);
   stats_.counter("peers.table").set(peers_.size());

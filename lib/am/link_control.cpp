@@ -7,7 +7,7 @@
 namespace sluice::detail {
 
 void LinkControl::start_handshake(PeerData& p) {
-  if (p.state != PeerState::kNew) return;
+  if (p.state() != PeerState::kNew) return;
   absl::Status s = engine().peers_.ensure_endpoint(p);
   if (!s.ok()) {
     engine().fail_peer(p, absl::StatusCode::kUnavailable, std::string(s.message()));
@@ -18,7 +18,7 @@ void LinkControl::start_handshake(PeerData& p) {
 }
 
 void LinkControl::connecting(PeerData& p, Clock::time_point deadline) {
-  p.state = PeerState::kConnecting;
+  p.link.state_ = PeerState::kConnecting;
   engine().watch_timers();
   p.link.hello_deadline_ = deadline;
 }
@@ -48,11 +48,12 @@ bool LinkControl::send_hello(PeerData& p) {
     reject(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
                               "receive slots) for %s: receive budget exhausted; raise "
                               "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
-                              engine().recv_pool_->eager().slot_size(), p.name));
+                              engine().recv_pool_->eager().slot_size(), p.name()));
     return false;
   }
   if (grant < engine().config_.credits) {
-    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name, grant, engine().config_.credits);
+    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name(), grant,
+               engine().config_.credits);
   }
   Delivery::grant_receiving(p, grant);
   engine().receives_.reserve(p, posted(grant));
@@ -64,17 +65,17 @@ bool LinkControl::send_hello(PeerData& p) {
   if (slots == 0) {
     reject(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
                               "exhausted; raise SLUICE_SEND_POOL_MAX",
-                              engine().send_pool_->eager().slot_size(), p.name));
+                              engine().send_pool_->eager().slot_size(), p.name()));
     return false;
   }
   if (slots < engine().config_.rpc_slots) {
-    SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name, slots,
+    SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name(), slots,
                engine().config_.rpc_slots);
   }
   engine().sender_.hold_replies(p, 2 * slots);
   engine().rpc_server_.grant(p, slots);
   // reply_slot: our index for the peer, which it puts in its tags to us.
-  std::uint32_t me = p.rank >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
+  std::uint32_t me = p.rank() >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
   engine().receives_.open(p);
   wire::Hello hello{me,
@@ -82,7 +83,7 @@ bool LinkControl::send_hello(PeerData& p) {
                     static_cast<std::uint32_t>(engine().eager_limit_),
                     grant,
                     slots,
-                    p.id,
+                    p.id(),
                     engine().incarnation_,
                     p.posted.key()};
   std::array<std::byte, wire::kHelloSize> body;
@@ -98,33 +99,33 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
   if (h.handler == wire::kHello) {
     wire::Hello hello;
     bool parsed = wire::decode_hello(body, &hello) == wire::Parse::kOk;
-    bool who_ok = p.rank >= 0 ? hello.rank == static_cast<std::uint32_t>(p.rank)
-                              : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
+    bool who_ok = p.rank() >= 0 ? hello.rank == static_cast<std::uint32_t>(p.rank())
+                                : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
     if (!parsed || !who_ok) {
       engine().c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from %s rejected", p.name);
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from %s rejected", p.name());
       return;
     }
     handle_hello(p, hello);
     return;
   }
-  if (p.state == PeerState::kDead) {
+  if (p.state() == PeerState::kDead) {
     engine().c_.dropped("control message from a dead peer");
     return;
   }
   if (h.handler == wire::kReject) {
     std::string why(reinterpret_cast<const char*>(body.data()), body.size());
-    SLUICE_LOG(kError, "am", "%s refused the connection: %s", p.name, why);
+    SLUICE_LOG(kError, "am", "%s refused the connection: %s", p.name(), why);
     engine().fail_peer(p, absl::StatusCode::kUnavailable, "refused by the peer: " + why);
     return;
   }
-  if (p.state != PeerState::kReady) {
+  if (p.state() != PeerState::kReady) {
     engine().c_.dropped("control message before the handshake");
     return;
   }
   if (h.credits != 0 && !Sender::credits_back(p.tx, h.credits)) {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p.name, h.credits);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s returned %u credits, more than granted", p.name(), h.credits);
   }
   switch (h.handler) {
     case wire::kCredit: break;
@@ -140,7 +141,7 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     case wire::kBye: on_bye(p, h); return;
     default:
       engine().c_.parse_errors->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from %s", h.handler, p.name);
+      SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from %s", h.handler, p.name());
       return;
   }
   engine().sender_.flush(p);
@@ -161,49 +162,49 @@ void LinkControl::on_bye(PeerData& p, const wire::Header& h) {
     // More undelivered messages than it had credits for: not a sequence a correct peer sends.
     // Close now rather than wait for messages that cannot come.
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name, h.aux);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "%s said goodbye after sequence %u, beyond its credits", p.name(), h.aux);
     p.link.bye_seq_ = p.rx.window().delivered();
   }
   close_after_bye(p);
 }
 
 void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
-  if (p.link.hello_received_ && hello.incarnation == p.incarnation) {
+  if (p.link.hello_received_ && hello.incarnation == p.link.incarnation_) {
     engine().c_.duplicates->add();
     return;
   }
-  if (p.state == PeerState::kDead && (hello.incarnation == p.incarnation || p.rank < 0)) {
+  if (p.state() == PeerState::kDead && (hello.incarnation == p.link.incarnation_ || p.rank() < 0)) {
     // A client/server peer is never revived (a reconnect is a new peer): a HELLO that arrives
     // after it failed would otherwise restart it as a rank restarts.
     engine().c_.dropped("hello from a dead incarnation");
     return;
   }
-  if (p.link.hello_received_ || p.state == PeerState::kDead) {
+  if (p.link.hello_received_ || p.state() == PeerState::kDead) {
     restart(p, hello);
     return;
   }
   if (hello.credits < 2) {
     engine().fail_peer(p, absl::StatusCode::kResourceExhausted,
-                       absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name, hello.credits));
+                       absl::StrFormat("%s granted %u credits, fewer than the minimum of 2", p.name(), hello.credits));
     return;
   }
   p.link.hello_received_ = true;
-  p.incarnation = hello.incarnation;
-  if (p.rank < 0) p.remote_slot = hello.reply_slot;  // client/server: learnt from the HELLO
-  engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_slot, hello.rx_key), hello.credits);
+  p.link.incarnation_ = hello.incarnation;
+  if (p.rank() < 0) PeerTable::set_remote_slot(p, hello.reply_slot);  // client/server: learnt from the HELLO
+  engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_slot(), hello.rx_key), hello.credits);
   engine().rpc_client_.grant(p, hello.rpc_slots);
   p.link.last_heard_ = Clock::now();
-  if (p.state == PeerState::kNew) start_handshake(p);
+  if (p.state() == PeerState::kNew) start_handshake(p);
   else if (!p.link.hello_sent_) send_hello(p);  // a client answers the server's HELLO
   maybe_ready(p);
 }
 
 void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
-  if (p.state != PeerState::kDead) engine().fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
-  SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name);
-  ++p.epoch;  // completions of the old incarnation's operations are ignored
-  engine().receives_.revive_slot(p.id);
-  p.state = PeerState::kNew;
+  if (p.state() != PeerState::kDead) engine().fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
+  SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name());
+  ++p.link.epoch_;  // completions of the old incarnation's operations are ignored
+  engine().receives_.revive_slot(p.id());
+  p.link.state_ = PeerState::kNew;
   // The handshake and the goodbye start over; why it failed and its endpoint's close stay.
   p.link.hello_sent_ = p.link.hello_received_ = false;
   p.link.bye_sent_ = p.link.bye_received_ = false;
@@ -223,19 +224,19 @@ void LinkControl::send_bye(PeerData& p) {
 }
 
 void LinkControl::close_after_bye(PeerData& p) {
-  if (!p.link.bye_received_ || p.state != PeerState::kReady) return;
+  if (!p.link.bye_received_ || p.state() != PeerState::kReady) return;
   if (static_cast<std::int64_t>(p.rx.window().delivered() - p.link.bye_seq_) < 0 || !p.landings.quiet()) return;
   engine().fail_peer(p, absl::StatusCode::kCancelled, "peer closed (bye)");
 }
 
 void LinkControl::maybe_ready(PeerData& p) {
-  if (p.state != PeerState::kConnecting || !p.link.hello_sent_ || !p.link.hello_received_) return;
-  p.state = PeerState::kReady;
+  if (p.state() != PeerState::kConnecting || !p.link.hello_sent_ || !p.link.hello_received_) return;
+  p.link.state_ = PeerState::kReady;
   engine().watch_timers();
   p.link.last_heard_ = Clock::now();
   p.link.early_since_ = {};
-  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name,
-             p.rx.granted(), p.tx.credits().granted(), p.calls.window().granted(), p.ep.transports());
+  SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name(),
+             p.rx.granted(), p.tx.credits().granted(), p.calls.window().granted(), p.ep().transports());
   if (p.rx.window().held() != 0) engine().delivery_.deliver(p);  // what arrived before its HELLO
   engine().sender_.flush(p);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -18,9 +19,20 @@ namespace sluice::detail {
 class EngineCore;
 struct PeerData;
 
+enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
+constexpr const char* to_string(PeerState s) {
+  constexpr const char* kNames[] = {"new", "connecting", "ready", "dead"};
+  return kNames[static_cast<int>(s)];
+}
+
 // A peer's link part: written by LinkControl alone, read by anyone.
 class LinkState {
  public:
+  // Where the link is: new, connecting, ready, dead.
+  PeerState state() const { return state_; }
+  // Bumped when the peer restarts or its index serves a new client: operations carry it, and
+  // the completions of an older epoch's are ignored.
+  std::uint64_t epoch() const { return epoch_; }
   bool hello_sent() const { return hello_sent_; }
   bool hello_received() const { return hello_received_; }
   // Its BYE came: it closes once everything up to the sequence the BYE carried is in.
@@ -34,6 +46,9 @@ class LinkState {
 
  private:
   friend class LinkControl;
+  PeerState state_ = PeerState::kNew;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t incarnation_ = 0;  // the peer's, from its HELLO
   bool hello_sent_ = false;
   bool hello_received_ = false;
   Clock::time_point hello_deadline_{};
@@ -95,10 +110,15 @@ class LinkControl {
   // The peer's front-door link closed (`why`): a ready peer fails kLinkGrace after `now`
   // unless it closes first (true); any other is for the caller to fail (false).
   bool link_lost(PeerData& p, const std::string& why, Clock::time_point now);
-  // The peer failed (`reason`); its endpoint's force close may not have finished.
+  // The peer failed (`reason`): dead; its endpoint's force close may not have finished.
   static void failed(LinkState& l, const std::string& reason);
-  // A client/server peer that never got going (`why`).
-  static void abandoned(LinkState& l, const std::string& why) { l.fail_reason_ = why; }
+  // A client/server peer that never got going (`why`): dead.
+  static void abandoned(LinkState& l, const std::string& why) {
+    l.state_ = PeerState::kDead;
+    l.fail_reason_ = why;
+  }
+  // A gone client's index serves a new one: the new link's epoch follows the old one's.
+  static void succeed(const LinkState& old, LinkState& fresh) { fresh.epoch_ = old.epoch_ + 1; }
   static void close_pending(LinkState& l, bool pending) { l.close_pending_ = pending; }
 
  private:

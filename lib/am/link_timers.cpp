@@ -10,19 +10,19 @@
 namespace sluice::detail {
 
 bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
-  if (p.state == PeerState::kConnecting && engine().config_.connect_timeout != kInfinite &&
+  if (p.state() == PeerState::kConnecting && engine().config_.connect_timeout != kInfinite &&
       now >= p.link.hello_deadline_) {
     engine().fail_peer(p, absl::StatusCode::kDeadlineExceeded,
                        absl::StrFormat("no handshake within SLUICE_CONNECT_TIMEOUT=%s",
                                        format_duration(engine().config_.connect_timeout)));
     return true;
   }
-  if (p.state == PeerState::kConnecting && p.link.early_since_ != Clock::time_point{} &&
+  if (p.state() == PeerState::kConnecting && p.link.early_since_ != Clock::time_point{} &&
       now - p.link.early_since_ >= engine().config_.heartbeat) [[unlikely]] {
     drop_early(p);
     return true;
   }
-  if (p.state != PeerState::kReady) return false;
+  if (p.state() != PeerState::kReady) return false;
   if (now - p.link.lost_at_ >= Connections::kLinkGrace) [[unlikely]] {
     engine().fail_peer(p, absl::StatusCode::kUnavailable, p.link.fail_reason_);
     return true;
@@ -38,11 +38,12 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
         "queued; we hold %u of its messages unreleased and owe it %u credits; next "
         "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
         "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-        p.name, p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(), p.calls.queued(),
+        p.name(), p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(), p.calls.queued(),
         p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
         std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
         p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, engine().sender_.inflight(),
-        engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id, p.posted.key()), kFullMask) ? "yes" : "no");
+        engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id(), p.posted.key()), kFullMask) ? "yes"
+                                                                                                          : "no");
     engine().fail_peer(p, absl::StatusCode::kUnavailable,
                        absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                        format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
@@ -77,12 +78,13 @@ void LinkControl::endpoint_failed(LinkState& l, std::string why) {
 
 bool LinkControl::link_lost(PeerData& p, const std::string& why, Clock::time_point now) {
   p.link.fail_reason_ = why;
-  if (p.state != PeerState::kReady) return false;
+  if (p.state() != PeerState::kReady) return false;
   p.link.lost_at_ = now;  // its BYE may still be on its way
   return true;
 }
 
 void LinkControl::failed(LinkState& l, const std::string& reason) {
+  l.state_ = PeerState::kDead;
   l.fail_reason_ = reason;
   l.lost_at_ = Clock::time_point::max();
 }

@@ -150,7 +150,7 @@ void EngineCore::timers(Clock::time_point now) {
   // need not wake for timers more than once a second.
   bool watching = !rpc_client_.idle();
   watching = watching || peers_.any([](const PeerData& p) {
-    return p.state == PeerState::kConnecting || p.state == PeerState::kReady;
+    return p.state() == PeerState::kConnecting || p.state() == PeerState::kReady;
   });
   next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
   // Nobody progressed this engine for a while (a blocking fence, a busy application): what
@@ -164,7 +164,7 @@ void EngineCore::timers(Clock::time_point now) {
   // A completion callback run from fail_peer may progress the engine, and a client admitted
   // meanwhile grows the table (for_each() goes by index).
   peers_.for_each([&](PeerData& p) {
-    if (link_.expired(p, now, away) || p.state != PeerState::kReady) return;
+    if (link_.expired(p, now, away) || p.state() != PeerState::kReady) return;
     delivery_.watch_held(p, now);
     sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that

@@ -1,6 +1,9 @@
 // What the engine knows of one peer (internal): who it is, the link and its liveness, the
 // handshake, what we may send it (credits, queue, sequence), what we receive from it (posted
-// receives, key, reorder window), RPC in both directions, its traffic.
+// receives, key, reorder window), RPC in both directions, its traffic. Every field has one
+// writer, which the compiler enforces: the identity and endpoint are PeerTable's (private,
+// with PeerTable as friend), each part is its component's (private, with that component as
+// friend), the traffic counters are written by their own methods.
 #pragma once
 
 #include <array>
@@ -26,11 +29,6 @@
 
 namespace sluice::detail {
 
-enum class PeerState : std::uint8_t { kNew, kConnecting, kReady, kDead };
-constexpr const char* to_string(PeerState s) {
-  constexpr const char* kNames[] = {"new", "connecting", "ready", "dead"};
-  return kNames[static_cast<int>(s)];
-}
 // How many peers a live stats line describes (the busiest by bytes).
 inline constexpr std::size_t kStatsPeers = 8;
 
@@ -60,16 +58,18 @@ class ReceiveState {
 };
 
 struct PeerData {
-  // Who it is.
-  std::uint32_t id = 0;           // our index for it: the slot it puts in tags to us
-  int rank = -1;                  // its rank in rank mode; -1 for a client/server peer
-  std::string name;               // in logs and statuses: "rank 3", "client 10.0.0.7:40312"
-  std::uint32_t remote_slot = 0;  // its index for us: the slot we put in tags to it
-  PeerState state = PeerState::kNew;
-  std::uint64_t incarnation = 0;  // the peer's
-  std::uint64_t epoch = 0;        // bumped when the peer restarts; ops carry it
-  Endpoint ep;
-  std::unique_ptr<Peer> handle;
+  // Who it is (PeerTable's). Our index for it: the slot it puts in tags to us; its rank in
+  // rank mode, -1 for a client/server peer; the public Peer for it.
+  std::uint32_t id() const { return id_; }
+  int rank() const { return rank_; }
+  Peer* handle() const { return handle_.get(); }
+  // In logs and statuses: "rank 3", "client 10.0.0.7:40312".
+  const std::string& name() const { return name_; }
+  // Its index for us: the slot we put in tags to it.
+  std::uint32_t remote_slot() const { return remote_slot_; }
+  // How we reach it (made and replaced by PeerTable alone; used by everyone).
+  Endpoint& ep() { return ep_; }
+  const Endpoint& ep() const { return ep_; }
 
   // The handshake, the link's liveness, the goodbye (LinkControl's).
   LinkState link;
@@ -88,13 +88,27 @@ struct PeerData {
   // Its large payloads arriving (Landings').
   LandingsFrom landings;
 
+  // Its share of the traffic counters (written by its own methods).
   PeerTraffic traffic;
+
+  // Its link's state and epoch (LinkControl's).
+  PeerState state() const { return link.state(); }
+  std::uint64_t epoch() const { return link.epoch(); }
 
   // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
   bool has_waiting() const { return tx.waiting() || calls.waiting(); }
   // A message may leave at once: the handshake is done, a credit is free, nothing queued
   // ahead of it.
-  bool can_send_now() const { return state == PeerState::kReady && !tx.waiting() && tx.credits().available() != 0; }
+  bool can_send_now() const { return state() == PeerState::kReady && !tx.waiting() && tx.credits().available() != 0; }
+
+ private:
+  friend class PeerTable;  // the writer of these
+  std::uint32_t id_ = 0;
+  int rank_ = -1;
+  std::unique_ptr<Peer> handle_;
+  std::string name_;
+  std::uint32_t remote_slot_ = 0;
+  Endpoint ep_;
 };
 
 }  // namespace sluice::detail

@@ -20,13 +20,13 @@ void PeerTable::add_ranks(std::vector<std::string> addresses) {
   for (int rank = 0; rank < ranks_; ++rank) {
     auto& p = peers_[static_cast<std::size_t>(rank)];
     p = std::make_unique<PeerData>();
-    p->id = static_cast<std::uint32_t>(rank);
-    p->rank = rank;
-    p->name = absl::StrFormat("rank %d", rank);
-    p->handle.reset(new Peer(&engine(), p.get(), p->id, rank));
+    p->id_ = static_cast<std::uint32_t>(rank);
+    p->rank_ = rank;
+    p->name_ = absl::StrFormat("rank %d", rank);
+    p->handle_.reset(new Peer(&engine(), p.get(), p->id_, rank));
     engine().rpc_server_.grant(*p, engine().config_.rpc_slots);
-    p->remote_slot = static_cast<std::uint32_t>(engine().rank());
-    rank_handles_.push_back(p->handle.get());
+    p->remote_slot_ = static_cast<std::uint32_t>(engine().rank());
+    rank_handles_.push_back(p->handle_.get());
   }
 }
 
@@ -39,16 +39,16 @@ void PeerTable::on_ep_error(void* arg, int ucs_status) {
   auto* p = static_cast<PeerData*>(arg);
   (void)ucs_status;
   // Recorded here, handled after progress returns: never change peer state inside UCX.
-  std::string why = p->ep.failure();
+  std::string why = p->ep().failure();
   LinkControl::endpoint_failed(
       p->link, why.empty() ? absl::StrFormat("transport error: %s", transport_error_name(ucs_status)) : why);
-  p->handle->engine_->peers_.endpoint_failed(p->id);
+  p->handle()->engine_->peers_.endpoint_failed(p->id());
 }
 
 absl::Status PeerTable::ensure_endpoint(PeerData& p) {
-  if (p.ep.valid()) return absl::OkStatus();
-  if (p.rank < 0) return absl::UnavailableError("client/server peer without an endpoint");
-  SLUICE_ASSIGN_OR_RETURN(p.ep, engine().worker_->connect(addresses_[p.id], &PeerTable::on_ep_error, &p));
+  if (p.ep().valid()) return absl::OkStatus();
+  if (p.rank() < 0) return absl::UnavailableError("client/server peer without an endpoint");
+  SLUICE_ASSIGN_OR_RETURN(p.ep_, engine().worker_->connect(addresses_[p.id()], &PeerTable::on_ep_error, &p));
   return absl::OkStatus();
 }
 
@@ -57,18 +57,18 @@ absl::Status PeerTable::ensure_endpoint(PeerData& p) {
 // open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool PeerTable::reusable(const PeerData& p) const {
-  if (p.state != PeerState::kDead || p.link.close_pending() || p.rx.unreleased() != 0 || p.landings.landing() != 0 ||
-      std::find(failed_eps_.begin(), failed_eps_.end(), p.id) != failed_eps_.end())
+  if (p.state() != PeerState::kDead || p.link.close_pending() || p.rx.unreleased() != 0 || p.landings.landing() != 0 ||
+      std::find(failed_eps_.begin(), failed_eps_.end(), p.id()) != failed_eps_.end())
     return false;
   // Its receive ops are the slot's own and serve the next client (Receives::open) once their
   // cancellation has come back.
   for (const Op& op : engine().ops_)
-    if (op.in_use && op.peer == p.id && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
+    if (op.in_use && op.peer == p.id() && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
   if (engine().rpc_client_.has_calls_to(p)) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
   // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
   constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
-  return !engine().worker_->has_unexpected(std::uint64_t{p.id} << wire::kSlotShift, kSlotBits);
+  return !engine().worker_->has_unexpected(std::uint64_t{p.id()} << wire::kSlotShift, kSlotBits);
 }
 
 PeerData& PeerTable::add_client() {
@@ -82,11 +82,11 @@ PeerData& PeerTable::add_client() {
       gone_cs_.push_back(id);
       continue;
     }
-    old.handle->data_ = &gone_peer_;
-    gone_handles_.push_back(std::move(old.handle));
+    old.handle_->data_ = &gone_peer_;
+    gone_handles_.push_back(std::move(old.handle_));
     PeerData fresh;
-    fresh.id = old.id;
-    fresh.epoch = old.epoch + 1;  // whatever of the old client still completes is stale
+    fresh.id_ = old.id_;
+    LinkControl::succeed(old.link, fresh.link);  // whatever of the old client still completes is stale
     Receives::carry(old, fresh);
     old = std::move(fresh);
     engine().c_.peers_reused->add();
@@ -96,25 +96,24 @@ PeerData& PeerTable::add_client() {
     return init_client(old);
   }
   auto p = std::make_unique<PeerData>();
-  p->id = static_cast<std::uint32_t>(peers_.size());
-  SLUICE_LOG(kDebug, "am", "client slot %u is new (%zu gone, none free)", p->id, gone_cs_.size());
+  p->id_ = static_cast<std::uint32_t>(peers_.size());
+  SLUICE_LOG(kDebug, "am", "client slot %u is new (%zu gone, none free)", p->id(), gone_cs_.size());
   peers_.push_back(std::move(p));
   return init_client(*peers_.back());
 }
 
 PeerData& PeerTable::init_client(PeerData& p) {
-  p.rank = -1;
-  p.name = absl::StrFormat("client slot %u", p.id);
-  p.remote_slot = wire::kUnassignedSlot;
-  p.handle.reset(new Peer(&engine(), &p, p.id, -1));
+  p.rank_ = -1;
+  p.name_ = absl::StrFormat("client slot %u", p.id());
+  p.remote_slot_ = wire::kUnassignedSlot;
+  p.handle_.reset(new Peer(&engine(), &p, p.id_, -1));
   engine().rpc_server_.grant(p, engine().config_.rpc_slots);
   return p;
 }
 
 void PeerTable::abandon(PeerData& p, const std::string& why) {
-  p.state = PeerState::kDead;
   LinkControl::abandoned(p.link, why);
-  gone_cs_.push_back(p.id);
+  gone_cs_.push_back(p.id());
 }
 
 }  // namespace sluice::detail

@@ -38,7 +38,7 @@ class PeerTable {
     return no_such_rank(rank);
   }
   // The Peer of the record at `id` (a Message's sender).
-  Peer* handle_of(std::uint32_t id) { return peers_[id]->handle.get(); }
+  Peer* handle_of(std::uint32_t id) { return peers_[id]->handle(); }
 
   // Lookups, inline: every message passes here. The peer at an index known to hold one (a
   // Message's, an operation's); the peer of `rank`, nullptr outside the job; the peer that
@@ -65,6 +65,15 @@ class PeerTable {
 
   // A rank's endpoint, made on first use from its address.
   absl::Status ensure_endpoint(PeerData& p);
+  // What the front door learns of a client/server peer: its name, its index for us, the
+  // endpoint of the link chosen for it.
+  static void name(PeerData& p, std::string name) { p.name_ = std::move(name); }
+  static void set_remote_slot(PeerData& p, std::uint32_t slot) { p.remote_slot_ = slot; }
+  static void set_endpoint(PeerData& p, Endpoint&& ep) { p.ep_ = std::move(ep); }
+  // The close: every endpoint goes (after their operations have completed).
+  void drop_endpoints() {
+    for_each([](PeerData& p) { p.ep_ = Endpoint(); });
+  }
 
   // A client/server peer: a new record (a gone client's index when one is reusable); one that
   // never got going (its connect or admission failed), gone; one that failed, gone once
@@ -72,7 +81,7 @@ class PeerTable {
   PeerData& add_client();
   void abandon(PeerData& p, const std::string& why);
   void gone(PeerData& p) {
-    if (p.rank < 0) gone_cs_.push_back(p.id);
+    if (p.rank_ < 0) gone_cs_.push_back(p.id_);
   }
 
   // UCX's callback for an endpoint that failed (`arg` is its PeerData): recorded, handled
@@ -94,7 +103,7 @@ class PeerTable {
   bool reusable(const PeerData& p) const;
   static PeerData dead_stand_in() {
     PeerData p;
-    p.state = PeerState::kDead;
+    LinkControl::abandoned(p.link, "gone: its index serves another client");
     return p;
   }
 

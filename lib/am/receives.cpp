@@ -36,9 +36,9 @@ void Receives::post_waiting() {
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
-    PostResult r =
-        engine().worker_->post_recv(p.ep, op, slot_data(op->slot), slot_size(op->slot),
-                                    wire::make_tag(wire::kEager, p.id, p.posted.key_), kFullMask, slot_memh(op->slot));
+    PostResult r = engine().worker_->post_recv(p.ep(), op, slot_data(op->slot), slot_size(op->slot),
+                                               wire::make_tag(wire::kEager, p.id(), p.posted.key_), kFullMask,
+                                               slot_memh(op->slot));
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
@@ -53,7 +53,7 @@ void Receives::post_waiting() {
 void Receives::open(PeerData& p) {
   p.posted.key_ = next_key_ = next_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
   while (p.posted.ops_.size() < p.posted.reserved_) {
-    Op* op = engine().ops_.take(OpKind::kRx, p.id);
+    Op* op = engine().ops_.take(OpKind::kRx, p.id());
     p.posted.ops_.push_back(op);
     all_.push_back(op);
   }
@@ -78,9 +78,9 @@ std::uint32_t Receives::close(PeerData& p) {
   // taken out of UCX's unexpected queue and dropped (counted), not left to pin its memory.
   constexpr std::uint64_t kAnyId = wire::kClassMask | (std::uint64_t{wire::kSlotMask} << wire::kSlotShift);
   constexpr auto kDead = Clock::time_point::max();
-  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id, p.posted.key_), kFullMask, p.id, kDead});
-  stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id, 0), kAnyId, p.id, kDead});
-  stale_tags_.push_back({wire::make_tag(wire::kReply, p.id, 0), kAnyId, p.id, kDead});
+  stale_tags_.push_back({wire::make_tag(wire::kEager, p.id(), p.posted.key_), kFullMask, p.id(), kDead});
+  stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id(), 0), kAnyId, p.id(), kDead});
+  stale_tags_.push_back({wire::make_tag(wire::kReply, p.id(), 0), kAnyId, p.id(), kDead});
   p.posted.key_ = 0;
   return reserved;
 }

@@ -12,13 +12,13 @@ namespace sluice::detail {
 // kOk, or why call() refuses at once: a dead peer, bad arguments, a full queue.
 [[gnu::always_inline]] inline Result RpcClient::refusal(const PeerData& p, HandlerId method, bool has_cb,
                                                         std::size_t header, std::size_t payload) {
-  if (p.state == PeerState::kDead) return Result::kUnavailable;
+  if (p.state() == PeerState::kDead) return Result::kUnavailable;
   if (!has_cb)
-    return engine().guard_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name));
+    return engine().guard_.invalid(absl::StrFormat("call(method %d) to %s: no reply callback", method, p.name()));
   if (header > kMaxUserHeader || payload > engine().config_.max_message)
     return engine().guard_.invalid(absl::StrFormat(
         "call(method %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, SLUICE_MAX_MESSAGE)",
-        method, p.name, header, kMaxUserHeader, payload, engine().config_.max_message));
+        method, p.name(), header, kMaxUserHeader, payload, engine().config_.max_message));
   if (p.tx.queued() + p.calls.queue_.size() >= engine().config_.send_queue_max) {
     engine().c_.would_block->add();
     return Result::kWouldBlock;
@@ -67,10 +67,10 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
       return engine().guard_.invalid(
           absl::StrFormat("call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
                           "buffer in bounce mode (SLUICE_RNDV=n)",
-                          method, p.name, header.size() + payload.size()));
+                          method, p.name(), header.size() + payload.size()));
     }
-    if (p.state != PeerState::kReady || !mine.window_.may_start()) {
-      if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
+    if (p.state() != PeerState::kReady || !mine.window_.may_start()) {
+      if (p.state() == PeerState::kNew) engine().link_.start_handshake(p);
       calls_.erase(id);
       return Result::kWouldBlock;
     }
@@ -81,7 +81,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     return r;
   }
   Call& c = *new_call;
-  c.peer = p.id;
+  c.peer = p.id();
   c.on_reply = std::move(cb);
   c.method = method;
   set_deadline(c, options.timeout);
@@ -95,11 +95,11 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     mine.window_.start();
     return engine().sender_.send_fragmented(p, out, SendCallback());
   }
-  if (p.state == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
+  if (p.state() == PeerState::kReady && mine.queue_.empty() && mine.window_.may_start()) {
     mine.window_.start();
     return engine().sender_.enqueue(p, header_op, payload_op);
   }
-  if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
+  if (p.state() == PeerState::kNew) engine().link_.start_handshake(p);
   mine.queue_.push_back({header_op, payload_op});
   return Result::kOk;
 }
@@ -118,13 +118,13 @@ void RpcClient::set_deadline(Call& c, Duration timeout) {
 void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer) {
   c.landing = std::make_unique<ReplyLanding>();
   c.landing->buffer = buffer;
-  Op* rx = engine().ops_.take(OpKind::kReplyRx, p.id);
+  Op* rx = engine().ops_.take(OpKind::kReplyRx, p.id());
   rx->recv.call_id = id;
-  rx->epoch = p.epoch;
+  rx->epoch = p.epoch();
   c.reply_rx = rx;
   ++engine().exact_posted_;
-  PostResult pr = engine().worker_->post_recv(p.ep, rx, buffer.data(), buffer.size(),
-                                              wire::make_tag(wire::kReply, p.id, id), kFullMask, nullptr);
+  PostResult pr = engine().worker_->post_recv(p.ep(), rx, buffer.data(), buffer.size(),
+                                              wire::make_tag(wire::kReply, p.id(), id), kFullMask, nullptr);
   if (pr.kind != Post::kPending) engine().done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
 }
 
@@ -151,7 +151,7 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
   Call* found = calls_.find(state(m).rpc_id);
   if (found == nullptr || found->finishing) {
     engine().c_.rpc_late_replies->add();
-    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name, state(m).rpc_id);
+    SLUICE_LOG_RATE_LIMITED(kInfo, "rpc", "late reply from %s for call %u discarded", p.name(), state(m).rpc_id);
     return;
   }
   Call& c = *found;
@@ -159,7 +159,7 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
     p.traffic.sample_rtt(Clock::now() - c.started);
   absl::StatusCode code = code_from_wire(state(m).status);
   if (code != absl::StatusCode::kOk) {
-    std::string text = absl::StrFormat("%s answered call %u of method %d with %s", p.name, state(m).rpc_id, c.method,
+    std::string text = absl::StrFormat("%s answered call %u of method %d with %s", p.name(), state(m).rpc_id, c.method,
                                        absl::StatusCodeToString(code));
     if (!state(m).payload.empty())
       text.append(": ").append(reinterpret_cast<const char*>(state(m).payload.data()), state(m).payload.size());
@@ -172,8 +172,8 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
       // A reply into a buffer the call did not give (or larger than it): the peer broke the
       // protocol. The call fails now rather than wait for a payload that has nowhere to land.
       engine().c_.parse_errors->add();
-      finish(id, absl::InternalError(
-                     absl::StrFormat("%s answered call %u into a reply buffer it did not have room for", p.name, id)));
+      finish(id, absl::InternalError(absl::StrFormat("%s answered call %u into a reply buffer it did not have room for",
+                                                     p.name(), id)));
       return;
     }
     ReplyLanding& l = *c.landing;
@@ -230,7 +230,7 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
 void RpcClient::reply_declined(PeerData& p, CallId id, const std::string& why) {
   slot_freed(p);
   if (Call* c = calls_.find(id); c != nullptr && !c->finishing)
-    finish(id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name, why)));
+    finish(id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name(), why)));
 }
 
 // `status` by value: it may be the call's own final_status, which erasing the call destroys.
@@ -258,7 +258,7 @@ void RpcClient::expire(Clock::time_point now) {
   for (CallId id : calls_.ids_where(due)) {
     Call& c = *calls_.find(id);
     PeerData* p = engine().peers_.find(c.peer);
-    const char* peer = p != nullptr ? p->name.c_str() : "a gone peer";
+    const char* peer = p != nullptr ? p->name().c_str() : "a gone peer";
     if (c.deadline <= now) {
       engine().c_.rpc_deadline->add();
       finish(id, absl::DeadlineExceededError(
@@ -283,7 +283,7 @@ void RpcClient::cancel(CallId id) {
 }
 
 bool RpcClient::has_calls_to(const PeerData& p) const {
-  return !calls_.ids_where([&](const Call& c) { return c.peer == p.id; }).empty();
+  return !calls_.ids_where([&](const Call& c) { return c.peer == p.id(); }).empty();
 }
 
 void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) {
@@ -291,7 +291,7 @@ void RpcClient::drop_waiting(PeerData& p, const absl::Status& status) {
 }
 
 void RpcClient::end_calls(PeerData& p, const absl::Status& status) {
-  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id; })) finish(id, status);
+  for (CallId id : calls_.ids_where([&](const Call& c) { return c.peer == p.id(); })) finish(id, status);
   p.calls.window_.reset();
 }
 

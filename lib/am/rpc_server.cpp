@@ -23,7 +23,7 @@ void RpcServer::on_request(PeerData& p, Message& m) {
   if (!slots.try_acquire()) [[unlikely]] {
     // Beyond the slots granted: refused before any work is done.
     engine().c_.rpc_slot_refused->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name, slots.capacity());
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name(), slots.capacity());
     answer_error(m, absl::StatusCode::kResourceExhausted,
                  absl::StrFormat("the client exceeded the %u RPC slots the server granted it", slots.capacity()));
     return;
@@ -68,7 +68,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
   PeerData& p = engine().peers_.at(state(m).peer);
-  if (p.state == PeerState::kDead || p.epoch != state(m).epoch) {
+  if (p.state() == PeerState::kDead || p.epoch() != state(m).epoch) {
     state(m).replied = true;
     return Result::kUnavailable;
   }
@@ -76,7 +76,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
     return engine().guard_.invalid(absl::StrFormat(
         "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
         "SLUICE_MAX_MESSAGE)",
-        state(m).handler, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
+        state(m).handler, p.name(), header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
   std::string too_large;  // the error's text, when it is one (lives until the reply is packed)
   if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) {
     status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
@@ -98,7 +98,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
                .status = status};
   if (engine().sender_.send_inline(p, out)) [[likely]] {
     answered(p, m, true);  // its send is complete already
-    engine().sender_.complete_inline(p.id, std::move(on_done));
+    engine().sender_.complete_inline(p.id(), std::move(on_done));
     return Result::kOk;
   }
   if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
@@ -132,7 +132,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   if (Result r = engine().sender_.pack(p, announcement, static_cast<std::uint32_t>(payload.size()), &header_op);
       r != Result::kOk)
     return r;
-  Op* payload_op = engine().ops_.take(OpKind::kSendPayload, p.id);
+  Op* payload_op = engine().ops_.take(OpKind::kSendPayload, p.id());
   if (Result r = engine().sender_.prepare_payload(payload_op, payload, copy); r != Result::kOk) {
     engine().ops_.give(header_op);
     engine().ops_.give(payload_op);
@@ -142,7 +142,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   if (copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   payload_op->send.on_done = std::move(on_done);
   payload_op->send.releases_rpc_slot = state(m).holds_rpc_slot;
-  payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_slot, state(m).rpc_id);
+  payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_slot(), state(m).rpc_id);
   if (last_out != nullptr) *last_out = payload_op;
   return engine().sender_.enqueue(p, header_op, payload_op);
 }
@@ -160,7 +160,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
     PeerData& p = engine().peers_.at(state(m).peer);
-    if (state(m).credit && p.epoch == state(m).epoch && p.state == PeerState::kReady) [[likely]] {
+    if (state(m).credit && p.epoch() == state(m).epoch && p.state() == PeerState::kReady) [[likely]] {
       state(m).credit = false;
       Delivery::credit_freed(p);
     }

@@ -8,7 +8,7 @@
 namespace sluice::detail {
 
 void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux) {
-  if (!p.ep.valid()) return;
+  if (!p.ep().valid()) return;
   if (p.tx.ctrl_busy_[kind]) {
     if (kind == wire::kCredit) p.tx.credit_again_ = true;  // resend when the previous completes
     return;
@@ -18,23 +18,23 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   h.flags = wire::kFlagCtrl;
   h.handler = kind;
   h.user_header_len = static_cast<std::uint16_t>(body.size());
-  h.credits = p.state == PeerState::kReady || kind == wire::kCredit ? Delivery::take_owed(p.rx) : 0;
+  h.credits = p.state() == PeerState::kReady || kind == wire::kCredit ? Delivery::take_owed(p.rx) : 0;
   h.ack = p.rx.window().delivered();
   // Heartbeats carry the credits returned in all, this one's included: the peer recovers
   // returns that were lost (SendCredits::reconcile).
   h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed().returned() : aux;
   wire::encode(h, buf);
   if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
-  Op* op = engine().ops_.take(OpKind::kCtrl, p.id);
+  Op* op = engine().ops_.take(OpKind::kCtrl, p.id());
   op->send.ctrl_kind = kind;
-  op->epoch = p.epoch;
+  op->epoch = p.epoch();
   p.tx.ctrl_busy_[kind] = true;
   engine().c_.ctrl_sent->add();
   ++inflight_;
   // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
   // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
-  std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_slot, 0);
-  PostResult r = p.ep.post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
+  std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_slot(), 0);
+  PostResult r = p.ep().post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
   if (r.kind == Post::kDone) engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});
   else if (r.kind == Post::kError) engine().done_.push_back({op, r.code, 0, 0});
 }
@@ -44,17 +44,17 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   PeerData& p = engine().peers_.at(op->peer);
   p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
   std::uint16_t kind = op->send.ctrl_kind;
-  bool stale = op->epoch != p.epoch;
+  bool stale = op->epoch != p.epoch();
   engine().ops_.give(op);
   if (stale) return;
   if (code != absl::StatusCode::kOk) {
-    if (p.state != PeerState::kDead)
+    if (p.state() != PeerState::kDead)
       engine().connections_.transfer_failed(
           p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
     return;
   }
   if (kind == wire::kDecline) engine().landings_.send_declines(p);
-  if (kind == wire::kCredit && p.tx.credit_again_ && p.state == PeerState::kReady) {
+  if (kind == wire::kCredit && p.tx.credit_again_ && p.state() == PeerState::kReady) {
     p.tx.credit_again_ = false;
     if (p.rx.owed().owed() != 0) {
       engine().c_.credit_msgs->add();
@@ -64,7 +64,7 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
 }
 
 void Sender::maybe_return_credits(PeerData& p) {
-  if (p.state == PeerState::kReady && p.rx.owed().explicit_due()) {
+  if (p.state() == PeerState::kReady && p.rx.owed().explicit_due()) {
     engine().fault_.pass(FaultPoint::kCreditReturn);
     engine().c_.credit_msgs->add();
     send_ctrl(p, wire::kCredit, {});
@@ -78,10 +78,10 @@ void Sender::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   if (d > 0) {
     engine().c_.credits_recovered->add(static_cast<std::uint64_t>(d));
     SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits were lost in transit; recovered from its heartbeat",
-                            p.name, d);
+                            p.name(), d);
   } else {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits arrived twice; taken back at its heartbeat", p.name,
-                            -d);
+    SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s: %d returned credits arrived twice; taken back at its heartbeat",
+                            p.name(), -d);
   }
 }
 
@@ -102,7 +102,7 @@ void Sender::watch_starved(PeerData& p, Clock::time_point now) {
       "%s holds the credits it granted us (%u of %u spent, for %s): %u of our messages wait in its send queue "
       "(SLUICE_SEND_QUEUE_MAX=%u; sends beyond it return kWouldBlock), %u credit stalls meanwhile "
       "(flow.credit_stalls). Its application keeps the Messages it received, or it does not progress",
-      p.name, p.tx.credits_.granted() - p.tx.credits_.available(), p.tx.credits_.granted(),
+      p.name(), p.tx.credits_.granted() - p.tx.credits_.available(), p.tx.credits_.granted(),
       format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - p.tx.starved_since_)), p.tx.queued_,
       engine().config_.send_queue_max, p.traffic.credit_stalls() - p.tx.starved_stalls_);
 }
@@ -122,8 +122,8 @@ void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status&
 
 void Sender::complete_stuck(PeerData& p, const absl::Status& status) {
   auto stuck = [&](const Op& op) {
-    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id && op.request != nullptr &&
-           !op.orphaned;
+    return (op.kind == OpKind::kSend || op.kind == OpKind::kSendPayload) && op.peer == p.id() &&
+           op.request != nullptr && !op.orphaned;
   };
   bool any = false;
   for (auto& op : engine().ops_) {
@@ -140,7 +140,7 @@ void Sender::complete_stuck(PeerData& p, const absl::Status& status) {
     --inflight_;
     engine().c_.orphaned_sends->add();
     SLUICE_LOG_RATE_LIMITED(
-        kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name);
+        kWarn, "am", "peer %s: the transport did not complete a send to the dead peer; completed by sluice", p.name());
     if (op.send.on_done) {
       SendCallback cb = std::move(op.send.on_done);
       op.send.on_done = nullptr;

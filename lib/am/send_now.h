@@ -75,7 +75,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
   std::size_t total = encode_next(p, m, buf);
-  PostResult r = p.ep.send_now(buf, total, p.tx.tag_);
+  PostResult r = p.ep().send_now(buf, total, p.tx.tag_);
   if (r.kind != Post::kDone) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);
@@ -86,7 +86,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 [[gnu::always_inline]] inline void Sender::complete_inline(std::uint32_t peer, SendCallback&& cb) {
   if (!cb) return;
   Op* op = engine().ops_.take(OpKind::kSend, peer);
-  op->epoch = engine().peers_.at(peer).epoch;
+  op->epoch = engine().peers_.at(peer).epoch();
   op->send.on_done = std::move(cb);
   ++inflight_;
   engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});

@@ -33,7 +33,7 @@ Result Sender::pack(PeerData& p, const Outgoing& m, std::uint32_t payload_len, O
   wire::encode(wire_header, d);
   if (!m.header.empty()) std::memcpy(d + wire::kHeaderSize, m.header.data(), m.header.size());
   if (!m.payload.empty()) copy_payload(d + wire::kHeaderSize + m.header.size(), m.payload.data(), m.payload.size());
-  Op* op = engine().ops_.take(OpKind::kSend, p.id);
+  Op* op = engine().ops_.take(OpKind::kSend, p.id());
   op->slot = std::move(slot);
   op->send.message_len = total;
   *out = op;
@@ -50,7 +50,7 @@ Result Sender::pack_message(PeerData& p, const Outgoing& m, PayloadCopy copy, Op
   announcement.payload = {};
   Result r = pack(p, announcement, len, header_op);
   if (r != Result::kOk) return r;
-  *payload_op = engine().ops_.take(OpKind::kSendPayload, p.id);
+  *payload_op = engine().ops_.take(OpKind::kSendPayload, p.id());
   r = prepare_payload(*payload_op, m.payload, copy);
   if (r != Result::kOk) {
     engine().ops_.give(*header_op);
@@ -66,10 +66,10 @@ bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> he
   // No slot: the ordinary path meets the same and reports it (try_take counts no exhaustion
   // here, so it is counted once).
   if (engine().send_pool_->eager().try_take(&slot) != Result::kOk) return false;
-  Op* op = engine().ops_.take(OpKind::kSend, p.id);
+  Op* op = engine().ops_.take(OpKind::kSend, p.id());
   op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
   op->slot = std::move(slot);
-  op->epoch = p.epoch;
+  op->epoch = p.epoch();
   op->send.on_done = std::move(cb);
   count_sent_now(p, op->send.message_len);
   post_message(p, op);
@@ -110,13 +110,13 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
 [[gnu::always_inline]] inline Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
                                                   std::span<const std::byte> payload, SendCallback&& cb,
                                                   PayloadCopy copy, void* memh) {
-  if (p.state == PeerState::kDead) [[unlikely]]
+  if (p.state() == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
   if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message) [[unlikely]]
     return engine().guard_.invalid(
         absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
                         "SLUICE_MAX_MESSAGE)",
-                        h, p.name, header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
+                        h, p.name(), header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
   if (p.tx.queued_ >= engine().config_.send_queue_max) [[unlikely]] {
     engine().c_.would_block->add();
     return Result::kWouldBlock;
@@ -124,7 +124,7 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   Outgoing m = plain_message(h, header, payload);
   if (p.tx.queue_.empty()) [[likely]] {
     if (send_inline(p, m)) [[likely]] {
-      complete_inline(p.id, std::move(cb));
+      complete_inline(p.id(), std::move(cb));
       return Result::kOk;
     }
     if (send_direct(p, h, header, payload, cb)) return Result::kOk;
@@ -169,7 +169,7 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
     piece_m.aux = offset;
     piece_m.status = 0;
     while ((r = pack(p, piece_m, static_cast<std::uint32_t>(payload.size()), &op)) == Result::kWouldBlock) {
-      if (p.state == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
+      if (p.state() == PeerState::kDead) return first ? Result::kUnavailable : Result::kOk;
       if (Clock::now() >= deadline) return first ? Result::kWouldBlock : Result::kOk;
       engine().progress();
     }
@@ -181,7 +181,7 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
       op->send.on_done = std::move(cb);  // NOLINT(bugprone-use-after-move): the last piece, once
       op->send.releases_rpc_slot = releases_rpc_slot;
     }
-    if (first && p.state == PeerState::kDead) {
+    if (first && p.state() == PeerState::kDead) {
       engine().ops_.give(op);
       return Result::kUnavailable;
     }
@@ -194,23 +194,23 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
 Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.tx.next_seq_++;
   wire::patch_seq(slot_data(header->slot), seq);
-  std::uint32_t me = p.remote_slot;
-  header->epoch = p.epoch;
+  std::uint32_t me = p.remote_slot();
+  header->epoch = p.epoch();
   if (payload != nullptr) {
     if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);
-    payload->epoch = p.epoch;
+    payload->epoch = p.epoch();
   }
-  if (p.state == PeerState::kNew) engine().link_.start_handshake(p);
-  if (p.state == PeerState::kReady && p.tx.queue_.empty() && p.tx.credits_.try_consume()) [[likely]] {
+  if (p.state() == PeerState::kNew) engine().link_.start_handshake(p);
+  if (p.state() == PeerState::kReady && p.tx.queue_.empty() && p.tx.credits_.try_consume()) [[likely]] {
     transmit(p, {header, payload});
     return Result::kOk;
   }
-  if (p.state == PeerState::kDead) {
+  if (p.state() == PeerState::kDead) {
     engine().ops_.give(header);
     if (payload) engine().ops_.give(payload);
     return Result::kUnavailable;
   }
-  if (p.state == PeerState::kReady) engine().c_.credit_stall(p.traffic);
+  if (p.state() == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   p.tx.queue_.push_back({header, payload});
   engine().c_.queue_hwm->update(++p.tx.queued_);
   return Result::kOk;
@@ -245,8 +245,8 @@ void Sender::transmit(PeerData& p, const Pending& m, Op** open) {
     // The payload stays at the sender until the receiver posts the matching exact receive.
     engine().c_.rndv_sent->add();
     ++inflight_;
-    PostResult r = p.ep.post_send(m.payload, m.payload->send.payload, m.payload->send.payload_len, m.payload->send.tag,
-                                  m.payload->send.payload_memh);
+    PostResult r = p.ep().post_send(m.payload, m.payload->send.payload, m.payload->send.payload_len,
+                                    m.payload->send.tag, m.payload->send.payload_memh);
     if (r.kind != Post::kPending)
       engine().done_.push_back({m.payload, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
     engine().fault_.pass(FaultPoint::kRndvPayload);
@@ -300,13 +300,13 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
   ++head->send.batch_count;
   engine().c_.queue_hwm->update(++p.tx.queued_);
   if (cb) {
-    Op* op = engine().ops_.take(OpKind::kSend, p.id);
-    op->epoch = p.epoch;
+    Op* op = engine().ops_.take(OpKind::kSend, p.id());
+    op->epoch = p.epoch();
     op->send.on_done = std::move(cb);
     chain(head, op);
   }
   engine().c_.coalesced->add();
-  if (p.state == PeerState::kReady) engine().c_.credit_stall(p.traffic);
+  if (p.state() == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   return true;
 }
 
@@ -314,7 +314,7 @@ void Sender::post_message(PeerData& p, Op* header) {
   ++inflight_;
   // The EAGER tag is the peer's (learnt from its HELLO, which may come after the enqueue).
   PostResult r =
-      p.ep.post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag_, slot_memh(header->slot));
+      p.ep().post_send(header, slot_data(header->slot), header->send.message_len, p.tx.tag_, slot_memh(header->slot));
   if (r.kind != Post::kPending)
     engine().done_.push_back({header, r.kind == Post::kDone ? absl::StatusCode::kOk : r.code, 0, 0});
 }
@@ -345,7 +345,7 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
   std::byte* bytes = slot_data(header->slot);
   wire::patch_seq(bytes, p.tx.next_seq_);
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed().owed()), p.rx.window().delivered());
-  if (p.ep.send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
+  if (p.ep().send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
   count_sent_now(p, header->send.message_len);
   engine().c_.sent_inline->add();
   engine().ops_.give(header);
@@ -353,7 +353,7 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
 }
 
 void Sender::flush(PeerData& p) {
-  if (p.state != PeerState::kReady) return;
+  if (p.state() != PeerState::kReady) return;
   engine().rpc_client_.start_waiting(p);
   Op* open = nullptr;
   Op** coalesce = engine().config_.coalesce ? &open : nullptr;
@@ -374,18 +374,18 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   }
   --inflight_;
   PeerData& p = engine().peers_.at(op->peer);
-  bool stale = op->epoch != p.epoch;
+  bool stale = op->epoch != p.epoch();
   bool declined = !op->send.declined.empty() && !stale;  // refused by the receiver (DECLINE); the peer goes on
-  if (code != absl::StatusCode::kOk && !declined && !stale && p.state != PeerState::kDead) {
+  if (code != absl::StatusCode::kOk && !declined && !stale && p.state() != PeerState::kDead) {
     engine().connections_.transfer_failed(p, absl::StrFormat("send failed: %s", absl::StatusCodeToString(code)));
   }
   absl::Status status =
       code == absl::StatusCode::kOk
           ? absl::OkStatus()
-          : absl::UnavailableError(
-                absl::StrFormat("%s: %s", p.name, p.link.fail_reason().empty() ? "send failed" : p.link.fail_reason()));
+          : absl::UnavailableError(absl::StrFormat(
+                "%s: %s", p.name(), p.link.fail_reason().empty() ? "send failed" : p.link.fail_reason()));
   if (declined) [[unlikely]]
-    status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name, op->send.declined));
+    status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name(), op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
   if (op->send.releases_rpc_slot && !stale) engine().rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
