@@ -4,6 +4,7 @@
 
 #include <absl/strings/str_format.h>
 
+#include "am/engine_access.h"
 #include "am/engine_core.h"
 #include "am/machine_check.h"
 #include "boot/make_bootstrap.h"
@@ -259,15 +260,6 @@ PoolStats Engine::pool_stats(Direction d) const {
 std::size_t Engine::eager_limit() const { return core_->eager_limit(); }
 
 // ---- testing.h -----------------------------------------------------------------------------
-
-namespace detail {
-// What testing.h reads of an Engine (a friend of it).
-struct EngineAccess {
-  static EngineCore& core(const Engine& e) { return *e.core_; }
-  static std::size_t outstanding_sends(const EngineCore& core) { return core.sender_.inflight(); }
-  static std::size_t posted_exact_receives(const EngineCore& core) { return core.exact_posted_; }
-};
-}  // namespace detail
 
 namespace testing {
 std::size_t outstanding_sends(const Engine& engine) {

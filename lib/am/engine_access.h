@@ -1,0 +1,19 @@
+// What testing.h's observers and the engine's component tests read of an Engine (internal):
+// EngineAccess is a friend of Engine and of EngineCore.
+#pragma once
+
+#include <cstddef>
+
+#include <sluice/engine.h>
+
+#include "am/engine_core.h"
+
+namespace sluice::detail {
+
+struct EngineAccess {
+  static EngineCore& core(const Engine& e) { return *e.core_; }
+  static std::size_t outstanding_sends(const EngineCore& core) { return core.sender_.inflight(); }
+  static std::size_t posted_exact_receives(const EngineCore& core) { return core.exact_posted_; }
+};
+
+}  // namespace sluice::detail
