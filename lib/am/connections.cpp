@@ -70,10 +70,10 @@ Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::o
   o.frame_max = std::max(eager_slot_size(engine().eager_limit_), Receives::kContactMax);
   o.unexpected_max =
       (std::size_t{engine().config_.credits} + 2 * std::size_t{engine().config_.rpc_slots} + 16) * (o.frame_max + 64);
-  // Its messages carry our slot for it: one tagged as another peer's is refused by the stream,
+  // Its messages carry our index for it: one tagged as another peer's is refused by the stream,
   // so no client can speak for another.
-  o.tag_mask = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
-  o.tag_value = std::uint64_t{p.id()} << wire::kSlotShift;
+  o.tag_mask = std::uint64_t{wire::kIndexMask} << wire::kIndexShift;
+  o.tag_value = std::uint64_t{p.id()} << wire::kIndexShift;
   if (link == door::Link::kStreamAes || link == door::Link::kStreamChaCha) {
     o.suite = static_cast<std::uint8_t>(link == door::Link::kStreamAes ? stream::Suite::kAes256Gcm
                                                                        : stream::Suite::kChaCha20Poly1305);
@@ -110,7 +110,7 @@ absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
   if (engine().closing_ || engine().shutting_down_) return absl::UnavailableError("the server is shutting down");
   PeerData& p = engine().peers_.add_client();
   PeerTable::name(p, "client " + a.name);
-  PeerTable::set_remote_slot(p, a.slot);
+  PeerTable::set_remote_index(p, a.index);
   absl::StatusOr<door::Link> link = choose_link(p, a);
   if (!link.ok()) {
     engine().peers_.abandon(p, std::string(link.status().message()));
@@ -118,13 +118,13 @@ absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
   }
   // The client speaks first: its HELLO, then ours (handle_hello).
   engine().link_.connecting(p, engine().link_.connect_deadline());
-  SLUICE_LOG(kDebug, "am", "%s admitted in slot %u (%s, over %s)", p.name(), p.id(),
+  SLUICE_LOG(kDebug, "am", "%s admitted at index %u (%s, over %s)", p.name(), p.id(),
              a.authenticated ? "authenticated" : "no key", p.ep().stream() ? p.ep().transports() : "ucx");
   return Door::Admitted{p.id(), *link};
 }
 
-void Connections::link_ready(std::uint32_t slot, int fd) {
-  PeerData* p = engine().peers_.find(slot);
+void Connections::link_ready(std::uint32_t index, int fd) {
+  PeerData* p = engine().peers_.find(index);
   if (p == nullptr || p->state() == PeerState::kDead || !p->ep().stream()) {
     ::close(fd);
     return;
@@ -132,8 +132,8 @@ void Connections::link_ready(std::uint32_t slot, int fd) {
   p->ep().attach(fd);
 }
 
-void Connections::link_lost(std::uint32_t slot, const std::string& why) {
-  PeerData* found = engine().peers_.find(slot);
+void Connections::link_lost(std::uint32_t index, const std::string& why) {
+  PeerData* found = engine().peers_.find(index);
   if (found == nullptr) return;
   PeerData& p = *found;
   if (p.state() == PeerState::kDead) return;
@@ -221,7 +221,7 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
   if (p.state() == PeerState::kDead) {  // its link closed (or broke the protocol) as soon as it opened
     return absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", host_port, p.link.fail_reason()));
   }
-  PeerTable::set_remote_slot(p, dialed->slot);
+  PeerTable::set_remote_index(p, dialed->index);
   if (absl::Status s = attach_dialed(p, *dialed); !s.ok()) {
     engine().peers_.abandon(p, std::string(s.message()));
     return absl::Status(s.code(), absl::StrFormat("cannot connect to %s: %s", host_port, s.message()));

@@ -44,10 +44,10 @@ class Connections final : private Door::Owner {
   // closed, gets the grace of a closed link.
   void endpoints_failed();
   // The peer's link closed (Door::Owner; also a stream endpoint its peer closed).
-  void link_lost(std::uint32_t slot, const std::string& why) override;
+  void link_lost(std::uint32_t index, const std::string& why) override;
   // A failed client's link is closed.
-  void close_link(std::uint32_t slot) {
-    if (door_) door_->close_link(slot);
+  void close_link(std::uint32_t index) {
+    if (door_) door_->close_link(index);
   }
 
   // The engine's loop: the door polled every kDoorEvery while busy (true when it did
@@ -68,7 +68,7 @@ class Connections final : private Door::Owner {
   Door& door();
   // Door::Owner: a client passed the pre-handshake; its stream's socket.
   absl::StatusOr<Door::Admitted> admit(const Door::Admission& a) override;
-  void link_ready(std::uint32_t slot, int fd) override;
+  void link_ready(std::uint32_t index, int fd) override;
   // A client/server peer's stream endpoint (docs/architecture.md, "Transports"): `link` says
   // whether and how it is encrypted; `keys` are the door's session keys for it.
   Endpoint stream_endpoint(PeerData& p, door::Link link, const std::optional<door::Key::SessionKeys>& keys,

@@ -41,7 +41,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
 // Inlined into on_rx, its one caller: every received message passes here.
 [[gnu::always_inline]] inline void Delivery::parse_and_accept(std::span<std::byte> bytes, Slot* lender,
                                                               std::uint64_t tag, bool ctrl_only) {
-  PeerData* p = engine().peers_.by_slot(wire::tag_slot(tag));
+  PeerData* p = engine().peers_.by_index(wire::tag_index(tag));
   if (!ctrl_only && p != nullptr && wire::tag_id(tag) != p->posted.key()) [[unlikely]] {
     // Taken by a receive posted under a retired key (the peer failed, and came back before
     // the receive's cancellation was handled): its previous incarnation's, not the new one's.
@@ -52,7 +52,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
   wire::Parse pr = wire::decode(bytes, &h);
   if (p == nullptr || pr != wire::Parse::kOk) [[unlikely]] {
     engine().c_.parse_errors->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from slot %u: %s", wire::tag_slot(tag),
+    SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "rejected a message from index %u: %s", wire::tag_index(tag),
                             p == nullptr ? "no such rank" : wire::to_string(pr));
     if (p != nullptr && (pr == wire::Parse::kBadVersion || pr == wire::Parse::kBadMagic) &&
         p->state() != PeerState::kDead) {
@@ -293,7 +293,7 @@ void Delivery::release_handled(PeerData& p, Message& m) {
 
 void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
   // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
-  // dead peer's messages are still counted down: its slot is reused only when none is left.
+  // dead peer's messages are still counted down: its index is reused only when none is left.
   if (p.epoch() != epoch) [[unlikely]]
     return;
   --p.rx.unreleased_;

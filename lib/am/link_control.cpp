@@ -74,7 +74,7 @@ bool LinkControl::send_hello(PeerData& p) {
   }
   engine().sender_.hold_replies(p, 2 * slots);
   engine().rpc_server_.grant(p, slots);
-  // reply_slot: our index for the peer, which it puts in its tags to us.
+  // reply_index: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank() >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
   engine().receives_.open(p);
@@ -100,7 +100,7 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     wire::Hello hello;
     bool parsed = wire::decode_hello(body, &hello) == wire::Parse::kOk;
     bool who_ok = p.rank() >= 0 ? hello.rank == static_cast<std::uint32_t>(p.rank())
-                                : hello.rank == wire::kClientRank && hello.reply_slot < wire::kUnassignedSlot;
+                                : hello.rank == wire::kClientRank && hello.reply_index < wire::kUnassignedIndex;
     if (!parsed || !who_ok) {
       engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "malformed hello from %s rejected", p.name());
@@ -190,8 +190,8 @@ void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
   }
   p.link.hello_received_ = true;
   p.link.incarnation_ = hello.incarnation;
-  if (p.rank() < 0) PeerTable::set_remote_slot(p, hello.reply_slot);  // client/server: learnt from the HELLO
-  engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_slot(), hello.rx_key), hello.credits);
+  if (p.rank() < 0) PeerTable::set_remote_index(p, hello.reply_index);  // client/server: learnt from the HELLO
+  engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_index(), hello.rx_key), hello.credits);
   engine().rpc_client_.grant(p, hello.rpc_slots);
   p.link.last_heard_ = Clock::now();
   if (p.state() == PeerState::kNew) start_handshake(p);
@@ -203,7 +203,7 @@ void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
   if (p.state() != PeerState::kDead) engine().fail_peer(p, absl::StatusCode::kUnavailable, "peer restarted");
   SLUICE_LOG(kInfo, "am", "%s restarted (new incarnation), reconnecting", p.name());
   ++p.link.epoch_;  // completions of the old incarnation's operations are ignored
-  engine().receives_.revive_slot(p.id());
+  engine().receives_.revive_index(p.id());
   p.link.state_ = PeerState::kNew;
   // The handshake and the goodbye start over; why it failed and its endpoint's close stay.
   p.link.hello_sent_ = p.link.hello_received_ = false;

@@ -125,7 +125,7 @@ class OpPool {
 
   Op* take(OpKind kind, std::uint32_t peer);
   void give(Op* op);
-  // Every op ever made, in use or not (teardown, and the checks of a gone peer's slot).
+  // Every op ever made, in use or not (teardown, and the checks of a gone peer's index).
   std::deque<Op>::iterator begin() { return storage_.begin(); }
   std::deque<Op>::iterator end() { return storage_.end(); }
   std::deque<Op>::const_iterator begin() const { return storage_.begin(); }

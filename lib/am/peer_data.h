@@ -58,15 +58,15 @@ class ReceiveState {
 };
 
 struct PeerData {
-  // Who it is (PeerTable's). Our index for it: the slot it puts in tags to us; its rank in
+  // Who it is (PeerTable's). Our index for it: the index it puts in tags to us; its rank in
   // rank mode, -1 for a client/server peer; the public Peer for it.
   std::uint32_t id() const { return id_; }
   int rank() const { return rank_; }
   Peer* handle() const { return handle_.get(); }
   // In logs and statuses: "rank 3", "client 10.0.0.7:40312".
   const std::string& name() const { return name_; }
-  // Its index for us: the slot we put in tags to it.
-  std::uint32_t remote_slot() const { return remote_slot_; }
+  // Its index for us: the index we put in tags to it.
+  std::uint32_t remote_index() const { return remote_index_; }
   // How we reach it (made and replaced by PeerTable alone; used by everyone).
   Endpoint& ep() { return ep_; }
   const Endpoint& ep() const { return ep_; }
@@ -107,7 +107,7 @@ struct PeerData {
   int rank_ = -1;
   std::unique_ptr<Peer> handle_;
   std::string name_;
-  std::uint32_t remote_slot_ = 0;
+  std::uint32_t remote_index_ = 0;
   Endpoint ep_;
 };
 

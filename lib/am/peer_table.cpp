@@ -25,7 +25,7 @@ void PeerTable::add_ranks(std::vector<std::string> addresses) {
     p->name_ = absl::StrFormat("rank %d", rank);
     p->handle_.reset(new Peer(&engine(), p.get(), p->id_, rank));
     engine().rpc_server_.grant(*p, engine().config_.rpc_slots);
-    p->remote_slot_ = static_cast<std::uint32_t>(engine().rank());
+    p->remote_index_ = static_cast<std::uint32_t>(engine().rank());
     rank_handles_.push_back(p->handle_.get());
   }
 }
@@ -52,23 +52,23 @@ absl::Status PeerTable::ensure_endpoint(PeerData& p) {
   return absl::OkStatus();
 }
 
-// A gone client's slot may serve a new one once nothing refers to the old one any more: no
+// A gone client's index may serve a new one once nothing refers to the old one any more: no
 // operation of it in the transport, no message of it the application holds, no call to it
-// open, no endpoint callback still to come, nothing with its slot in UCX's unexpected queue.
+// open, no endpoint callback still to come, nothing with its index in UCX's unexpected queue.
 // Completions of the old incarnation then see a stale epoch.
 bool PeerTable::reusable(const PeerData& p) const {
   if (p.state() != PeerState::kDead || p.link.close_pending() || p.rx.unreleased() != 0 || p.landings.landing() != 0 ||
       std::find(failed_eps_.begin(), failed_eps_.end(), p.id()) != failed_eps_.end())
     return false;
-  // Its receive ops are the slot's own and serve the next client (Receives::open) once their
+  // Its receive ops are the index's own and serve the next client (Receives::open) once their
   // cancellation has come back.
   for (const Op& op : engine().ops_)
     if (op.in_use && op.peer == p.id() && (op.kind != OpKind::kRx || op.recv.busy || op.recv.queued)) return false;
   if (engine().rpc_client_.has_calls_to(p)) return false;
   // Nothing of it may wait in UCX either: a later client numbers its messages from 1 again, and
-  // a rendezvous payload tag (slot and sequence) the old one left would match the new one's.
-  constexpr std::uint64_t kSlotBits = std::uint64_t{wire::kSlotMask} << wire::kSlotShift;
-  return !engine().worker_->has_unexpected(std::uint64_t{p.id()} << wire::kSlotShift, kSlotBits);
+  // a rendezvous payload tag (index and sequence) the old one left would match the new one's.
+  constexpr std::uint64_t kIndexBits = std::uint64_t{wire::kIndexMask} << wire::kIndexShift;
+  return !engine().worker_->has_unexpected(std::uint64_t{p.id()} << wire::kIndexShift, kIndexBits);
 }
 
 PeerData& PeerTable::add_client() {
@@ -90,22 +90,22 @@ PeerData& PeerTable::add_client() {
     Receives::carry(old, fresh);
     old = std::move(fresh);
     engine().c_.peers_reused->add();
-    engine().receives_.revive_slot(id);
-    SLUICE_LOG(kDebug, "am", "client slot %u serves a new client (%zu slots, %zu gone)", id, peers_.size(),
+    engine().receives_.revive_index(id);
+    SLUICE_LOG(kDebug, "am", "client index %u serves a new client (%zu records, %zu gone)", id, peers_.size(),
                gone_cs_.size());
     return init_client(old);
   }
   auto p = std::make_unique<PeerData>();
   p->id_ = static_cast<std::uint32_t>(peers_.size());
-  SLUICE_LOG(kDebug, "am", "client slot %u is new (%zu gone, none free)", p->id(), gone_cs_.size());
+  SLUICE_LOG(kDebug, "am", "client index %u is new (%zu gone, none free)", p->id(), gone_cs_.size());
   peers_.push_back(std::move(p));
   return init_client(*peers_.back());
 }
 
 PeerData& PeerTable::init_client(PeerData& p) {
   p.rank_ = -1;
-  p.name_ = absl::StrFormat("client slot %u", p.id());
-  p.remote_slot_ = wire::kUnassignedSlot;
+  p.name_ = absl::StrFormat("client index %u", p.id());
+  p.remote_index_ = wire::kUnassignedIndex;
   p.handle_.reset(new Peer(&engine(), &p, p.id_, -1));
   engine().rpc_server_.grant(p, engine().config_.rpc_slots);
   return p;

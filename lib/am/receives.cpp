@@ -76,7 +76,7 @@ std::uint32_t Receives::close(PeerData& p) {
   // What the peer sent before it failed may still arrive, and a peer that was only stopped
   // (declared dead, then resumed) goes on sending: no receive takes those now, so they are
   // taken out of UCX's unexpected queue and dropped (counted), not left to pin its memory.
-  constexpr std::uint64_t kAnyId = wire::kClassMask | (std::uint64_t{wire::kSlotMask} << wire::kSlotShift);
+  constexpr std::uint64_t kAnyId = wire::kClassMask | (std::uint64_t{wire::kIndexMask} << wire::kIndexShift);
   constexpr auto kDead = Clock::time_point::max();
   stale_tags_.push_back({wire::make_tag(wire::kEager, p.id(), p.posted.key_), kFullMask, p.id(), kDead});
   stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id(), 0), kAnyId, p.id(), kDead});
@@ -95,11 +95,11 @@ void Receives::take_first_contacts() {
   }
 }
 
-void Receives::revive_slot(std::uint32_t slot) {
+void Receives::revive_index(std::uint32_t index) {
   auto until = Clock::now() + kStragglerWindow;
-  std::erase_if(stale_tags_, [&](const Straggler& s) { return s.slot == slot && s.mask != kFullMask; });
+  std::erase_if(stale_tags_, [&](const Straggler& s) { return s.index == index && s.mask != kFullMask; });
   for (Straggler& s : stale_tags_)
-    if (s.slot == slot) s.until = std::min(s.until, until);
+    if (s.index == index) s.until = std::min(s.until, until);
 }
 
 void Receives::purge_stragglers(Clock::time_point now) {

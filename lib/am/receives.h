@@ -49,7 +49,7 @@ class Receives {
   void reserve(PeerData& p, std::uint32_t n);
   void open(PeerData& p);
   std::uint32_t close(PeerData& p);
-  // A slot reused for a new client keeps the old one's receive operations.
+  // An index reused for a new client keeps the old one's receive operations.
   static void carry(PeerData& from, PeerData& to);
 
   // A receive completed: it goes back for re-posting (every received message passes here).
@@ -72,10 +72,10 @@ class Receives {
     if (!stale_tags_.empty()) [[unlikely]]
       purge_stragglers(now);
   }
-  // Slot `slot` serves a peer again (a restarted rank, a new client): its old keyed tag is
+  // Index `index` serves a peer again (a restarted rank, a new client): its old keyed tag is
   // purged for kStragglerWindow more, its any-id tags no longer (they would match the new
   // peer's payloads).
-  void revive_slot(std::uint32_t slot);
+  void revive_index(std::uint32_t index);
   void on_contact_rx(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag);
 
   // The engine's close: every receive cancelled; whether any is still posted or a message
@@ -97,8 +97,8 @@ class Receives {
   struct Straggler {
     std::uint64_t tag;
     std::uint64_t mask;
-    std::uint32_t slot;
-    Clock::time_point until;  // max while the peer is dead; a window once its slot lives again
+    std::uint32_t index;
+    Clock::time_point until;  // max while the peer is dead; a window once its index lives again
   };
   // How long messages a failed peer sent before it failed are purged from UCX (they arrive
   // within microseconds on shared memory; TCP may hold some back longer).

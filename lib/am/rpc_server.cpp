@@ -142,7 +142,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   if (copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   payload_op->send.on_done = std::move(on_done);
   payload_op->send.releases_rpc_slot = state(m).holds_rpc_slot;
-  payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_slot(), state(m).rpc_id);
+  payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_index(), state(m).rpc_id);
   if (last_out != nullptr) *last_out = payload_op;
   return engine().sender_.enqueue(p, header_op, payload_op);
 }

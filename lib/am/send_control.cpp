@@ -33,7 +33,7 @@ void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byt
   ++inflight_;
   // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
   // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
-  std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_slot(), 0);
+  std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_index(), 0);
   PostResult r = p.ep().post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
   if (r.kind == Post::kDone) engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});
   else if (r.kind == Post::kError) engine().done_.push_back({op, r.code, 0, 0});

@@ -194,7 +194,7 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
 Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
   std::uint64_t seq = p.tx.next_seq_++;
   wire::patch_seq(slot_data(header->slot), seq);
-  std::uint32_t me = p.remote_slot();
+  std::uint32_t me = p.remote_index();
   header->epoch = p.epoch();
   if (payload != nullptr) {
     if (payload->send.tag == 0) payload->send.tag = wire::make_tag(wire::kRndv, me, seq);

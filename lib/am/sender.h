@@ -36,7 +36,7 @@ class SendsTo {
  private:
   friend class Sender;
   SendCredits credits_;
-  std::uint64_t tag_ = 0;  // our EAGER tag to it (its slot for us, the key its HELLO gave)
+  std::uint64_t tag_ = 0;  // our EAGER tag to it (its index for us, the key its HELLO gave)
   std::uint64_t next_seq_ = 1;
   std::uint64_t sent_seq_ = 0;
   std::deque<Pending> queue_;

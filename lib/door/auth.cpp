@@ -83,7 +83,7 @@ std::unique_ptr<Key> Key::from_secret(std::string_view secret) {
 
 Key::~Key() { sodium_memzero(key_, sizeof(key_)); }
 
-Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot, std::string_view address,
+Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t index, std::string_view address,
                  std::uint8_t link) const {
   static_assert(kProofSize == crypto_auth_hmacsha256_BYTES);
   crypto_auth_hmacsha256_state st;
@@ -94,7 +94,7 @@ Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::ui
   crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(server.data()), server.size());
   if (what != ProofOf::kServerHello) {
     std::byte fixed[7];
-    wire::put<std::uint32_t>(fixed, slot);
+    wire::put<std::uint32_t>(fixed, index);
     wire::put<std::uint16_t>(fixed + 4, static_cast<std::uint16_t>(address.size()));
     wire::put<std::uint8_t>(fixed + 6, link);
     crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(fixed), sizeof(fixed));
@@ -106,9 +106,9 @@ Proof Key::prove(ProofOf what, const Nonce& client, const Nonce& server, std::ui
   return out;
 }
 
-bool Key::verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot,
+bool Key::verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t index,
                  std::string_view address, std::uint8_t link) const {
-  Proof expected = prove(what, client, server, slot, address, link);
+  Proof expected = prove(what, client, server, index, address, link);
   return crypto_verify_32(reinterpret_cast<const unsigned char*>(proof.data()),
                           reinterpret_cast<const unsigned char*>(expected.data())) == 0;
 }

@@ -3,7 +3,7 @@
 // Both sides hold a secret, read from SLUICE_AUTH_KEY_FILE. Each connection has two fresh
 // random nonces, the client's and the server's; a proof is HMAC-SHA-256 (libsodium), keyed
 // with the secret, over a label naming what is proven, both nonces and, where the frame
-// carries one, the sender's slot and UCX worker address. A proof thus belongs to one
+// carries one, the sender's index and UCX worker address. A proof thus belongs to one
 // connection and one message: replaying a recorded handshake fails on the fresh nonce of the
 // side being lied to, and a proof of one kind cannot stand in for another.
 #pragma once
@@ -22,8 +22,8 @@ namespace sluice::detail::door {
 
 enum class ProofOf : std::uint8_t {
   kServerHello,  // the server knows the key (over both nonces)
-  kClient,       // the client knows the key, and this is its slot and address
-  kAccept,       // the server knows the key, and this is its slot and address
+  kClient,       // the client knows the key, and this is its index and address
+  kAccept,       // the server knows the key, and this is its index and address
 };
 
 class Key {
@@ -38,10 +38,10 @@ class Key {
   Key(const Key&) = delete;
   Key& operator=(const Key&) = delete;
 
-  Proof prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
+  Proof prove(ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t index = 0,
               std::string_view address = {}, std::uint8_t link = 0) const;
   // Constant-time comparison with the proof this key makes.
-  bool verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t slot = 0,
+  bool verify(const Proof& proof, ProofOf what, const Nonce& client, const Nonce& server, std::uint32_t index = 0,
               std::string_view address = {}, std::uint8_t link = 0) const;
   // The stream transport's session keys for the connection of these nonces: BLAKE2b keyed with
   // the secret over a label and both nonces, one key per direction.

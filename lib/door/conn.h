@@ -54,8 +54,8 @@ struct Door::Conn {
   std::size_t out_off = 0;
   bool want_out = false;  // EPOLLOUT is watched
   door::Nonce client_nonce{}, server_nonce{};
-  std::uint32_t our_slot = 0;          // client: ours, sent in the proof
-  std::uint32_t link_slot = 0;         // server, kClosing: the slot whose link this becomes
+  std::uint32_t our_index = 0;         // client: ours, sent in the proof
+  std::uint32_t link_index = 0;        // server, kClosing: the index whose link this becomes
   bool becomes_link = false;           // server, kClosing after ACCEPT
   door::Link link = door::Link::kUcx;  // server, after ACCEPT: a stream goes to the owner
   bool peer_authenticated = false;

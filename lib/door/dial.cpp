@@ -16,7 +16,7 @@ using door::AuthMode;
 using door::Kind;
 using door::ProofOf;
 
-absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline,
+absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
                         std::string limit) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
   if (dial_ != 0) return absl::FailedPreconditionError("connect() is already in progress");
@@ -35,7 +35,7 @@ absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_slo
   c->step = Conn::Step::kConnecting;
   c->deadline = deadline;
   c->name = name;
-  c->our_slot = our_slot;
+  c->our_index = our_index;
   c->want_out = true;
   watch(fd, kConnTag | c->id, EPOLLOUT, true);
   dial_ = c->id;
@@ -129,13 +129,13 @@ void Door::dial_server_hello(Conn& c) {
     }
   }
   door::Credentials ours;
-  ours.slot = c.our_slot;
+  ours.index = c.our_index;
   ours.address = options_.worker_address;
   ours.link = options_.client_link;
   if (auth_on() && hello.mode != AuthMode::kOff) {
     ours.has_proof = true;
     ours.proof =
-        options_.key->prove(ProofOf::kClient, c.client_nonce, c.server_nonce, ours.slot, ours.address, ours.link);
+        options_.key->prove(ProofOf::kClient, c.client_nonce, c.server_nonce, ours.index, ours.address, ours.link);
   }
   door::encode(Kind::kClientProof, ours, &c.out);
   c.step = Conn::Step::kWantAnswer;
@@ -148,18 +148,18 @@ void Door::dial_answer(Conn& c) {
   if (door::Parse p = door::decode(c.body(), &theirs); p != door::Parse::kOk) return dial_malformed(c, p);
   if (c.peer_authenticated &&
       (!theirs.has_proof || !options_.key->verify(theirs.proof, ProofOf::kAccept, c.client_nonce, c.server_nonce,
-                                                  theirs.slot, theirs.address, theirs.link)))
+                                                  theirs.index, theirs.address, theirs.link)))
     return dial_denied(c, "its accept does not carry the proof of our key");
   Dialed d;
-  d.slot = theirs.slot;
+  d.index = theirs.index;
   d.address = theirs.address;
   d.authenticated = c.peer_authenticated;
   d.link = static_cast<door::Link>(theirs.link);
   if (c.peer_authenticated) d.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
   int fd = c.fd;
   std::uint64_t id = c.id;
-  std::uint32_t slot = c.our_slot;
-  // The socket becomes our slot's link: out of the handshake set without being closed.
+  std::uint32_t index = c.our_index;
+  // The socket becomes our index's link: out of the handshake set without being closed.
   c.fd = -1;
   conns_.erase(id);
   dial_ = 0;
@@ -167,7 +167,7 @@ void Door::dial_answer(Conn& c) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     d.fd = fd;
   } else {
-    add_link(slot, fd);
+    add_link(index, fd);
   }
   dial_result_ = std::make_unique<absl::StatusOr<Dialed>>(std::move(d));
 }

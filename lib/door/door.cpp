@@ -28,7 +28,7 @@ Door::Door(Owner* owner, DoorOptions options, Stats* stats) : owner_(owner), opt
 
 Door::~Door() {
   for (auto& [id, c] : conns_) ::close(c->fd);
-  for (auto& [slot, fd] : links_) ::close(fd);
+  for (auto& [index, fd] : links_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
@@ -40,8 +40,8 @@ void Door::watch(int fd, std::uint64_t tag, std::uint32_t events, bool add) {
   ::epoll_ctl(epoll_fd_, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
 
-void Door::close_link(std::uint32_t slot) {
-  auto it = links_.find(slot);
+void Door::close_link(std::uint32_t index) {
+  auto it = links_.find(index);
   if (it == links_.end()) return;
   ::close(it->second);  // leaves the epoll set with its last descriptor
   links_.erase(it);
@@ -94,9 +94,9 @@ bool Door::poll(Clock::time_point now) {
     SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed", c.name,
                             format_duration(options_.handshake_timeout));
     bool admitted = c.becomes_link;  // its accept could not be written in time
-    std::uint32_t slot = c.link_slot;
+    std::uint32_t index = c.link_index;
     drop(id);
-    if (admitted) owner_->link_lost(slot, "did not take our accept in time");
+    if (admitted) owner_->link_lost(index, "did not take our accept in time");
   }
   update_deadline();
   return true;
@@ -192,15 +192,15 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
         return;
       }
       bool admitted = c.becomes_link;
-      std::uint32_t slot = c.link_slot;
+      std::uint32_t index = c.link_index;
       drop(id);
-      if (admitted) owner_->link_lost(slot, "closed its connection before our accept");
+      if (admitted) owner_->link_lost(index, "closed its connection before our accept");
       return;
     }
   }
   if (c.step == Conn::Step::kClosing) {
     if (!c.out.empty()) return;
-    if (c.becomes_link) to_link(c, c.link_slot);
+    if (c.becomes_link) to_link(c, c.link_index);
     else drop(id);
     return;
   }
@@ -241,14 +241,14 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
   }
 }
 
-void Door::add_link(std::uint32_t slot, int fd) {
-  close_link(slot);  // the slot's previous peer is gone (its link closed when it failed)
-  links_[slot] = fd;
-  watch(fd, kLinkTag | (std::uint64_t{slot} << 32) | static_cast<std::uint32_t>(fd), EPOLLIN | EPOLLRDHUP, false);
+void Door::add_link(std::uint32_t index, int fd) {
+  close_link(index);  // the index's previous peer is gone (its link closed when it failed)
+  links_[index] = fd;
+  watch(fd, kLinkTag | (std::uint64_t{index} << 32) | static_cast<std::uint32_t>(fd), EPOLLIN | EPOLLRDHUP, false);
 }
 
-void Door::on_link_event(std::uint32_t slot, int fd) {
-  auto it = links_.find(slot);
+void Door::on_link_event(std::uint32_t index, int fd) {
+  auto it = links_.find(index);
   if (it == links_.end() || it->second != fd) return;  // closed earlier in this batch
   std::byte buf[64];
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -257,8 +257,8 @@ void Door::on_link_event(std::uint32_t slot, int fd) {
                     : n < 0 ? std::string("its connection failed: ") + std::strerror(errno)
                             : "sent bytes on its connection after the handshake";
   c_.links_lost->add();
-  close_link(slot);
-  owner_->link_lost(slot, why);
+  close_link(index);
+  owner_->link_lost(index, why);
 }
 
 }  // namespace sluice::detail

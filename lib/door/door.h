@@ -3,7 +3,7 @@
 // Nothing a client sends reaches UCX before it has passed here. A connection runs the
 // pre-handshake of wire/door.h over a non-blocking socket: fixed-size, validated frames; the
 // key proven both ways when authentication is on (door/auth.h); then the two sides exchange
-// their UCX worker addresses and the slots they use in tags, and the server says how the data
+// their UCX worker addresses and the indices they use in tags, and the server says how the data
 // will travel (ACCEPT's link): over UCX by worker address when the server reached the client
 // over shared memory (a same-host peer), else on this very connection, which becomes the
 // peer's stream transport (owner's link_ready on the server, Dialed::fd on the client). A
@@ -57,20 +57,20 @@ class Door {
   // A client that passed the pre-handshake, to be admitted by the engine.
   struct Admission {
     std::string name;     // its address, "10.0.0.7:40312"
-    std::uint32_t slot;   // its index for us: the slot we put in tags to it
+    std::uint32_t index;  // its index for us: the index we put in tags to it
     std::string address;  // its UCX worker address
     bool authenticated;
     std::uint8_t client_link;                    // what it can do (kCanAes, kWantsEncryption)
     std::optional<door::Key::SessionKeys> keys;  // authenticated both ways: the stream's keys
   };
-  // What admit() decided: our slot for it, how its data travels.
+  // What admit() decided: our index for it, how its data travels.
   struct Admitted {
-    std::uint32_t slot;
+    std::uint32_t index;
     door::Link link;
   };
   // What a dial ends with: the server's index for us and its worker address.
   struct Dialed {
-    std::uint32_t slot = 0;
+    std::uint32_t index = 0;
     std::string address;
     bool authenticated = false;
     door::Link link = door::Link::kUcx;
@@ -79,13 +79,13 @@ class Door {
   };
   class Owner {
    public:
-    // Makes the client's peer and endpoint; returns our index for it (the slot it puts in its
+    // Makes the client's peer and endpoint; returns our index for it (the index it puts in its
     // tags to us), or why it cannot be served (sent to the client as a REFUSE).
     virtual absl::StatusOr<Admitted> admit(const Admission& a) = 0;
-    // The link of `slot` closed or failed: the peer's process ended, or it broke the protocol.
-    virtual void link_lost(std::uint32_t slot, const std::string& why) = 0;
+    // The link of `index` closed or failed: the peer's process ended, or it broke the protocol.
+    virtual void link_lost(std::uint32_t index, const std::string& why) = 0;
     // ACCEPT is out and the peer's data travels on this connection: `fd` is the owner's now.
-    virtual void link_ready(std::uint32_t slot, int fd) = 0;
+    virtual void link_ready(std::uint32_t index, int fd) = 0;
 
    protected:
     ~Owner() = default;
@@ -101,20 +101,20 @@ class Door {
   absl::StatusOr<int> listen(const std::string& host, int port);
   bool listening() const { return listen_fd_ >= 0; }
 
-  // Starts the client side towards host:port: `our_slot` is the slot the server is to put in
+  // Starts the client side towards host:port: `our_index` is the index the server is to put in
   // its tags to us. One dial at a time; it ends in poll(), by `deadline` at the latest.
   // `limit` names the deadline in a timeout's message ("SLUICE_CONNECT_TIMEOUT=10s").
-  absl::Status dial(const std::string& host, int port, std::uint32_t our_slot, Clock::time_point deadline,
+  absl::Status dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
                     std::string limit);
   bool dialing() const { return dial_ != 0; }
-  // The finished dial's result: the server's slot and address (its link then belongs to
-  // `our_slot`), or why it failed (Unavailable, PermissionDenied, DeadlineExceeded, ...).
+  // The finished dial's result: the server's index and address (its link then belongs to
+  // `our_index`), or why it failed (Unavailable, PermissionDenied, DeadlineExceeded, ...).
   absl::StatusOr<Dialed> take_dial_result();
 
-  // Closes the link of `slot` (its peer failed or closed); no link_lost() follows.
-  void close_link(std::uint32_t slot);
-  // Whether `slot` has a link (its client's data travels over UCX).
-  bool has_link(std::uint32_t slot) const { return links_.contains(slot); }
+  // Closes the link of `index` (its peer failed or closed); no link_lost() follows.
+  void close_link(std::uint32_t index);
+  // Whether `index` has a link (its client's data travels over UCX).
+  bool has_link(std::uint32_t index) const { return links_.contains(index); }
 
   // The epoll fd to sleep on; readable when poll() has something to do.
   int fd() const { return epoll_fd_; }
@@ -129,7 +129,7 @@ class Door {
   enum class Read { kFrame, kMore, kClosed, kBad };
   void accept_all(Clock::time_point now);
   void on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now);
-  void on_link_event(std::uint32_t slot, int fd);
+  void on_link_event(std::uint32_t index, int fd);
   Read read_frame(Conn& c, std::string* why);
   bool flush(Conn& c);
   void watch(int fd, std::uint64_t tag, std::uint32_t events, bool add);
@@ -156,8 +156,8 @@ class Door {
   void drop(std::uint64_t id);
   void end_dial(absl::StatusOr<Dialed> result);
   std::string dial_limit_;  // what the current dial's deadline is called
-  void to_link(Conn& c, std::uint32_t slot);
-  void add_link(std::uint32_t slot, int fd);
+  void to_link(Conn& c, std::uint32_t index);
+  void add_link(std::uint32_t index, int fd);
   void update_deadline();
 
   Owner* owner_;
@@ -168,7 +168,7 @@ class Door {
   Clock::time_point listen_resume_{};
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;  // in handshake, by id
   std::deque<std::uint64_t> accept_order_;                          // server side, oldest first
-  std::unordered_map<std::uint32_t, int> links_;                    // by slot
+  std::unordered_map<std::uint32_t, int> links_;                    // by index
   std::uint64_t next_id_ = 1;
   std::uint64_t dial_ = 0;  // the dial's conn id; 0: none
   std::unique_ptr<absl::StatusOr<Dialed>> dial_result_;

@@ -144,7 +144,7 @@ void Door::serve_proof(Conn& c) {
     return refuse_malformed(c, absl::StrFormat("malformed client proof: %s", door::to_string(p)));
   std::optional<bool> authenticated = check_proof(c, cred);
   if (!authenticated) return;  // refused
-  Admission a{c.name, cred.slot, cred.address, *authenticated, cred.link, std::nullopt};
+  Admission a{c.name, cred.index, cred.address, *authenticated, cred.link, std::nullopt};
   if (*authenticated) a.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
   absl::StatusOr<Admitted> admitted = owner_->admit(a);
   if (!admitted.ok()) {
@@ -158,7 +158,7 @@ void Door::serve_proof(Conn& c) {
 std::optional<bool> Door::check_proof(Conn& c, const door::Credentials& cred) {
   if (!auth_on()) return false;
   if (cred.has_proof) {
-    if (options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.slot, cred.address,
+    if (options_.key->verify(cred.proof, ProofOf::kClient, c.client_nonce, c.server_nonce, cred.index, cred.address,
                              cred.link))
       return true;
     c_.refused_auth->add();
@@ -180,26 +180,26 @@ std::optional<bool> Door::check_proof(Conn& c, const door::Credentials& cred) {
 
 void Door::send_accept(Conn& c, const Admitted& admitted) {
   door::Credentials ours;
-  ours.slot = admitted.slot;
+  ours.index = admitted.index;
   ours.address = options_.worker_address;
   ours.link = static_cast<std::uint8_t>(admitted.link);
   if (auth_on()) {
     ours.has_proof = true;
     ours.proof =
-        options_.key->prove(ProofOf::kAccept, c.client_nonce, c.server_nonce, ours.slot, ours.address, ours.link);
+        options_.key->prove(ProofOf::kAccept, c.client_nonce, c.server_nonce, ours.index, ours.address, ours.link);
   }
   door::encode(Kind::kAccept, ours, &c.out);
   c.step = Conn::Step::kClosing;
   c.becomes_link = true;
-  c.link_slot = admitted.slot;
+  c.link_index = admitted.index;
   c.link = admitted.link;
   if (!flush(c)) {
-    std::uint32_t s = c.link_slot;
+    std::uint32_t s = c.link_index;
     drop(c.id);
     owner_->link_lost(s, "closed its connection before our accept");
     return;
   }
-  if (c.out.empty()) to_link(c, c.link_slot);
+  if (c.out.empty()) to_link(c, c.link_index);
   else watch(c.fd, kConnTag | c.id, EPOLLOUT, false);
 }
 
@@ -229,17 +229,17 @@ void Door::client_refused(Conn& c) {
   drop(c.id);
 }
 
-void Door::to_link(Conn& c, std::uint32_t slot) {
+void Door::to_link(Conn& c, std::uint32_t index) {
   int fd = c.fd;
   door::Link link = c.link;
   c.fd = -1;
   conns_.erase(c.id);
   if (link == door::Link::kUcx) {
-    add_link(slot, fd);
+    add_link(index, fd);
     return;
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  owner_->link_ready(slot, fd);
+  owner_->link_ready(index, fd);
 }
 
 }  // namespace sluice::detail

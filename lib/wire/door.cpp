@@ -126,10 +126,10 @@ Parse decode(std::span<const std::byte> body, Credentials* out) {
   if (!get_bool(p + 32, &out->has_proof) || out->link > 3 || !zero(body.subspan(34, 2)) || !zero(body.subspan(42, 6)))
     return Parse::kBadField;
   if (!out->has_proof && !zero(std::span(out->proof))) return Parse::kBadField;
-  out->slot = get<std::uint32_t>(p + 36);
+  out->index = get<std::uint32_t>(p + 36);
   std::size_t len = get<std::uint16_t>(p + 40);
   if (len != body.size() - kProofFixedSize) return Parse::kBadLength;
-  if (out->slot >= wire::kUnassignedSlot) return Parse::kBadField;  // the 24-bit tag slot
+  if (out->index >= wire::kUnassignedIndex) return Parse::kBadField;  // the 24-bit tag index
   out->address.assign(reinterpret_cast<const char*>(p + kProofFixedSize), len);
   return Parse::kOk;
 }
@@ -165,7 +165,7 @@ void encode(Kind kind, const Credentials& m, std::vector<std::byte>* out) {
   if (m.has_proof) std::copy(m.proof.begin(), m.proof.end(), p);
   put<std::uint8_t>(p + 32, m.has_proof ? 1 : 0);
   put<std::uint8_t>(p + 33, m.link);
-  put<std::uint32_t>(p + 36, m.slot);
+  put<std::uint32_t>(p + 36, m.index);
   put<std::uint16_t>(p + 40, static_cast<std::uint16_t>(len));
   std::memcpy(p + kProofFixedSize, m.address.data(), len);
 }

@@ -11,7 +11,7 @@
 //   SERVER_HELLO (2), 72 B:  nonce[32], u8 auth mode (0 off, 1 optional, 2 required),
 //                            u8 has_proof, reserved[6], proof[32]
 //   CLIENT_PROOF (3) and ACCEPT (4), 48 B + address:
-//                            proof[32], u8 has_proof, u8 link, reserved[2], u32 slot,
+//                            proof[32], u8 has_proof, u8 link, reserved[2], u32 index,
 //                            u16 address length (1..4096), reserved[6], address
 //     link, in CLIENT_PROOF: what the client can do, bits: 1 AES-256-GCM (AES-NI), 2 it wants
 //       encryption (SLUICE_ENCRYPT=on); in ACCEPT: how the data travels: 0 UCX (the server
@@ -90,9 +90,9 @@ struct ServerHello {
 struct Credentials {
   bool has_proof = false;
   Proof proof{};
-  std::uint32_t slot = 0;  // the sender's index for the receiver: the slot in the tags to it
-  std::string address;     // the sender's UCX worker address
-  std::uint8_t link = 0;   // CLIENT_PROOF: kCanAes | kWantsEncryption; ACCEPT: a Link
+  std::uint32_t index = 0;  // the sender's index for the receiver: the index in the tags to it
+  std::string address;      // the sender's UCX worker address
+  std::uint8_t link = 0;    // CLIENT_PROOF: kCanAes | kWantsEncryption; ACCEPT: a Link
 };
 
 struct Refuse {

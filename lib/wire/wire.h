@@ -4,7 +4,7 @@
 // Tag (64 bits):
 //   63    60 59                 36 35                          0
 //   ┌───────┬─────────────────────┬─────────────────────────────┐
-//   │ class │ sender slot (24)    │ key / transfer id (36)      │
+//   │ class │ sender index (24)   │ key / transfer id (36)      │
 //   └───────┴─────────────────────┴─────────────────────────────┘
 //   class 1 EAGER: eager and control messages to a peer whose HELLO the sender holds; id =
 //     the receive key that HELLO gave. Received by exact receives posted per peer.
@@ -42,23 +42,23 @@ inline constexpr std::size_t kCompactHeaderSize = 16;  // + 8 with an rpc id
 
 enum TagClass : std::uint64_t { kEager = 1, kRndv = 2, kCtrl = 3, kReply = 4 };
 inline constexpr int kClassShift = 60;
-inline constexpr int kSlotShift = 36;
+inline constexpr int kIndexShift = 36;
 inline constexpr std::uint64_t kIdMask = (std::uint64_t{1} << 36) - 1;
-inline constexpr std::uint32_t kSlotMask = (1u << 24) - 1;
-// No slot: a client/server peer's before the front door gave it one; above every valid slot.
-inline constexpr std::uint32_t kUnassignedSlot = kSlotMask;
+inline constexpr std::uint32_t kIndexMask = (1u << 24) - 1;
+// No index: a client/server peer's before the front door gave it one; above every valid index.
+inline constexpr std::uint32_t kUnassignedIndex = kIndexMask;
 // HELLO rank field of a client/server peer.
 inline constexpr std::uint32_t kClientRank = 0xffffffffu;
 // The mask that compares a tag's class only.
 inline constexpr std::uint64_t kClassMask = std::uint64_t{0xf} << kClassShift;
 
-constexpr std::uint64_t make_tag(TagClass cls, std::uint32_t slot, std::uint64_t id) {
+constexpr std::uint64_t make_tag(TagClass cls, std::uint32_t index, std::uint64_t id) {
   return (static_cast<std::uint64_t>(cls) << kClassShift) |
-         (static_cast<std::uint64_t>(slot & kSlotMask) << kSlotShift) | (id & kIdMask);
+         (static_cast<std::uint64_t>(index & kIndexMask) << kIndexShift) | (id & kIdMask);
 }
 constexpr std::uint64_t tag_class(std::uint64_t tag) { return tag >> kClassShift; }
-constexpr std::uint32_t tag_slot(std::uint64_t tag) {
-  return static_cast<std::uint32_t>((tag >> kSlotShift) & kSlotMask);
+constexpr std::uint32_t tag_index(std::uint64_t tag) {
+  return static_cast<std::uint32_t>((tag >> kIndexShift) & kIndexMask);
 }
 constexpr std::uint64_t tag_id(std::uint64_t tag) { return tag & kIdMask; }
 
@@ -126,9 +126,9 @@ struct Hello {
   std::uint32_t rank = 0;  // sender's rank, or client id in client/server mode
   std::uint32_t engine_id = 0;
   std::uint32_t eager_max = 0;
-  std::uint32_t credits = 0;     // credits granted to the receiver of this HELLO
-  std::uint32_t rpc_slots = 0;   // RPC request slots granted to the receiver
-  std::uint32_t reply_slot = 0;  // slot the receiver puts in tags towards the sender
+  std::uint32_t credits = 0;      // credits granted to the receiver of this HELLO
+  std::uint32_t rpc_slots = 0;    // RPC request slots granted to the receiver
+  std::uint32_t reply_index = 0;  // the index the receiver puts in tags towards the sender
   std::uint64_t incarnation = 0;
   std::uint64_t rx_key = 0;  // id the receiver of this HELLO puts in its EAGER tags to us
   bool operator==(const Hello&) const = default;

@@ -227,7 +227,7 @@ void BM_Tag_EncodeDecode(benchmark::State& state) {
   std::uint64_t seq = 0;
   for (auto _ : state) {
     std::uint64_t t = wire::make_tag(wire::kEager, 12345, ++seq);
-    benchmark::DoNotOptimize(wire::tag_slot(t) + wire::tag_id(t) + wire::tag_class(t));
+    benchmark::DoNotOptimize(wire::tag_index(t) + wire::tag_id(t) + wire::tag_class(t));
   }
 }
 BENCHMARK(BM_Tag_EncodeDecode);

@@ -64,7 +64,7 @@ INVALID_ARGUMENT, PERMISSION_DENIED = 3, 7
 # The stream transport (lib/transport/stream_frame.h).
 EAGER, RTS, CTS, DATA = 1, 2, 3, 4
 SEAL_CHUNK, MAC = 64 * 1024, 16
-CTRL_TAG = 3 << 60  # class CTRL, slot 0, id 0: the class a server takes out of the unexpected queue
+CTRL_TAG = 3 << 60  # class CTRL, index 0, id 0: the class a server takes out of the unexpected queue
 NO_TAG = 0xF << 60  # a class no receive ever matches
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -271,24 +271,24 @@ def hello_body(nc, has_key=1, rest=bytes(7)):
     return nc + bytes([has_key]) + rest
 
 
-def proof_body(proof, address, slot=1, has_proof=1, link=0, addr_len=None, reserved=bytes(2), reserved2=bytes(6)):
-    return (proof + bytes([has_proof, link]) + reserved + struct.pack("<IH", slot, len(address) if addr_len is None
+def proof_body(proof, address, index=1, has_proof=1, link=0, addr_len=None, reserved=bytes(2), reserved2=bytes(6)):
+    return (proof + bytes([has_proof, link]) + reserved + struct.pack("<IH", index, len(address) if addr_len is None
                                                                       else addr_len) + reserved2 + address)
 
 
 class Key:
     """The shared key as lib/door/auth.cpp uses it: BLAKE2b-256 of the secret less trailing white
     space; proofs are HMAC-SHA-256 over a label and its zero byte, both nonces and, for a
-    CLIENT_PROOF or ACCEPT, u32 slot, u16 address length, u8 link and the address; the stream's
+    CLIENT_PROOF or ACCEPT, u32 index, u16 address length, u8 link and the address; the stream's
     session keys are BLAKE2b keyed with it over a label and both nonces."""
 
     def __init__(self, secret):
         self.k = hashlib.blake2b(secret.rstrip(b" \t\r\n"), digest_size=32).digest()
 
-    def proof(self, what, nc, ns, slot=None, address=b"", link=0):
+    def proof(self, what, nc, ns, index=None, address=b"", link=0):
         msg = b"sluice door v2: " + what + b"\0" + nc + ns
-        if slot is not None:
-            msg += struct.pack("<IHB", slot, len(address), link) + address
+        if index is not None:
+            msg += struct.pack("<IHB", index, len(address), link) + address
         return hmac.new(self.k, msg, hashlib.sha256).digest()
 
     def session(self, nc, ns):
@@ -365,18 +365,18 @@ def stream_header(kind, length=0, tag=0, tid=0, reserved=bytes(3)):
 class Link:
     """An authenticated attacker's stream link: its frames sealed when the server encrypts."""
 
-    def __init__(self, sock, name, link, keys, slot):
-        self.sock, self.name, self.link, self.slot = sock, name, link, slot
+    def __init__(self, sock, name, link, keys, index):
+        self.sock, self.name, self.link, self.index = sock, name, link, index
         self.suite = link if link in (LINK_AES, LINK_CHACHA) else None
         self.tx_key, self.rx_key = keys
         self.tx = self.rx = 0
 
     def wire(self, header, body=b""):
-        """The bytes of one frame as they go on the wire. A message's tag without a slot gets the
-        one the server gave this link (a tag of another peer's slot fails the connection)."""
+        """The bytes of one frame as they go on the wire. A message's tag without an index gets the
+        one the server gave this link (a tag of another peer's index fails the connection)."""
         kind, tag = header[0], struct.unpack_from("<Q", header, 8)[0]
         if kind in (EAGER, RTS) and (tag >> 36) & 0xFFFFFF == 0:
-            header = header[:8] + struct.pack("<Q", tag | self.slot << 36) + header[16:]
+            header = header[:8] + struct.pack("<Q", tag | self.index << 36) + header[16:]
         if self.suite is None:
             return header + body
         out = self.piece(header)
@@ -651,13 +651,13 @@ class AttackedServer:
         answer = read_frame(s)
         self.assertEqual(answer[0], ACCEPT, answer)
         body = answer[1]
-        link, slot, n = body[33], struct.unpack("<I", body[36:40])[0], struct.unpack("<H", body[40:42])[0]
-        self.assertEqual(body[:32], KEY.proof(b"accept", nc, ns, slot, body[48:48 + n], link))
+        link, index, n = body[33], struct.unpack("<I", body[36:40])[0], struct.unpack("<H", body[40:42])[0]
+        self.assertEqual(body[:32], KEY.proof(b"accept", nc, ns, index, body[48:48 + n], link))
         type(self).admitted += 1
         self.addCleanup(s.close)
         encrypted = self.ENV.get("SLUICE_ENCRYPT") == "on"
         self.assertEqual(link, LINK_CHACHA if encrypted else LINK_STREAM, "the attacker is on the stream")
-        return Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), slot)
+        return Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), index)
 
     def assert_serving(self, what):
         """The server lives, within its memory bound, and no legitimate client has stopped."""
@@ -787,7 +787,7 @@ class DoorAttacks:
         proofs += [frame(CLIENT_PROOF, proof_body(bytes(32), addr, has_proof=0), version=v) for v in (1, 3)]
         proofs += [frame(CLIENT_PROOF, proof_body(os.urandom(32), addr, **kw)) for kw in (
             dict(has_proof=2), dict(link=4), dict(link=255), dict(reserved=b"\x00\x01"),
-            dict(reserved2=b"\x01" + bytes(5)), dict(slot=0xFFFFFF), dict(slot=0xFFFFFFFF), dict(addr_len=0),
+            dict(reserved2=b"\x01" + bytes(5)), dict(index=0xFFFFFF), dict(index=0xFFFFFFFF), dict(addr_len=0),
             dict(addr_len=63), dict(addr_len=65),
             dict(addr_len=0xFFFF))]
         proofs.append(frame(CLIENT_PROOF, proof_body(os.urandom(32), addr, has_proof=0)))  # no proof, yet proof bytes
@@ -900,7 +900,7 @@ class StreamAttacks:
             ("a DATA of another length than announced", data_of_another_length, "announced another length"),
             ("a connection cut inside a frame header", cut_in_a_header, "closed in the middle of a frame"),
             ("a connection cut inside a frame body", cut_in_a_body, "closed in the middle of a frame"),
-            ("a message tagged with another peer's slot", lambda l: l.send(EAGER, 0, NO_TAG | (l.slot + 1) << 36),
+            ("a message tagged with another peer's index", lambda l: l.send(EAGER, 0, NO_TAG | (l.index + 1) << 36),
              "which is not its own"),
         ]
         if self.ENV.get("SLUICE_ENCRYPT") == "on":
@@ -972,7 +972,7 @@ class StreamAttacks:
 
     def test_11_a_key_holder_cannot_fail_another_clients_connection(self):
         # A control message in the class the server takes out of the unexpected queue, tagged
-        # with another client's slot: a REJECT, a message of another wire version (which the
+        # with another client's index: a REJECT, a message of another wire version (which the
         # server answers with a REJECT and a failure of the peer it names), a HELLO of a new
         # incarnation. Only the sender's connection may suffer: it fails, for the tag.
         def control(kind, body=b"", version=3, aux=0):
@@ -987,16 +987,16 @@ class StreamAttacks:
             victim = Client(self.server, "victim-%d" % len(failed), True, self.env)
             self.assertTrue(wait_for(victim.connected, 30))
             type(self).admitted += 1
-            name, slot = re.findall(r"client (\S+) admitted in slot (\d+)", self.server.log())[-1]
+            name, index = re.findall(r"client (\S+) admitted at index (\d+)", self.server.log())[-1]
             link = self.admit()
-            link.send(EAGER, tag=CTRL_TAG | (int(slot) << 36), body=message)
+            link.send(EAGER, tag=CTRL_TAG | (int(index) << 36), body=message)
             self.assert_failed_alone(link, "which is not its own")
             time.sleep(0.5)
             link.sock.close()
             rc, r = victim.finish()
             failed[what] = self.server.failures(name) or None
-            print("%s forged for client %s's slot %s: the victim %s" % (
-                what, name, slot, "failed: %s" % failed[what] if failed[what] else "was not disturbed"))
+            print("%s forged for client %s's index %s: the victim %s" % (
+                what, name, index, "failed: %s" % failed[what] if failed[what] else "was not disturbed"))
         self.assertEqual([w for w, f in failed.items() if f], [], "no forged message failed another client")
         self.assert_serving("forged control messages")
 

@@ -52,7 +52,7 @@ TEST_F(LinkControlTest, TheHandshakeCarriesTheGrantAndDataWaitsForIt) {
   EXPECT_EQ(h.rank, 0u);
   EXPECT_EQ(h.credits, 16u) << "SLUICE_CREDITS";
   EXPECT_EQ(h.rpc_slots, 3u) << "SLUICE_RPC_SLOTS";
-  EXPECT_EQ(h.reply_slot, 1u) << "the slot we put in tags to the engine";
+  EXPECT_EQ(h.reply_index, 1u) << "the slot we put in tags to the engine";
   EXPECT_NE(h.incarnation, 0u);
   EXPECT_NE(h.rx_key, 0u);
   settle();

@@ -35,14 +35,14 @@ TEST_F(PeerTableTest, RanksAreMadeAtInitAndLookupsStayWithinTheJob) {
     EXPECT_EQ(p->rank(), r);
     EXPECT_EQ(p->id(), static_cast<std::uint32_t>(r)) << "a rank's index is its rank";
     EXPECT_EQ(p->name(), "rank " + std::to_string(r));
-    EXPECT_EQ(p->remote_slot(), 0u) << "our rank is 0: the slot rank " << r << " knows us by";
+    EXPECT_EQ(p->remote_index(), 0u) << "our rank is 0: the slot rank " << r << " knows us by";
     EXPECT_EQ(t.handle(r), engine_->peer(r)) << "Engine::peer() answers from the table";
     EXPECT_EQ(p->handle(), engine_->peer(r));
-    EXPECT_EQ(t.by_slot(static_cast<std::uint32_t>(r)), p);
+    EXPECT_EQ(t.by_index(static_cast<std::uint32_t>(r)), p);
   }
   EXPECT_EQ(t.by_rank(-1), nullptr);
   EXPECT_EQ(t.by_rank(2), nullptr);
-  EXPECT_EQ(t.by_slot(2), nullptr) << "a tag's slot beyond the table names no peer";
+  EXPECT_EQ(t.by_index(2), nullptr) << "a tag's slot beyond the table names no peer";
   EXPECT_EQ(t.handle(2), nullptr);
   EXPECT_EQ(t.handle(-1), nullptr);
 }
@@ -85,7 +85,7 @@ TEST_F(PeerTableTest, AGoneClientsIndexServesTheNextClientWithTheNextEpoch) {
   EXPECT_EQ(t.size(), 3u);
   EXPECT_EQ(second.epoch(), 1u) << "what of the old client still completes is stale";
   EXPECT_EQ(second.state(), PeerState::kNew);
-  EXPECT_EQ(second.name(), "client slot 2");
+  EXPECT_EQ(second.name(), "client index 2");
   EXPECT_NE(second.handle(), old_handle) << "the new client gets a Peer of its own";
   EXPECT_TRUE(second.handle()->alive());
   EXPECT_FALSE(old_handle->alive()) << "the old client's Peer stays dead: it cannot reach the new one";

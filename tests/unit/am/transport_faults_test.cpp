@@ -166,7 +166,7 @@ TEST_F(TransportFaults, ADuplicatedMessageIsDeliveredOnceAndItsReturnedCreditsCo
   Fabric::on_send(
       [](const Packet& p) {
         wire::Header h;
-        return wire::tag_slot(p.tag) == 1 && header_of(p, &h) && h.handler == kMethod;
+        return wire::tag_index(p.tag) == 1 && header_of(p, &h) && h.handler == kMethod;
       },
       Action::kDuplicate, 1000);
   constexpr int kRounds = 200;

@@ -69,7 +69,7 @@ TEST(DoorFrames, EachKindRoundTrips) {
     EXPECT_EQ(h.body_len, kProofFixedSize + 300);
     Credentials c2;
     ASSERT_EQ(decode(body_of(f), &c2), Parse::kOk);
-    EXPECT_EQ(c2.slot, 12345u);
+    EXPECT_EQ(c2.index, 12345u);
     EXPECT_EQ(c2.address, c.address);
     EXPECT_EQ(c2.proof, c.proof);
   }
@@ -142,7 +142,7 @@ TEST(DoorFrames, BodiesRejectInconsistentLengthsReservedBytesAndBadFlags) {
   bad[kFrameHeaderSize + 0] = std::byte{1};  // a proof's bytes without has_proof
   EXPECT_EQ(decode(body_of(bad), &out), Parse::kBadField);
   bad = f;
-  wire::put<std::uint32_t>(bad.data() + kFrameHeaderSize + 36, wire::kUnassignedSlot);  // beyond 24 bits
+  wire::put<std::uint32_t>(bad.data() + kFrameHeaderSize + 36, wire::kUnassignedIndex);  // beyond 24 bits
   EXPECT_EQ(decode(body_of(bad), &out), Parse::kBadField);
   bad = f;
   bad[kFrameHeaderSize + 45] = std::byte{1};  // reserved
@@ -185,7 +185,7 @@ TEST(DoorProofs, AProofHoldsOnlyForItsNoncesKindSlotAndAddress) {
       << "a replayed proof meets a fresh server nonce";
   EXPECT_FALSE(key->verify(p, ProofOf::kClient, random_nonce(), ns, 5, "address"));
   EXPECT_FALSE(key->verify(p, ProofOf::kAccept, nc, ns, 5, "address")) << "a proof of another kind";
-  EXPECT_FALSE(key->verify(p, ProofOf::kClient, nc, ns, 6, "address")) << "another slot";
+  EXPECT_FALSE(key->verify(p, ProofOf::kClient, nc, ns, 6, "address")) << "another index";
   EXPECT_FALSE(key->verify(p, ProofOf::kClient, nc, ns, 5, "addresS")) << "another worker address";
   EXPECT_NE(random_nonce(), random_nonce());
 }

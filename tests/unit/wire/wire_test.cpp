@@ -19,11 +19,11 @@ std::vector<std::byte> message(const Header& h, std::size_t uh, std::size_t inl)
 TEST(Tag, RoundTrips) {
   std::uint64_t t = make_tag(kRndv, 0xabcdef, 0x123456789);
   EXPECT_EQ(tag_class(t), kRndv);
-  EXPECT_EQ(tag_slot(t), 0xabcdefu);
+  EXPECT_EQ(tag_index(t), 0xabcdefu);
   EXPECT_EQ(tag_id(t), 0x123456789u);
-  // Ids wrap at 36 bits instead of spilling into the slot.
+  // Ids wrap at 36 bits instead of spilling into the index.
   std::uint64_t w = make_tag(kEager, 5, (std::uint64_t{1} << 36) + 3);
-  EXPECT_EQ(tag_slot(w), 5u);
+  EXPECT_EQ(tag_index(w), 5u);
   EXPECT_EQ(tag_id(w), 3u);
 }
 
@@ -31,7 +31,7 @@ TEST(Tag, ClassMaskFindsControlClassOnly) {
   // First contact is found by probing for the CTRL class under kClassMask.
   auto matches = [](std::uint64_t tag) { return ((tag ^ make_tag(kCtrl, 0, 0)) & kClassMask) == 0; };
   EXPECT_TRUE(matches(make_tag(kCtrl, 3, 9)));
-  EXPECT_TRUE(matches(make_tag(kCtrl, kUnassignedSlot, 0)));
+  EXPECT_TRUE(matches(make_tag(kCtrl, kUnassignedIndex, 0)));
   EXPECT_FALSE(matches(make_tag(kEager, 3, 9)));
   EXPECT_FALSE(matches(make_tag(kRndv, 3, 9)));
   EXPECT_FALSE(matches(make_tag(kReply, 3, 9)));
