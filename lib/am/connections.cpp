@@ -109,7 +109,7 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
 absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
   if (engine().closing_ || engine().shutting_down_) return absl::UnavailableError("the server is shutting down");
   PeerData& p = engine().peers_.add_client();
-  PeerTable::name(p, "client " + a.name);
+  PeerTable::set_name(p, "client " + a.name);
   PeerTable::set_remote_index(p, a.index);
   absl::StatusOr<door::Link> link = choose_link(p, a);
   if (!link.ok()) {
@@ -124,7 +124,7 @@ absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {
 }
 
 void Connections::link_ready(std::uint32_t index, int fd) {
-  PeerData* p = engine().peers_.find(index);
+  PeerData* p = engine().peers_.by_index(index);
   if (p == nullptr || p->state() == PeerState::kDead || !p->ep().stream()) {
     ::close(fd);
     return;
@@ -133,7 +133,7 @@ void Connections::link_ready(std::uint32_t index, int fd) {
 }
 
 void Connections::link_lost(std::uint32_t index, const std::string& why) {
-  PeerData* found = engine().peers_.find(index);
+  PeerData* found = engine().peers_.by_index(index);
   if (found == nullptr) return;
   PeerData& p = *found;
   if (p.state() == PeerState::kDead) return;
@@ -203,7 +203,7 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
                                    : absl::StrFormat("SLUICE_CONNECT_TIMEOUT=%s", format_duration(limit));
   auto deadline = limit == kInfinite ? Clock::time_point::max() : Clock::now() + limit;
   PeerData& p = engine().peers_.add_client();
-  PeerTable::name(p, absl::StrFormat("server %s", host_port));
+  PeerTable::set_name(p, absl::StrFormat("server %s", host_port));
   if (absl::Status s = door().dial(hp.host, hp.port, p.id(), deadline, limit_name); !s.ok()) {
     engine().peers_.abandon(p, std::string(s.message()));
     return s;

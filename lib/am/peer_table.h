@@ -1,5 +1,5 @@
-// The peer table (internal): every peer's record by its index, which is also the index its tags
-// carry. Ranks come first (made at init, their endpoints on first use); client/server peers
+// The peer table (internal): every peer's record by its index, the one the peer puts in its
+// tags to us. Ranks come first (made at init, their endpoints on first use); client/server peers
 // follow, in indices reused once nothing of a gone client is left. It owns the records, the
 // rank addresses, the gone lists and the Peer handles; the other components find peers here.
 #pragma once
@@ -41,15 +41,14 @@ class PeerTable {
   Peer* handle_of(std::uint32_t id) { return peers_[id]->handle(); }
 
   // Lookups, inline: every message passes here. The peer at an index known to hold one (a
-  // Message's, an operation's); the peer of `rank`, nullptr outside the job; the peer that
-  // sent a message with tag index `index`, nullptr when there is none; at `id`, or nullptr.
+  // Message's, an operation's); the peer of `rank`, nullptr outside the job; the peer at
+  // `index` (a tag's, a link's), nullptr when there is none.
   PeerData& at(std::uint32_t id) { return *peers_[id]; }
   PeerData* by_rank(int rank) {
     if (rank < 0 || rank >= ranks_) return nullptr;
     return peers_[static_cast<std::size_t>(rank)].get();
   }
   PeerData* by_index(std::uint32_t index) { return index < peers_.size() ? peers_[index].get() : nullptr; }
-  PeerData* find(std::uint32_t id) { return by_index(id); }
   // Every peer in index order; by index, so that `fn` may admit a client (the table grows).
   template <typename Fn>
   void for_each(Fn&& fn) {
@@ -67,7 +66,7 @@ class PeerTable {
   absl::Status ensure_endpoint(PeerData& p);
   // What the front door learns of a client/server peer: its name, its index for us, the
   // endpoint of the link chosen for it.
-  static void name(PeerData& p, std::string name) { p.name_ = std::move(name); }
+  static void set_name(PeerData& p, std::string name) { p.name_ = std::move(name); }
   static void set_remote_index(PeerData& p, std::uint32_t index) { p.remote_index_ = index; }
   static void set_endpoint(PeerData& p, Endpoint&& ep) { p.ep_ = std::move(ep); }
   // The close: every endpoint goes (after their operations have completed).

@@ -220,7 +220,7 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
   }
   l.payload_landed = true;
   l.payload_len = length;
-  if (PeerData* p = engine().peers_.find(c.peer)) engine().c_.received(p->traffic, 0, length);
+  if (PeerData* p = engine().peers_.by_index(c.peer)) engine().c_.received(p->traffic, 0, length);
   if (l.header_arrived) {
     state(l.reply).payload = l.buffer.first(length);
     finish(id, absl::OkStatus());
@@ -257,7 +257,7 @@ void RpcClient::expire(Clock::time_point now) {
   auto due = [&](const Call& c) { return !c.finishing && (c.deadline <= now || c.warn_at <= now); };
   for (CallId id : calls_.ids_where(due)) {
     Call& c = *calls_.find(id);
-    PeerData* p = engine().peers_.find(c.peer);
+    PeerData* p = engine().peers_.by_index(c.peer);
     const char* peer = p != nullptr ? p->name().c_str() : "a gone peer";
     if (c.deadline <= now) {
       engine().c_.rpc_deadline->add();
