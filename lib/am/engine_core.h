@@ -14,6 +14,8 @@
 //   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
 //   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
 //   rpc_server.cpp  RpcServer: server slots, requests, replies (rpc_server.h)
+//   api_guard.cpp   ApiGuard: the driving thread, refused calls (api_guard.h)
+//   barrier.cpp     RankBarrier: Engine::barrier()'s engine side (barrier.h)
 //   api.cpp         the public Engine, Peer and Message forwarding here
 // Records: op.h (operations and their pool, op.cpp), peer_data.h (a peer), call.h (a call).
 #pragma once
