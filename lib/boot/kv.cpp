@@ -67,6 +67,13 @@ absl::StatusOr<KvMap> decode_kv(std::string_view blob) {
 }
 
 absl::Status write_frame(int fd, std::string_view body) {
+  // The reader refuses a frame above the limit and drops the connection: refuse it here, with
+  // its size, before a byte goes (a larger length would also not fit the u32 prefix).
+  if (body.size() > kMaxBootMessage) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("bootstrap frame of %u bytes is too large (at most %u: a bootstrap value must be smaller)",
+                        body.size(), kMaxBootMessage));
+  }
   std::string buf;
   put_u32(&buf, static_cast<std::uint32_t>(body.size()));
   buf += body;

@@ -1,5 +1,6 @@
 // The bootstrap's key-value blobs and length-prefixed frames: round trips, and every malformed
 // blob or frame refused with a clear error, never a crash or a read past the input.
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -140,6 +141,23 @@ TEST(Frame, RoundTripsEmptySmallAndLimitSizedBodies) {
     ASSERT_TRUE(got.ok()) << size << ": " << got.status();
     EXPECT_TRUE(*got == body) << size;
   }
+}
+
+TEST(Frame, ABodyAboveTheLimitIsRefusedBeforeAByteIsSent) {
+  SocketPair sp;
+  // Non-blocking: a writer that sent anyway fails on the full socket instead of waiting.
+  ASSERT_EQ(::fcntl(sp.fd[0], F_SETFL, ::fcntl(sp.fd[0], F_GETFL) | O_NONBLOCK), 0);
+  std::string body(kMaxBootMessage + 1, 'x');
+  absl::Status st = write_frame(sp.fd[0], body);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr(std::to_string(kMaxBootMessage + 1) + " bytes is too large"));
+  // Nothing went: the connection still carries whole frames.
+  auto nothing = read_frame(sp.fd[1], 50);
+  EXPECT_EQ(nothing.status().code(), absl::StatusCode::kDeadlineExceeded) << nothing.status();
+  ASSERT_TRUE(write_frame(sp.fd[0], "next").ok());
+  auto next = read_frame(sp.fd[1], 1000);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, "next");
 }
 
 TEST(Frame, TwoFramesInOneWriteAreReadOneByOne) {
