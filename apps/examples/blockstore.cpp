@@ -107,7 +107,7 @@ int check(sluice::Engine& engine, const std::string& address, int count) {
   for (int i = 0; i < count; ++i) {
     BlockHeader h{static_cast<std::uint64_t>(i)};
     written[static_cast<std::size_t>(i)] = block_data(h.id, size_of(i));
-    // kWouldBlock (no RPC slot or credit free yet): retried inside run_until, which
+    // kWouldBlock (no room in the RPC window or credit yet): retried inside run_until, which
     // progresses between attempts and sleeps while nothing arrives.
     sluice::Result r = sluice::Result::kWouldBlock;
     engine.run_until([&] {

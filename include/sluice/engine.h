@@ -70,7 +70,7 @@ using Handler = absl::AnyInvocable<void(Message&)>;
 // the handler runs, or an empty span for a receive-pool slot.
 using PayloadSink = std::function<std::span<std::byte>(const Message& announcement, std::size_t size)>;
 // RPC completion: OK with the reply, or the error (DeadlineExceeded, Cancelled, Unavailable,
-// ResourceExhausted from the server's slot table, Unimplemented, Internal...) and an empty
+// ResourceExhausted from the server's RPC window, Unimplemented, Internal...) and an empty
 // Message.
 using ReplyCallback = absl::AnyInvocable<void(absl::Status, Message& reply)>;
 using CallId = std::uint64_t;
@@ -151,7 +151,7 @@ class SLUICE_API Peer {
     return send_copy(handler, {}, payload, SendCallback(std::forward<F>(on_done)));
   }
   // Calls `method` on the peer; `on_reply` runs once (ReplyCallback: the statuses it gets).
-  // Requests beyond the slots the server granted wait in this peer's queue. `id` (optional)
+  // Requests beyond the RPC window the server granted wait in this peer's queue. `id` (optional)
   // receives the call's id for Engine::cancel(); ids are never 0 and never reused, and not
   // consecutive. A call without a timeout outstanding longer than SLUICE_CALL_WARN is logged
   // once (it goes on waiting). Returns as send(), and:
@@ -204,8 +204,8 @@ class SLUICE_API Engine {
   // every connected peer is told BYE with the last sequence sent, so it closes only once all of
   // those are in. While it runs, completion callbacks of sends and calls still run (they may be
   // told Cancelled); handlers do not: messages that arrive are dropped and counted, requests are
-  // answered Unavailable. Calls waiting for replies (or for a server slot) complete with
-  // Cancelled at once; the close sleeps, not spins, while sends drain. What the deadline cuts
+  // answered Unavailable. Calls waiting for replies (or for the server's RPC window) complete
+  // with Cancelled at once; the close sleeps, not spins, while sends drain. What the deadline cuts
   // off completes with Cancelled. Buffers passed to send() must outlive the Engine when their
   // sends have not completed. Messages the application still holds become invalid (counted in
   // api.messages_outlived_engine, logged): safe to destroy later, on any thread; so are send

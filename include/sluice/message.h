@@ -64,13 +64,13 @@ struct MessageState {
   bool replied = false;
   bool credit = false;  // releasing returns a credit to the sender
   bool reply_buf = false;
-  bool holds_rpc_slot = false;  // a request that took one of the server's slots
-  bool reply_flag = false;      // this is a reply
-  bool borrowed = false;        // views receive memory the engine holds while the handler runs;
-                                // a move makes the bytes its own: it takes over `lender` when
-                                // there is one (a tagged message that held only this message),
-                                // else copies them (one of a coalesced tagged message's)
-  bool sink_landing = false;    // payload is a handler's sink buffer no handler has seen
+  bool in_window = false;     // a request counted in the server's RPC window
+  bool reply_flag = false;    // this is a reply
+  bool borrowed = false;      // views receive memory the engine holds while the handler runs;
+                              // a move makes the bytes its own: it takes over `lender` when
+                              // there is one (a tagged message that held only this message),
+                              // else copies them (one of a coalesced tagged message's)
+  bool sink_landing = false;  // payload is a handler's sink buffer no handler has seen
   std::uint16_t status = 0;
   std::uint64_t rpc_id = 0;
   std::uint64_t reply_capacity = 0;  // request with a caller-posted reply buffer
@@ -121,11 +121,11 @@ class SLUICE_API Message {
   // Every variant returns kOk, kUnavailable (the caller is gone) or kInvalidArgument (not a
   // request, answered already, a header above kMaxUserHeader, a payload above
   // SLUICE_MAX_MESSAGE, an invalid Message, a thread that does not drive the engine; the
-  // reason is logged); never kWouldBlock: the server's slot table bounds how
+  // reason is logged); never kWouldBlock: the server's RPC window bounds how
   // many replies to a client exist, and what they need is held back per client (docs/rpc.md).
   // (Bounce mode, SLUICE_RNDV=n, is the exception: a large reply's pieces go through send-pool
-  // slots and may meet kWouldBlock.) The request's RPC slot is free for the caller's next
-  // request as soon as the reply is handed over.
+  // slots and may meet kWouldBlock.) The request's place in the RPC window is free for the
+  // caller's next request as soon as the reply is handed over.
   //
   // Zero copy: `payload` must stay valid and unchanged until on_done runs (the contract of
   // Peer::send). Up to the eager limit it is packed with the reply's header; above it, it goes

@@ -17,7 +17,7 @@
 //   kDeadlineExceeded /         a deadline passed (a call's timeout, a          -
 //     DeadlineExceeded          connect)
 //   Cancelled                   Engine::cancel(), or the engine closing         -
-//   ResourceExhausted           a server refused a call beyond the RPC slots    -
+//   ResourceExhausted           a server refused a call beyond the RPC window   -
 //                               it granted; a peer's credits cannot be reserved
 //   Unimplemented               no handler or method is registered (names it)  -
 //   Internal                    a remote handler threw, or released a request   -

@@ -74,7 +74,7 @@ struct EngineCounters {
   Counter* rpc_calls;
   Counter* rpc_replies;
   Counter* rpc_late_replies;
-  Counter* rpc_slot_refused;
+  Counter* rpc_window_refused;
   Counter* rpc_deadline;
   Counter* rpc_cancelled;
   HighWater* queue_hwm;

@@ -13,7 +13,7 @@
 //   handlers.cpp    Handlers: the handler table, calls (invoke.h), unclaimed messages
 //   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
 //   rpc_client.cpp  RpcClient: calls, deadlines, cancel, reply landings (rpc_client.h)
-//   rpc_server.cpp  RpcServer: server slots, requests, replies (rpc_server.h)
+//   rpc_server.cpp  RpcServer: request windows, requests, replies (rpc_server.h)
 //   api_guard.cpp   ApiGuard: the driving thread, refused calls (api_guard.h)
 //   barrier.cpp     RankBarrier: Engine::barrier()'s engine side (barrier.h)
 //   api.cpp         the public Engine, Peer and Message forwarding here

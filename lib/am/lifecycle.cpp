@@ -70,7 +70,7 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("rpc.calls"),
                       &s.counter("rpc.replies"),
                       &s.counter("rpc.late_replies"),
-                      &s.counter("rpc.slot_refused"),
+                      &s.counter("rpc.window_refused"),
                       &s.counter("rpc.deadline_exceeded"),
                       &s.counter("rpc.cancelled"),
                       &s.high_water("flow.send_queue_hwm"),
@@ -200,7 +200,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   std::uint32_t posted = receives_.close(p);
   if (std::uint32_t granted = Delivery::take_grant(p); granted != 0) recv_pool_->eager().unreserve(granted + posted);
   sender_.release_held(p);
-  rpc_server_.grant(p, config_.rpc_slots);
+  rpc_server_.grant(p, config_.rpc_window);
   peers_.gone(p);
 }
 

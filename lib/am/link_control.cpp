@@ -57,23 +57,23 @@ bool LinkControl::send_hello(PeerData& p) {
   }
   Delivery::grant_receiving(p, grant);
   engine().receives_.reserve(p, posted(grant));
-  // Reply capacity (the NFSv4.1 backchannel lesson): for the S request slots granted, 2·S send
+  // Reply capacity (the NFSv4.1 backchannel lesson): for an RPC window of W requests, 2·W send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
-  std::uint32_t slots = engine().config_.rpc_slots;
-  while (slots >= 1 && !engine().send_pool_->eager().reserve(2 * std::size_t{slots}).ok()) slots /= 2;
-  if (slots == 0) {
+  std::uint32_t window = engine().config_.rpc_window;
+  while (window >= 1 && !engine().send_pool_->eager().reserve(2 * std::size_t{window}).ok()) window /= 2;
+  if (window == 0) {
     reject(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
                               "exhausted; raise SLUICE_SEND_POOL_MAX",
                               engine().send_pool_->eager().slot_size(), p.name()));
     return false;
   }
-  if (slots < engine().config_.rpc_slots) {
-    SLUICE_LOG(kInfo, "flow", "%s granted %u RPC slots, not %u: send budget for replies", p.name(), slots,
-               engine().config_.rpc_slots);
+  if (window < engine().config_.rpc_window) {
+    SLUICE_LOG(kInfo, "flow", "%s granted an RPC window of %u, not %u: send budget for replies", p.name(), window,
+               engine().config_.rpc_window);
   }
-  engine().sender_.hold_replies(p, 2 * slots);
-  engine().rpc_server_.grant(p, slots);
+  engine().sender_.hold_replies(p, 2 * window);
+  engine().rpc_server_.grant(p, window);
   // reply_index: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank() >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
@@ -82,7 +82,7 @@ bool LinkControl::send_hello(PeerData& p) {
                     static_cast<std::uint32_t>(engine().engine_id_),
                     static_cast<std::uint32_t>(engine().eager_limit_),
                     grant,
-                    slots,
+                    window,
                     p.id(),
                     engine().incarnation_,
                     p.posted.key()};
@@ -192,7 +192,7 @@ void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
   p.link.incarnation_ = hello.incarnation;
   if (p.rank() < 0) PeerTable::set_remote_index(p, hello.reply_index);  // client/server: learnt from the HELLO
   engine().sender_.connect(p, wire::make_tag(wire::kEager, p.remote_index(), hello.rx_key), hello.credits);
-  engine().rpc_client_.grant(p, hello.rpc_slots);
+  engine().rpc_client_.grant(p, hello.rpc_window);
   p.link.last_heard_ = Clock::now();
   if (p.state() == PeerState::kNew) start_handshake(p);
   else if (!p.link.hello_sent_) send_hello(p);  // a client answers the server's HELLO

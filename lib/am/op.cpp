@@ -27,7 +27,7 @@ void OpPool::give(Op* op) {
   op->send.payload = nullptr;
   op->send.payload_len = 0;
   op->send.payload_memh = nullptr;
-  op->send.releases_rpc_slot = false;
+  op->send.ends_reply = false;
   op->recv.call_id = 0;
   op->recv.discard = false;
   op->send.declined.clear();

@@ -88,9 +88,9 @@ struct Op : TransportOp {
     std::size_t message_len = 0;  // packed bytes in slot
     std::uint64_t tag = 0;
     SendCallback on_done;
-    bool releases_rpc_slot = false;  // the last op of a reply: its completion ends the reply in flight
-    std::uint16_t ctrl_kind = 0;     // kCtrl
-    Op* coalesced_next = nullptr;    // sends riding in this one's tagged message
+    bool ends_reply = false;       // the last op of a reply: its completion ends the reply in flight
+    std::uint16_t ctrl_kind = 0;   // kCtrl
+    Op* coalesced_next = nullptr;  // sends riding in this one's tagged message
     // A queued plain eager send that later small sends may join (see append_queued()).
     bool batchable = false;
     std::uint32_t batch_count = 1;  // messages in its tagged message: the credits it takes

@@ -95,7 +95,7 @@ struct PeerData {
   PeerState state() const { return link.state(); }
   std::uint64_t epoch() const { return link.epoch(); }
 
-  // Messages or calls wait to be sent (for credits, RPC slots or the handshake).
+  // Messages or calls wait to be sent (for credits, the RPC window or the handshake).
   bool has_waiting() const { return tx.waiting() || calls.waiting(); }
   // A message may leave at once: the handshake is done, a credit is free, nothing queued
   // ahead of it.

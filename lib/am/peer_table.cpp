@@ -24,7 +24,7 @@ void PeerTable::add_ranks(std::vector<std::string> addresses) {
     p->rank_ = rank;
     p->name_ = absl::StrFormat("rank %d", rank);
     p->handle_.reset(new Peer(&engine(), p.get(), p->id_, rank));
-    engine().rpc_server_.grant(*p, engine().config_.rpc_slots);
+    engine().rpc_server_.grant(*p, engine().config_.rpc_window);
     p->remote_index_ = static_cast<std::uint32_t>(engine().rank());
     rank_handles_.push_back(p->handle_.get());
   }
@@ -107,7 +107,7 @@ PeerData& PeerTable::init_client(PeerData& p) {
   p.name_ = absl::StrFormat("client index %u", p.id());
   p.remote_index_ = wire::kUnassignedIndex;
   p.handle_.reset(new Peer(&engine(), &p, p.id_, -1));
-  engine().rpc_server_.grant(p, engine().config_.rpc_slots);
+  engine().rpc_server_.grant(p, engine().config_.rpc_window);
   return p;
 }
 

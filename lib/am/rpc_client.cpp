@@ -297,7 +297,7 @@ void RpcClient::end_calls(PeerData& p, const absl::Status& status) {
 
 void RpcClient::close() {
   // Calls end at once, Cancelled: those waiting only for their replies, and requests still
-  // queued for a server slot (which frees only with another reply). A server that answers
+  // queued for the server's window (which frees only with another reply). A server that answers
   // late, or never, would otherwise hold the close until the deadline.
   absl::Status closing = absl::CancelledError("the engine is shutting down");
   engine().peers_.for_each([&](PeerData& p) { engine().sender_.drop_queue(p, p.calls.queue_, closing); });

@@ -1,4 +1,4 @@
-// The RPC server: requests checked against the slots granted, their handlers, the replies.
+// The RPC server: requests checked against the window granted, their handlers, the replies.
 #include "am/rpc_server.h"
 
 #include <absl/strings/str_format.h>
@@ -10,25 +10,27 @@
 
 namespace sluice::detail {
 
-void RpcServer::grant(PeerData& p, std::uint32_t slots) { p.requests.slots_ = SlotTable(slots); }
+void RpcServer::grant(PeerData& p, std::uint32_t window) { p.requests.window_ = RequestWindow(window); }
 
-void RpcServer::reply_sent(PeerData& p) { p.requests.slots_.reply_done(); }
+void RpcServer::reply_sent(PeerData& p) { p.requests.window_.reply_done(); }
 
 void RpcServer::answer_error(Message& m, absl::StatusCode code, std::string_view text) {
   (void)reply(m, {}, std::as_bytes(std::span(text)), static_cast<std::uint16_t>(code), PayloadCopy::kPoolOrHeap);
 }
 
 void RpcServer::on_request(PeerData& p, Message& m) {
-  SlotTable& slots = p.requests.slots_;
-  if (!slots.try_acquire()) [[unlikely]] {
-    // Beyond the slots granted: refused before any work is done.
-    engine().c_.rpc_slot_refused->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its %u rpc slots; request refused", p.name(), slots.capacity());
-    answer_error(m, absl::StatusCode::kResourceExhausted,
-                 absl::StrFormat("the client exceeded the %u RPC slots the server granted it", slots.capacity()));
+  RequestWindow& window = p.requests.window_;
+  if (!window.try_admit()) [[unlikely]] {
+    // Beyond the window granted: refused before any work is done.
+    engine().c_.rpc_window_refused->add();
+    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its RPC window of %u requests; request refused", p.name(),
+                            window.capacity());
+    answer_error(
+        m, absl::StatusCode::kResourceExhausted,
+        absl::StrFormat("the client exceeded the RPC window of %u requests the server granted it", window.capacity()));
     return;
   }
-  state(m).holds_rpc_slot = true;
+  state(m).in_window = true;
   switch (engine().handlers_.invoke(m)) {
     case Handlers::Invoke::kDone: break;
     case Handlers::Invoke::kNoHandler:
@@ -56,9 +58,9 @@ Result RpcServer::not_answerable(const Message& m) {
 
 [[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent) {
   state(m).replied = true;
-  if (state(m).holds_rpc_slot) {
-    if (sent) p.requests.slots_.release();
-    else p.requests.slots_.answer();
+  if (state(m).in_window) {
+    if (sent) p.requests.window_.release();
+    else p.requests.window_.answer();
   }
   engine().c_.rpc_replies->add();
 }
@@ -103,7 +105,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   }
   if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
     answered(p, m, false);
-    return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).holds_rpc_slot);
+    return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).in_window);
   }
   Op* header_op = nullptr;
   Op* payload_op = nullptr;
@@ -112,7 +114,7 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   if (payload_op != nullptr && copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   Op* last = payload_op ? payload_op : header_op;
   last->send.on_done = std::move(on_done);
-  last->send.releases_rpc_slot = state(m).holds_rpc_slot;
+  last->send.ends_reply = state(m).in_window;
   if (last_out != nullptr) *last_out = last;
   return engine().sender_.enqueue(p, header_op, payload_op);
 }
@@ -141,7 +143,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
   answered(p, m, false);
   if (copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   payload_op->send.on_done = std::move(on_done);
-  payload_op->send.releases_rpc_slot = state(m).holds_rpc_slot;
+  payload_op->send.ends_reply = state(m).in_window;
   payload_op->send.tag = wire::make_tag(wire::kReply, p.remote_index(), state(m).rpc_id);
   if (last_out != nullptr) *last_out = payload_op;
   return engine().sender_.enqueue(p, header_op, payload_op);

@@ -1,5 +1,5 @@
 // The RPC server (internal): requests from peers and their replies. It owns each peer's server
-// part (the slots granted to it as a client, SlotTable), checks every request against them,
+// part (the window granted to it as a client, RequestWindow), checks every request against it,
 // runs the method's handler, and sends replies: inline, eager, by rendezvous into the caller's
 // reply buffer, or from the request's own memory.
 #pragma once
@@ -20,7 +20,7 @@ struct PeerData;
 // A peer's server part: RpcServer's alone.
 class RequestsFrom {
   friend class RpcServer;
-  SlotTable slots_;
+  RequestWindow window_;
 };
 
 class RpcServer {
@@ -29,8 +29,8 @@ class RpcServer {
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
 
-  // Slots granted to the peer (our HELLO), or the default for a new or failed peer.
-  void grant(PeerData& p, std::uint32_t slots);
+  // The window granted to the peer (our HELLO), or the default for a new or failed peer.
+  void grant(PeerData& p, std::uint32_t window);
   void on_request(PeerData& p, Message& m);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
                PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,
@@ -40,14 +40,14 @@ class RpcServer {
   // reply() from the request's own payload: the request's memory rides with the reply's last
   // operation (Op::pending) until it completes.
   Result reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
-  // A reply's send completed (or failed): its slot's second half is free.
+  // A reply's send completed (or failed): its send slot held back for replies is free.
   void reply_sent(PeerData& p);
 
  private:
   // kInvalidArgument, logged: `m` is not a request, or was answered already.
   Result not_answerable(const Message& m);
-  // The reply to `m` is handed over: its slot is free for the caller's next request (`sent`:
-  // its send completed already; otherwise it is counted until it does).
+  // The reply to `m` is handed over: its place in the window is free for the caller's next
+  // request (`sent`: its send completed already; otherwise it is counted until it does).
   void answered(PeerData& p, Message& m, bool sent);
   Result reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
                            std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,

@@ -113,8 +113,8 @@ void Sender::drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status&
     q.pop_front();
     Op* last = m.payload ? m.payload : m.header;
     if (last->send.on_done) last->send.on_done(status);
-    if (last->send.releases_rpc_slot) engine().rpc_server_.reply_sent(p);  // a reply that never left
-    complete_coalesced(m.header, status, false);                           // sends that joined it in the queue
+    if (last->send.ends_reply) engine().rpc_server_.reply_sent(p);  // a reply that never left
+    complete_coalesced(m.header, status, false);                    // sends that joined it in the queue
     engine().ops_.give(m.header);
     if (m.payload) engine().ops_.give(m.payload);
   }
@@ -146,7 +146,7 @@ void Sender::complete_stuck(PeerData& p, const absl::Status& status) {
       op.send.on_done = nullptr;
       cb(status);
     }
-    if (op.send.releases_rpc_slot) op.send.releases_rpc_slot = false;
+    if (op.send.ends_reply) op.send.ends_reply = false;
     complete_coalesced(&op, status, false);
     // Its pool slot goes back now ("pools full again" must not wait for a callback that may
     // never come). The endpoint is closed, so the transport sends nothing more from it, and

@@ -96,7 +96,7 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
       engine().c_.would_block->add();
       return Result::kWouldBlock;
     }
-    // A copying reply: the heap rather than a refusal (the slot table bounds how many exist).
+    // A copying reply: the heap rather than a refusal (the RPC window bounds how many exist).
   }
   // Larger than every class: an ordinary heap copy (UCX registers it through its cache).
   engine().c_.copied_bytes->add(payload.size());
@@ -147,7 +147,7 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   return sender_.send(p, h, header, payload, std::move(cb), copy, memh);
 }
 
-Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot) {
+Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool ends_reply) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the
   // pool is empty this progresses the engine until earlier pieces have gone.
@@ -179,7 +179,7 @@ Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb
     offset += piece;
     if (offset == payload.size()) {
       op->send.on_done = std::move(cb);  // NOLINT(bugprone-use-after-move): the last piece, once
-      op->send.releases_rpc_slot = releases_rpc_slot;
+      op->send.ends_reply = ends_reply;
     }
     if (first && p.state() == PeerState::kDead) {
       engine().ops_.give(op);
@@ -325,14 +325,14 @@ void Sender::post_batch(PeerData& p, Op** open) {
   *open = nullptr;
 }
 
-void Sender::complete_coalesced(Op* head, const absl::Status& status, bool release_slots) {
+void Sender::complete_coalesced(Op* head, const absl::Status& status, bool end_replies) {
   Op* op = head->send.coalesced_next;
   head->send.coalesced_next = nullptr;
   while (op != nullptr) {
     Op* next = op->send.coalesced_next;
     op->send.coalesced_next = nullptr;
     if (op->send.on_done) op->send.on_done(status);
-    if (op->send.releases_rpc_slot && release_slots) engine().rpc_server_.reply_sent(engine().peers_.at(op->peer));
+    if (op->send.ends_reply && end_replies) engine().rpc_server_.reply_sent(engine().peers_.at(op->peer));
     engine().ops_.give(op);
     op = next;
   }
@@ -340,7 +340,7 @@ void Sender::complete_coalesced(Op* head, const absl::Status& status, bool relea
 
 bool Sender::send_packed_now(PeerData& p, Op* header) {
   // A call that waited for a slot, packed already: it leaves inline when it may, so a window
-  // beyond the server's slots costs no transport request and completion per call.
+  // beyond the server's window costs no transport request and completion per call.
   if (header->send.message_len > kInlineMax || header->send.batch_count != 1 || !p.can_send_now()) return false;
   std::byte* bytes = slot_data(header->slot);
   wire::patch_seq(bytes, p.tx.next_seq_);
@@ -387,7 +387,7 @@ void Sender::on_send_done(Op* op, absl::StatusCode code) {
   if (declined) [[unlikely]]
     status = absl::ResourceExhaustedError(absl::StrFormat("%s refused the message: %s", p.name(), op->send.declined));
   if (op->send.on_done) op->send.on_done(status);
-  if (op->send.releases_rpc_slot && !stale) engine().rpc_server_.reply_sent(p);
+  if (op->send.ends_reply && !stale) engine().rpc_server_.reply_sent(p);
   complete_coalesced(op, status, !stale);  // the messages that rode with it, in order
   engine().ops_.give(op);
 }

@@ -41,7 +41,7 @@ class SendsTo {
   std::uint64_t sent_seq_ = 0;
   std::deque<Pending> queue_;
   std::size_t queued_ = 0;
-  std::uint32_t reply_reserved_ = 0;  // send slots held back for replies to it (2 x RPC slots)
+  std::uint32_t reply_reserved_ = 0;  // send slots held back for replies to it (2 x its RPC window)
   std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 8> ctrl_buf_{};
   std::array<bool, 8> ctrl_busy_{};
   bool credit_again_ = false;
@@ -79,7 +79,7 @@ class Sender {
   Result prepare_payload(Op* op, std::span<const std::byte> payload, PayloadCopy copy);
   // Bounce mode: `m`'s payload in pieces through send-pool slots.
   // `cb` is taken only when the first piece is (kWouldBlock leaves it with the caller).
-  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool releases_rpc_slot = false);
+  Result send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool ends_reply = false);
   // Sequences a packed message and sends it, or queues it for credits or the handshake.
   Result enqueue(PeerData& p, Op* header, Op* payload);
   // Sends a packed, queued message inline when nothing has to wait (frees `header`); false
@@ -150,7 +150,7 @@ class Sender {
   // Coalescing: posts the open batch, if any; complete_coalesced completes the sends that
   // rode in `head`'s tagged message (not `head` itself).
   void post_batch(PeerData& p, Op** open);
-  void complete_coalesced(Op* head, const absl::Status& status, bool release_slots);
+  void complete_coalesced(Op* head, const absl::Status& status, bool end_replies);
   void post_message(PeerData& p, Op* header);
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)

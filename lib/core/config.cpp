@@ -58,10 +58,28 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+// Variables that were renamed: setting the old name is an error that names the new one, so a
+// setting is never silently ignored.
+struct Renamed {
+  const char* old_name;
+  const char* new_name;
+};
+constexpr Renamed kRenamed[] = {{"SLUICE_RPC_SLOTS", "SLUICE_RPC_WINDOW"}};
+
+const Renamed* renamed(std::string_view name) {
+  for (const Renamed& r : kRenamed)
+    if (name == r.old_name) return &r;
+  return nullptr;
+}
+
 void warn_unknown_once() {
   static std::once_flag once;
   std::call_once(once, [] {
     for (const std::string& name : present_names()) {
+      if (const Renamed* r = renamed(name)) {
+        SLUICE_LOG(kWarn, "config", "%s was renamed %s; set that instead", name, r->new_name);
+        continue;
+      }
       bool known = false;
       for (const auto& v : config_table()) known = known || name == v.name;
       if (!known) {
@@ -105,6 +123,11 @@ namespace {
 // Reads the table's variables (all of them, or only the process's) into `s`.
 absl::Status read_table(Settings& s, bool process_only) {
   warn_unknown_once();
+  for (const Renamed& r : kRenamed) {
+    if (process_only || !config_lookup(r.old_name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s was renamed %s: set that instead (same meaning)", r.old_name, r.new_name));
+  }
   for (const auto& var : config_table()) {
     if (process_only && !var.process()) continue;
     std::optional<std::string> value = config_lookup(var.name);

@@ -235,12 +235,12 @@ std::vector<Field> flow_vars() {
                              "Messages a peer's send queue holds while waiting for credits; "
                              "beyond it sends return WouldBlock.",
                              &Config::send_queue_max, 1, 1 << 24),
-      int_var<std::uint32_t>("SLUICE_RPC_SLOTS", "flow", "32",
-                             "RPC request slots a server grants each client; a slot is busy "
-                             "until its request is answered. Twice as many send slots are "
-                             "held back per client for replies, so replies still in flight "
-                             "have room too.",
-                             &Config::rpc_slots, 1, 65535),
+      int_var<std::uint32_t>("SLUICE_RPC_WINDOW", "flow", "32",
+                             "RPC window: requests a server lets each client have unanswered "
+                             "at once (a request counts until it is answered). Twice as many "
+                             "send slots are held back per client for replies, so replies "
+                             "still in flight have room too.",
+                             &Config::rpc_window, 1, 65535),
   };
 }
 

@@ -1,5 +1,5 @@
-// Flow-control state machines (internal): credits, in-order delivery, RPC slot tables (the
-// server's and the caller's window), the table of a caller's outstanding calls.
+// Flow-control state machines (internal): credits, in-order delivery, RPC windows (the
+// server's and the caller's side), the table of a caller's outstanding calls.
 // Pure logic with no I/O, so each is tested directly with crafted inputs.
 #pragma once
 
@@ -145,17 +145,18 @@ class ReorderWindow {
   bool has_ready_ = false;
 };
 
-// RPC request slots a server grants one client. A slot is taken when a request arrives and
-// given back when its reply is handed over (answer): the caller counts the slot free as soon
-// as it has the reply, and may send its next request before this side has seen that reply's
-// send complete — over TCP the two race, and a slot held until the completion refused the
-// next request (the NFSv4.1 backchannel failure). A reply still in flight is counted apart
-// until its send completes (reply_done); its send buffer is the second half of the 2 x slots
-// held back for replies. A caller within its grant thus never meets a full table.
-class SlotTable {
+// The RPC window a server grants one client: how many of its requests may be unanswered at
+// once. A request enters when it arrives and leaves when its reply is handed over (answer):
+// the caller counts the place free as soon as it has the reply, and may send its next request
+// before this side has seen that reply's send complete — over TCP the two race, and a place
+// held until the completion refused the next request (the NFSv4.1 backchannel failure). A
+// reply still in flight is counted apart until its send completes (reply_done); its send
+// buffer is the second half of the 2 x window send slots held back for replies. A caller
+// within its grant thus never meets a full window.
+class RequestWindow {
  public:
-  explicit SlotTable(std::uint32_t capacity = 0) : capacity_(capacity) {}
-  bool try_acquire() {
+  explicit RequestWindow(std::uint32_t capacity = 0) : capacity_(capacity) {}
+  bool try_admit() {
     if (busy_ >= capacity_) return false;
     ++busy_;
     return true;
@@ -184,22 +185,22 @@ class SlotTable {
   std::uint32_t replying_ = 0;
 };
 
-// The caller's side of one server's RPC slots: at most `granted` requests are outstanding (sent
-// or in the send queue, not yet answered); the rest wait in the caller's call queue. A slot is
-// freed by the reply (or by the call's end when no reply can come: the request's send failed,
+// The caller's side of one server's RPC window: at most `granted` requests are outstanding
+// (sent or in the send queue, not yet answered); the rest wait in the caller's call queue. A
+// place is freed by the reply (or by the call's end when no reply can come: the request's send failed,
 // the server declined its payload). A server that restarts or a connection that fails starts
-// the window again at 0: nothing may go until the next HELLO grants slots.
-// Invariant: outstanding() <= granted() whenever the window was granted at least as many slots
-// as it had outstanding; a lower new grant lets nothing start until enough replies came back.
+// the window again at 0: nothing may go until the next HELLO grants one.
+// Invariant: outstanding() <= granted() whenever the window granted was at least what it had
+// outstanding; a lower new grant lets nothing start until enough replies came back.
 class CallWindow {
  public:
-  void grant(std::uint32_t slots) { granted_ = slots; }
-  // The peer failed or restarted: no slot is granted and none is outstanding.
+  void grant(std::uint32_t window) { granted_ = window; }
+  // The peer failed or restarted: nothing is granted and nothing is outstanding.
   void reset() { granted_ = outstanding_ = 0; }
   bool may_start() const { return outstanding_ < granted_; }
-  // A request leaves (or is queued to leave) on a slot; the caller checked may_start().
+  // A request leaves (or is queued to leave); the caller checked may_start().
   void start() { ++outstanding_; }
-  // Its reply came (or it ended without one): the slot is free.
+  // Its reply came (or it ended without one): its place is free.
   void finish() {
     if (outstanding_ > 0) --outstanding_;
   }

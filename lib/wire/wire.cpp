@@ -63,7 +63,7 @@ void encode_hello(const Hello& h, std::byte* out) {
   put<std::uint32_t>(out + 4, h.engine_id);
   put<std::uint32_t>(out + 8, h.eager_max);
   put<std::uint32_t>(out + 12, h.credits);
-  put<std::uint32_t>(out + 16, h.rpc_slots);
+  put<std::uint32_t>(out + 16, h.rpc_window);
   put<std::uint32_t>(out + 20, h.reply_index);
   put<std::uint64_t>(out + 24, h.incarnation);
   put<std::uint64_t>(out + 32, h.rx_key);
@@ -76,7 +76,7 @@ Parse decode_hello(std::span<const std::byte> bytes, Hello* out) {
   out->engine_id = get<std::uint32_t>(p + 4);
   out->eager_max = get<std::uint32_t>(p + 8);
   out->credits = get<std::uint32_t>(p + 12);
-  out->rpc_slots = get<std::uint32_t>(p + 16);
+  out->rpc_window = get<std::uint32_t>(p + 16);
   out->reply_index = get<std::uint32_t>(p + 20);
   out->incarnation = get<std::uint64_t>(p + 24);
   out->rx_key = get<std::uint64_t>(p + 32);

@@ -127,7 +127,7 @@ struct Hello {
   std::uint32_t engine_id = 0;
   std::uint32_t eager_max = 0;
   std::uint32_t credits = 0;      // credits granted to the receiver of this HELLO
-  std::uint32_t rpc_slots = 0;    // RPC request slots granted to the receiver
+  std::uint32_t rpc_window = 0;   // RPC window granted to the receiver (requests)
   std::uint32_t reply_index = 0;  // the index the receiver puts in tags towards the sender
   std::uint64_t incarnation = 0;
   std::uint64_t rx_key = 0;  // id the receiver of this HELLO puts in its EAGER tags to us

@@ -196,13 +196,13 @@ TEST(Lifetime, SendSlotsKeptPastTheirEngineAreEmptyAndSafeToDestroy) {
 
 TEST(Close, CallsWaitingForRepliesEndAtOnceWhenTheEngineCloses) {
   Config c;
-  c.rpc_slots = 32;
+  c.rpc_window = 32;
   RankPair pair(c);
   std::vector<Message> unanswered;
   ASSERT_TRUE(pair.engine(1).register_handler(kKeep, [&](Message& m) { unanswered.push_back(std::move(m)); }).ok());
   std::atomic<bool> stop{false};
   std::thread server([&] { pair.engine(1).run_until([&] { return stop.load(); }, Clock::now() + kLong); });
-  constexpr int kCalls = 100;  // 32 reach the server, 68 wait for one of its slots
+  constexpr int kCalls = 100;  // 32 reach the server, 68 wait for room in its window
   int cancelled = 0, other = 0;
   Engine& e = pair.engine(0);
   for (int i = 0; i < kCalls; ++i)

@@ -1,5 +1,5 @@
 // RPC between two engines: replies, replies into the caller's buffer, asynchronous replies,
-// deadlines, cancellation racing completion, slot tables, throwing handlers, unknown methods.
+// deadlines, cancellation racing completion, RPC windows, throwing handlers, unknown methods.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -317,9 +317,9 @@ TEST(Rpc, CancellationRacingCompletionCompletesExactlyOnce) {
       [&](Engine& e) { server.serve(e); });
 }
 
-TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
+TEST(Rpc, TheWindowWithASlowServerNeverOverflows) {
   Config c;
-  c.rpc_slots = 2;
+  c.rpc_window = 2;
   RankPair pair(c);
   Server server;
   std::vector<Message> parked;
@@ -344,7 +344,7 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
         }
         ASSERT_TRUE(e.run_until([&] { return ok + other == 50; }, Clock::now() + kLong));
         EXPECT_EQ(ok, 50);
-        EXPECT_EQ(other, 0) << "no call refused for a slot";
+        EXPECT_EQ(other, 0) << "no call refused for the window";
         server.stop = true;
       },
       [&](Engine& e) {
@@ -361,19 +361,19 @@ TEST(Rpc, SlotLimitWithASlowServerNeverOverflows) {
             Clock::now() + kLong);
       });
   EXPECT_LE(most, 2u);
-  EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
+  EXPECT_EQ(pair.engine(1).stats().value("rpc.window_refused"), 0u);
 }
 
-TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
+TEST(Rpc, ACallerWithinItsWindowIsNeverRefusedWhileRepliesAreStillInFlight) {
   // The NFSv4.1 backchannel failure: the caller has its reply and sends the next request
-  // before the server has seen that reply's send complete. Over TCP, 4 x the slots in calls
+  // before the server has seen that reply's send complete. Over TCP, 4 x the window in calls
   // with 256 KiB replies (rendezvous, straight into the callers' buffers) issued at once: the
-  // server used to refuse some (rpc.slot_refused), holding each slot until the completion.
+  // server used to refuse some (rpc.window_refused), holding each place until the completion.
   for (const char* tls : {"tcp", ""}) {
     SCOPED_TRACE(tls);
     Config c;
     c.tls = tls;
-    c.rpc_slots = 4;
+    c.rpc_window = 4;
     RankPair pair(c);
     Server server;
     std::vector<std::byte> block = pattern(256 << 10, 7);
@@ -407,7 +407,7 @@ TEST(Rpc, ACallerWithinItsSlotsIsNeverRefusedWhileRepliesAreStillInFlight) {
           server.stop = true;
         },
         [&](Engine& e) { server.serve(e); });
-    EXPECT_EQ(pair.engine(1).stats().value("rpc.slot_refused"), 0u);
+    EXPECT_EQ(pair.engine(1).stats().value("rpc.window_refused"), 0u);
   }
 }
 
@@ -418,7 +418,7 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   c.send_pool_max = 256 << 10;
   c.pool_chunk = 64 << 10;
   c.credits = 4;
-  c.rpc_slots = 4;
+  c.rpc_window = 4;
   c.send_queue_max = 1000;
   RankPair pair(c);
   constexpr HandlerId kFlood = 24;
@@ -747,7 +747,7 @@ void windowed_calls(Engine& e, int total, int window, const std::function<void(i
   }
 }
 
-// A caller keeping as many calls in flight as it has credits (and the server slots) never waits
+// A caller keeping as many calls in flight as it has credits (and the server's window) never waits
 // for a credit: a small request's reply carries the request's own credit, and a large request's
 // credit goes back once its payload has landed, not after its reply has been sent. (A small
 // request answered into a reply buffer is not among them: its reply's payload is sent from the
@@ -755,7 +755,7 @@ void windowed_calls(Engine& e, int total, int window, const std::function<void(i
 TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
   Config config;
   config.credits = 16;
-  config.rpc_slots = 16;
+  config.rpc_window = 16;
   RankPair pair(config);
   Server server;
   ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());
@@ -795,12 +795,12 @@ TEST(Rpc, AFullWindowOfCallsNeverWaitsForCredits) {
       [&](Engine& e) { server.serve(e); });
 }
 
-// More small calls in flight than the server grants slots: those that wait for a slot leave
+// More small calls in flight than the server's window: those that wait for room leave
 // inline when one frees, like the others (no transport request and completion each), intact
 // and answered once.
-TEST(Rpc, CallsBeyondTheServersSlotsLeaveInlineWhenASlotFrees) {
+TEST(Rpc, CallsBeyondTheServersWindowLeaveInlineWhenItHasRoom) {
   Config config;
-  config.rpc_slots = 8;
+  config.rpc_window = 8;
   RankPair pair(config);
   Server server;
   ASSERT_TRUE(echo_own_payload(pair.engine(1)).ok());

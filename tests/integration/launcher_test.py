@@ -445,7 +445,7 @@ class SluiceInfo(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for name in ("SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS",
                      "SLUICE_RX_POSTED", "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK",
-                     "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS",
+                     "SLUICE_HUGEPAGES", "SLUICE_NUMA", "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_WINDOW",
                      "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT", "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT",
                      "SLUICE_AUTH", "SLUICE_AUTH_KEY_FILE", "SLUICE_HANDSHAKE_TIMEOUT", "SLUICE_HANDSHAKE_MAX"):
             self.assertIn("\n%s=" % name, "\n" + r.stdout)

@@ -44,15 +44,15 @@ class LinkControlTest : public ProtocolTest {
   std::string reason(std::size_t i) {
     return done_.size() > i && !done_[i].empty() ? std::string(done_[i][0].message()) : "(not completed)";
   }
-  std::vector<std::pair<const char*, const char*>> env_{{"SLUICE_CREDITS", "16"}, {"SLUICE_RPC_SLOTS", "3"}};
+  std::vector<std::pair<const char*, const char*>> env_{{"SLUICE_CREDITS", "16"}, {"SLUICE_RPC_WINDOW", "3"}};
 };
 
 TEST_F(LinkControlTest, TheHandshakeCarriesTheGrantAndDataWaitsForIt) {
   wire::Hello h = expect_hello();
   EXPECT_EQ(h.rank, 0u);
   EXPECT_EQ(h.credits, 16u) << "SLUICE_CREDITS";
-  EXPECT_EQ(h.rpc_slots, 3u) << "SLUICE_RPC_SLOTS";
-  EXPECT_EQ(h.reply_index, 1u) << "the slot we put in tags to the engine";
+  EXPECT_EQ(h.rpc_window, 3u) << "SLUICE_RPC_WINDOW";
+  EXPECT_EQ(h.reply_index, 1u) << "the index we put in tags to the engine";
   EXPECT_NE(h.incarnation, 0u);
   EXPECT_NE(h.rx_key, 0u);
   settle();

@@ -96,8 +96,8 @@ class Rogue {
   }
 
   void hello(std::uint32_t credits, std::uint64_t incarnation = 77, std::uint8_t version = wire::kVersion,
-             std::uint32_t rpc_slots = 4, std::uint32_t rank = 1) {
-    wire::Hello h{rank, 0, 8192, credits, rpc_slots, 1, incarnation, kKey};
+             std::uint32_t rpc_window = 4, std::uint32_t rank = 1) {
+    wire::Hello h{rank, 0, 8192, credits, rpc_window, 1, incarnation, kKey};
     Bytes body(wire::kHelloSize);
     wire::encode_hello(h, body.data());
     wire::Header hdr;

@@ -1,6 +1,6 @@
 // The RPC client and server components (lib/am/rpc_client.h, rpc_server.h) against a rogue
 // peer that speaks the wire protocol by hand: the call window, late replies, calls ending with
-// their peer; the server's slot check, and the answers the engine gives on a handler's behalf.
+// their peer; the server's window check, and the answers the engine gives on a handler's behalf.
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -64,17 +64,17 @@ class RpcComponentTest : public ProtocolTest {
   std::uint64_t next_seq_ = 1;
 };
 
-TEST_F(RpcComponentTest, CallsBeyondTheServersSlotsWaitAndLeaveAsRepliesFreeThem) {
+TEST_F(RpcComponentTest, CallsBeyondTheServersWindowWaitAndLeaveAsRepliesComeBack) {
   expect_hello();
-  rogue_.hello(8, 77, wire::kVersion, /*rpc_slots=*/2);
+  rogue_.hello(8, 77, wire::kVersion, /*rpc_window=*/2);
   std::vector<std::optional<absl::Status>> results;
   results.reserve(4);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(call(results), Result::kOk);
   ASSERT_TRUE(pump([&] { return requests().size() >= 2; }));
   settle();
-  ASSERT_EQ(requests().size(), 2u) << "two slots granted: two requests out, two waiting";
+  ASSERT_EQ(requests().size(), 2u) << "a window of two: two requests out, two waiting";
   reply_to(requests()[0], 10);
-  ASSERT_TRUE(pump([&] { return requests().size() >= 3; })) << "a reply frees a slot for the next";
+  ASSERT_TRUE(pump([&] { return requests().size() >= 3; })) << "a reply makes room for the next";
   settle();
   EXPECT_EQ(requests().size(), 3u);
   for (std::size_t i = 1; i < 4; ++i) {
@@ -102,11 +102,11 @@ TEST_F(RpcComponentTest, AReplyAfterTheDeadlineIsCountedLateAndDiscarded) {
 
 TEST_F(RpcComponentTest, SentAndWaitingCallsEndWhenTheirPeerCloses) {
   expect_hello();
-  rogue_.hello(8, 77, wire::kVersion, /*rpc_slots=*/1);
+  rogue_.hello(8, 77, wire::kVersion, /*rpc_window=*/1);
   std::vector<std::optional<absl::Status>> results;
   results.reserve(2);
   ASSERT_EQ(call(results), Result::kOk);
-  ASSERT_EQ(call(results), Result::kOk);  // waits for the one slot
+  ASSERT_EQ(call(results), Result::kOk);  // waits for the window of one
   ASSERT_TRUE(pump([&] { return requests().size() == 1; }));
   wire::Header bye;
   bye.flags = wire::kFlagCtrl;
@@ -119,20 +119,20 @@ TEST_F(RpcComponentTest, SentAndWaitingCallsEndWhenTheirPeerCloses) {
   EXPECT_EQ(requests().size(), 1u) << "the waiting request never left";
 }
 
-// The server side: slots granted by the engine's HELLO (SLUICE_RPC_SLOTS).
+// The server side: the window granted by the engine's HELLO (SLUICE_RPC_WINDOW).
 class RpcServerTest : public RpcComponentTest {
  protected:
   void SetUp() override {
-    setenv("SLUICE_RPC_SLOTS", "2", 1);
+    setenv("SLUICE_RPC_WINDOW", "2", 1);
     ProtocolTest::SetUp();
-    unsetenv("SLUICE_RPC_SLOTS");
+    unsetenv("SLUICE_RPC_WINDOW");
   }
 };
 
-TEST_F(RpcServerTest, ARequestBeyondTheGrantedSlotsIsRefusedBeforeItsHandlerRuns) {
+TEST_F(RpcServerTest, ARequestBeyondTheGrantedWindowIsRefusedBeforeItsHandlerRuns) {
   std::vector<Message> held;
   ASSERT_TRUE(engine_->register_handler(kMethod, [&](Message& m) { held.push_back(std::move(m)); }).ok());
-  EXPECT_EQ(expect_hello().rpc_slots, 2u);
+  EXPECT_EQ(expect_hello().rpc_window, 2u);
   rogue_.hello(8);
   for (std::uint64_t id = 1; id <= 3; ++id) request(id, kMethod);
   ASSERT_TRUE(pump([&] { return !replies().empty(); }));
@@ -140,8 +140,8 @@ TEST_F(RpcServerTest, ARequestBeyondTheGrantedSlotsIsRefusedBeforeItsHandlerRuns
   ASSERT_EQ(replies().size(), 1u);
   EXPECT_EQ(replies()[0].header.rpc_id, 3u);
   EXPECT_EQ(wire_code(replies()[0].header.status), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(stat("rpc.slot_refused"), 1u);
-  // An answer frees its slot at once: the next request runs.
+  EXPECT_EQ(stat("rpc.window_refused"), 1u);
+  // An answer frees its place at once: the next request runs.
   ASSERT_EQ(held[0].reply_copy({}, {}), Result::kOk);
   request(4, kMethod);
   ASSERT_TRUE(pump([&] { return held.size() == 3; }));

@@ -75,6 +75,20 @@ TEST(Config, ReadsOverrides) {
   EXPECT_EQ(c->numa.node, 0);
 }
 
+// A renamed variable is refused with its new name, never silently ignored.
+TEST(Config, ARenamedVariableIsRefusedNamingItsNewName) {
+  ScopedConfigOverride old_name("SLUICE_RPC_SLOTS", "8");
+  auto c = Config::from_env();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("SLUICE_RPC_SLOTS was renamed SLUICE_RPC_WINDOW"));
+  ScopedConfigOverride new_name("SLUICE_RPC_WINDOW", "8");
+  ScopedConfigOverride old_unset("SLUICE_RPC_SLOTS", std::nullopt);
+  c = Config::from_env();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rpc_window, 8u);
+}
+
 TEST(Config, BadValueNamesVariableValueAndWhatIsAllowed) {
   struct Case {
     const char* name;
@@ -222,7 +236,7 @@ TEST(ConfigTable, DeclaresEveryVariableOfTheDesign) {
   for (const char* want :
        {"SLUICE_LOG_LEVEL", "SLUICE_STATS", "SLUICE_EAGER_MAX", "SLUICE_RNDV", "SLUICE_CREDITS", "SLUICE_RX_POSTED",
         "SLUICE_SEND_POOL_MAX", "SLUICE_RECV_POOL_MAX", "SLUICE_POOL_CHUNK", "SLUICE_HUGEPAGES", "SLUICE_NUMA",
-        "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_SLOTS", "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT",
+        "SLUICE_SEND_QUEUE_MAX", "SLUICE_RPC_WINDOW", "SLUICE_PEER_TIMEOUT", "SLUICE_HEARTBEAT",
         "SLUICE_CONNECT_TIMEOUT", "SLUICE_TLS", "SLUICE_BOOT"}) {
     EXPECT_THAT(names, ::testing::Contains(want));
   }

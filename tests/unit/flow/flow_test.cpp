@@ -1,4 +1,4 @@
-// Flow-control state machines with crafted inputs: credits, ordering, slot and call tables.
+// Flow-control state machines with crafted inputs: credits, ordering, RPC windows, call tables.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -96,35 +96,35 @@ TEST(ReorderWindow, InOrderFastPathOnlyWhenNothingWaits) {
   EXPECT_TRUE(w.take_in_order(4));
 }
 
-TEST(SlotTable, NeverAboveCapacity) {
-  SlotTable t(2);
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_FALSE(t.try_acquire());
+TEST(RequestWindow, NeverAboveCapacity) {
+  RequestWindow t(2);
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_FALSE(t.try_admit());
   t.release();
-  EXPECT_TRUE(t.try_acquire());
+  EXPECT_TRUE(t.try_admit());
   t.release();
   t.release();
   t.release();  // extra releases do not create capacity
   EXPECT_EQ(t.busy(), 0u);
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_FALSE(t.try_acquire());
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_FALSE(t.try_admit());
 }
 
-TEST(SlotTable, AnAnsweredRequestFreesItsSlotBeforeItsReplyHasLeft) {
+TEST(RequestWindow, AnAnsweredRequestFreesItsPlaceBeforeItsReplyHasLeft) {
   // The caller may send its next request as soon as it has a reply; the reply's send may not
-  // have completed here yet. That request must find a slot.
-  SlotTable t(2);
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_TRUE(t.try_acquire());
+  // have completed here yet. That request must find room.
+  RequestWindow t(2);
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_TRUE(t.try_admit());
   t.answer();  // replied; the reply still in flight
   t.answer();
   EXPECT_EQ(t.busy(), 0u);
   EXPECT_EQ(t.replying(), 2u);
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_TRUE(t.try_acquire());
-  EXPECT_FALSE(t.try_acquire()) << "still never more requests than the grant";
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_TRUE(t.try_admit());
+  EXPECT_FALSE(t.try_admit()) << "still never more requests than the grant";
   t.reply_done();
   t.reply_done();
   EXPECT_EQ(t.replying(), 0u);
@@ -134,7 +134,7 @@ TEST(SlotTable, AnAnsweredRequestFreesItsSlotBeforeItsReplyHasLeft) {
 
 TEST(CallWindow, NothingStartsBeforeTheGrantAndNeverBeyondIt) {
   CallWindow w;
-  EXPECT_FALSE(w.may_start()) << "no HELLO yet: no slot";
+  EXPECT_FALSE(w.may_start()) << "no HELLO yet: no window";
   w.grant(2);
   ASSERT_TRUE(w.may_start());
   w.start();
@@ -143,7 +143,7 @@ TEST(CallWindow, NothingStartsBeforeTheGrantAndNeverBeyondIt) {
   EXPECT_FALSE(w.may_start());
   EXPECT_EQ(w.outstanding(), 2u);
   w.finish();
-  EXPECT_TRUE(w.may_start()) << "a reply frees its slot";
+  EXPECT_TRUE(w.may_start()) << "a reply frees its place";
   w.finish();
   w.finish();  // an extra end (a late reply) does not go below zero
   EXPECT_EQ(w.outstanding(), 0u);
