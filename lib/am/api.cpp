@@ -113,12 +113,7 @@ bool Peer::alive() const {
   return data_->state() != detail::PeerState::kDead;
 }
 
-Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
-                  SendCallback&& on_done) {
-  if (!engine_->guard().engine_thread("Peer::send")) [[unlikely]]
-    return Result::kInvalidArgument;
-  return engine_->send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
-}
+// Peer::send(h, header, payload, on_done) is in sender.cpp, with the send path inlined.
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,
                   SendCallback&& on_done) {

@@ -75,10 +75,11 @@ class EngineCore final {
   void wait(Clock::time_point deadline);
   void post(absl::AnyInvocable<void()> fn);
   Result submit(Submissions::Attempt&& attempt, Clock::time_point deadline);
-  // Peer::send and the barrier: Sender::send, inlined here so that the public call reaches
-  // it as cheaply as a call into the engine itself.
+  // Peer's other sends and the barrier: Sender::send, inlined here (Peer::send inlines it
+  // itself, sender.cpp).
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
+  Sender& sender() { return sender_; }
   RpcClient& rpc_client() { return rpc_client_; }
   ApiGuard& guard() { return guard_; }
   RankBarrier& barrier() { return barrier_; }

@@ -147,6 +147,22 @@ Result EngineCore::send(PeerData& p, HandlerId h, std::span<const std::byte> hea
   return sender_.send(p, h, header, payload, std::move(cb), copy, memh);
 }
 
+}  // namespace sluice::detail
+
+namespace sluice {
+
+// The public send with the send path inlined: one call from the application into the engine.
+Result Peer::send(HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                  SendCallback&& on_done) {
+  if (!engine_->guard().engine_thread("Peer::send")) [[unlikely]]
+    return Result::kInvalidArgument;
+  return engine_->sender().send(*data_, h, header, payload, std::move(on_done), detail::PayloadCopy::kNo);
+}
+
+}  // namespace sluice
+
+namespace sluice::detail {
+
 Result Sender::send_fragmented(PeerData& p, const Outgoing& m, SendCallback&& cb, bool ends_reply) {
   // The bounce-buffer baseline (SLUICE_RNDV=n): the payload is copied piece by piece through
   // send-pool slots and reassembled in the receiver. Pieces are packed as slots allow; when the

@@ -59,8 +59,8 @@ class Sender {
   Sender& operator=(const Sender&) = delete;
 
   // ---- sending (sender.cpp; the inline path in send_now.h)
-  // Peer::send: inline when nothing waits, else packed and queued (or coalesced). Reached
-  // through EngineCore::send, into which it is inlined.
+  // Peer::send: inline when nothing waits, else packed and queued (or coalesced). Inlined into
+  // Peer::send and EngineCore::send, its callers (sender.cpp).
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
   // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
