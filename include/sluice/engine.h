@@ -307,6 +307,9 @@ class SLUICE_API Engine {
   // Counters (updated on read with the pool and queue gauges). On a thread that does not
   // drive the engine: logged, and an empty Stats.
   const Stats& stats();
+  // Each RPC method's calls, errors and latency percentiles, as client and as server
+  // (MethodStats). On a thread that does not drive the engine: logged, and empty.
+  std::vector<MethodStats> method_stats() const;
   PoolStats pool_stats(Direction d) const;
   std::size_t eager_limit() const;
 

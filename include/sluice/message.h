@@ -75,7 +75,8 @@ struct MessageState {
   std::uint64_t rpc_id = 0;
   std::uint64_t reply_capacity = 0;  // request with a caller-posted reply buffer
   std::uint64_t seq = 0;
-  std::size_t announced = 0;  // payload length announced by a rendezvous header
+  std::int64_t timed_since = 0;  // a timed request: when its handler got it (steady clock, ns)
+  std::size_t announced = 0;     // payload length announced by a rendezvous header
   Slot* lender = nullptr;
   Slot slot;                          // the eager slot holding the wire message
   Slot landing;                       // rendezvous landing slot from the receive pool

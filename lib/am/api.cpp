@@ -247,6 +247,11 @@ const Stats& Engine::stats() {
     return kNone;
   return core_->stats();
 }
+std::vector<MethodStats> Engine::method_stats() const {
+  if (!core_->guard().engine_thread("Engine::method_stats")) [[unlikely]]
+    return {};
+  return core_->methods().snapshot();
+}
 PoolStats Engine::pool_stats(Direction d) const {
   if (!core_->guard().engine_thread("Engine::pool_stats")) [[unlikely]]
     return (PoolStats{d, 0, 0, 0, {}});

@@ -31,7 +31,7 @@ struct Call {
   Clock::time_point deadline;
   Clock::time_point warn_at;  // a call without a timeout: when it is logged as overdue (SLUICE_CALL_WARN)
   HandlerId method = 0;
-  Clock::time_point started{};            // sampled calls only (PeerTraffic::rtt)
+  Clock::time_point started{};            // timed calls only (MethodCounters, PeerTraffic::rtt)
   Op* reply_rx = nullptr;                 // posted exact receive for the reply payload
   bool finishing = false;                 // cancelled or expired, waiting for reply_rx to be cancelled
   std::unique_ptr<ReplyLanding> landing;  // calls with a reply buffer only

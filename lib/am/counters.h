@@ -25,8 +25,6 @@ class PeerTraffic {
   }
   void credit_stall() { ++credit_stalls_; }
   void sample_rtt(Duration d) { rtt_ = rtt_.count() == 0 ? d : (rtt_ * 7 + d) / 8; }
-  // Whether to time this call (one in 64).
-  bool time_this_call() { return (++sampler_ & 63) == 0; }
   // A live-stats line described it: its rates count from here.
   void mark_line() {
     msgs_at_line_ = msgs_sent_ + msgs_received_;
@@ -38,7 +36,7 @@ class PeerTraffic {
   std::uint64_t msgs_received() const { return msgs_received_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
   std::uint64_t credit_stalls() const { return credit_stalls_; }
-  Duration rtt() const { return rtt_; }  // smoothed (heartbeats, one call in 64); 0: none yet
+  Duration rtt() const { return rtt_; }  // smoothed (heartbeats, timed calls); 0: none yet
   // Both ways, since the last live-stats line.
   std::uint64_t msgs_since_line() const { return msgs_sent_ + msgs_received_ - msgs_at_line_; }
   std::uint64_t bytes_since_line() const { return bytes_sent_ + bytes_received_ - bytes_at_line_; }
@@ -47,7 +45,6 @@ class PeerTraffic {
   std::uint64_t msgs_sent_ = 0, bytes_sent_ = 0, msgs_received_ = 0, bytes_received_ = 0;
   std::uint64_t credit_stalls_ = 0;
   Duration rtt_{0};
-  std::uint32_t sampler_ = 0;
   std::uint64_t msgs_at_line_ = 0, bytes_at_line_ = 0;
 };
 

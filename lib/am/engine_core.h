@@ -44,6 +44,7 @@
 #include "am/landings.h"
 #include "am/link_control.h"
 #include "am/live_stats.h"
+#include "am/method_counters.h"
 #include "am/op.h"
 #include "am/peer_data.h"
 #include "am/peer_table.h"
@@ -89,6 +90,7 @@ class EngineCore final {
   RpcServer& rpc_server() { return rpc_server_; }
   Result try_get_send_slot(std::size_t size, Slot* out);
   const Stats& stats();
+  const MethodCounters& methods() const { return methods_; }
   // The end of the engine: Messages the application still holds are cut loose (counted, logged).
   void leave_kept_messages();
   // ~EngineCore's phases, in order: calls end Cancelled (RpcClient::close); what was sent (and submitted) goes out,
@@ -182,6 +184,7 @@ class EngineCore final {
   RankBarrier barrier_{*this};
   Stats stats_;
   EngineCounters c_{};
+  MethodCounters methods_;  // per-method calls, errors, latency (both sides)
   // The engine holding `part`, one of the components above. A component finds its engine at a
   // constant offset from itself (a container_of): no load, and nothing to reload after each
   // call on the message paths, which a stored EngineCore& costs (9 instructions per am_lat

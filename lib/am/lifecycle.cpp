@@ -316,7 +316,8 @@ std::string EngineCore::stats_line(const char* trigger) {
     else absl::StrAppendFormat(&line, "%.1f}", std::chrono::duration<double, std::micro>(t.rtt()).count());
   }
   for (PeerData* p : live) p->traffic.mark_line();
-  return line + absl::StrFormat("], \"peers_live\": %u, \"peers_gone\": %u}", live.size(), gone);
+  return line + absl::StrFormat("], \"peers_live\": %u, \"peers_gone\": %u, \"methods\": %s}", live.size(), gone,
+                                methods_.to_json());
 }
 
 void EngineCore::leave_kept_messages() {

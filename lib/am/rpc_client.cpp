@@ -50,7 +50,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   Op* header_op = nullptr;
   Op* payload_op = nullptr;
   bool fragmented = false;
-  // A small request leaves at once when nothing waits for a slot or a credit (a reply buffer's
+  // A small request leaves at once when nothing waits for the window or a credit (a reply buffer's
   // receive is posted before its request leaves, so those take the ordinary path).
   bool sent = options.reply_buffer.empty() && mine.queue_.empty() && mine.window_.may_start() &&
               engine().sender_.send_inline(p, out);
@@ -60,7 +60,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   } else if (header.size() + payload.size() <= engine().eager_limit_ || engine().config_.rndv) {
     r = engine().sender_.pack_message(p, out, copy, &header_op, &payload_op);
   } else {
-    // Bounce mode: the pieces go out at once, so the slot limit is honoured here. A piece's
+    // Bounce mode: the pieces go out at once, so the window is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
     if (!options.reply_buffer.empty()) {
       calls_.erase(id);
@@ -85,7 +85,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   c.on_reply = std::move(cb);
   c.method = method;
   set_deadline(c, options.timeout);
-  if (p.traffic.time_this_call()) [[unlikely]]
+  if (engine().methods_.start(MethodCounters::kClient, method)) [[unlikely]]
     c.started = Clock::now();
   if (!options.reply_buffer.empty()) post_reply_rx(p, c, id, options.reply_buffer);
   engine().c_.rpc_calls->add();
@@ -128,7 +128,7 @@ void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::by
   if (pr.kind != Post::kPending) engine().done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
 }
 
-void RpcClient::grant(PeerData& p, std::uint32_t slots) { p.calls.window_.grant(slots); }
+void RpcClient::grant(PeerData& p, std::uint32_t window) { p.calls.window_.grant(window); }
 
 void RpcClient::start_waiting(PeerData& p) {
   CallsTo& mine = p.calls;
@@ -141,13 +141,13 @@ void RpcClient::start_waiting(PeerData& p) {
   }
 }
 
-void RpcClient::slot_freed(PeerData& p) {
+void RpcClient::window_freed(PeerData& p) {
   p.calls.window_.finish();
-  if (p.has_waiting()) engine().sender_.flush(p);  // a request waiting for this slot may go now
+  if (p.has_waiting()) engine().sender_.flush(p);  // a request waiting for the window may go now
 }
 
 void RpcClient::on_reply(PeerData& p, Message& m) {
-  slot_freed(p);
+  window_freed(p);
   Call* found = calls_.find(state(m).rpc_id);
   if (found == nullptr || found->finishing) {
     engine().c_.rpc_late_replies->add();
@@ -189,6 +189,7 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
   if (c.reply_rx == nullptr) [[likely]] {
     // Complete as it arrived: the callback gets this message (no moves through the call).
     ReplyCallback cb = std::move(c.on_reply);
+    ended(c, true);
     calls_.erase(id);
     cb(absl::OkStatus(), m);
     return;
@@ -228,9 +229,17 @@ void RpcClient::on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t leng
 }
 
 void RpcClient::reply_declined(PeerData& p, CallId id, const std::string& why) {
-  slot_freed(p);
+  window_freed(p);
   if (Call* c = calls_.find(id); c != nullptr && !c->finishing)
     finish(id, absl::ResourceExhaustedError(absl::StrFormat("reply from %s: %s", p.name(), why)));
+}
+
+void RpcClient::ended(const Call& c, bool ok) {
+  bool timed = c.started != Clock::time_point{};
+  if (ok && !timed) [[likely]]
+    return;
+  std::int64_t ns = timed ? std::max<std::int64_t>(1, (Clock::now() - c.started).count()) : 0;  // call() to callback
+  engine().methods_.end(MethodCounters::kClient, c.method, ok, static_cast<std::uint64_t>(ns));
 }
 
 // `status` by value: it may be the call's own final_status, which erasing the call destroys.
@@ -247,6 +256,7 @@ void RpcClient::finish(CallId id, absl::Status status) {
   }
   ReplyCallback cb = std::move(c.on_reply);
   Message reply = c.landing ? std::move(c.landing->reply) : Message();
+  ended(c, status.ok());
   calls_.erase(id);
   if (!status.ok()) reply = Message();
   cb(status, reply);

@@ -1,6 +1,6 @@
 // The RPC client (internal): this engine's calls to its peers. It owns the table of outstanding
 // calls (deadlines, overdue warnings, cancel, reply landings) and each peer's caller part (the
-// call window the server granted and the requests waiting for a slot); the sender carries the
+// call window the server granted and the requests waiting for it); the sender carries the
 // requests, the receiver hands it the replies.
 #pragma once
 
@@ -23,7 +23,7 @@ struct PeerData;
 // A peer's caller part: written by RpcClient alone, read by anyone.
 class CallsTo {
  public:
-  // Requests waiting for a slot.
+  // Requests waiting for the window.
   bool waiting() const { return !queue_.empty(); }
   std::size_t queued() const { return queue_.size(); }
   const CallWindow& window() const { return window_; }
@@ -46,22 +46,22 @@ class RpcClient {
   // A reply from `p` (complete, or the header of one whose payload lands in the call's buffer).
   void on_reply(PeerData& p, Message& m);
   void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
-  // The server declined the reply's payload (`why`): the call fails, its slot is free.
+  // The server declined the reply's payload (`why`): the call fails, its place in the window is free.
   void reply_declined(PeerData& p, CallId id, const std::string& why);
-  // A request that held a slot ended without a reply (its send was dropped): the slot is free
+  // A request in the window ended without a reply (its send was dropped): its place is free
   // and a waiting request may go.
-  void slot_freed(PeerData& p);
+  void window_freed(PeerData& p);
 
-  // The peer's HELLO granted `slots` (a restarted peer's: 0 until then).
-  void grant(PeerData& p, std::uint32_t slots);
-  // The sender drains: requests waiting for a slot join the send queue while slots are free.
+  // The peer's HELLO granted `window` (a restarted peer's: 0 until then).
+  void grant(PeerData& p, std::uint32_t window);
+  // The sender drains: requests waiting for the window join the send queue while it has room.
   void start_waiting(PeerData& p);
   // Deadlines and overdue warnings (the engine's timer tick); whether any call is outstanding.
   void expire(Clock::time_point now);
   bool idle() const { return calls_.empty(); }
   bool has_calls_to(const PeerData& p) const;
 
-  // The peer failed (in fail_peer's order): first its requests waiting for a slot complete with
+  // The peer failed (in fail_peer's order): first its requests waiting for the window complete with
   // `status`; later, once its exact receives are cancelled, its calls do (those with a posted
   // reply receive once that receive is back) and its window starts over.
   void drop_waiting(PeerData& p, const absl::Status& status);
@@ -74,6 +74,8 @@ class RpcClient {
  private:
   Result refusal(const PeerData& p, HandlerId method, bool has_cb, std::size_t header, std::size_t payload);
   void finish(CallId id, absl::Status status);
+  // Its callback is about to run: the method's counters (and its latency, when timed).
+  void ended(const Call& c, bool ok);
   // The reply-buffer receive of call `id`, posted before its request leaves.
   void post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer);
   void set_deadline(Call& c, Duration timeout);

@@ -19,6 +19,7 @@ void RpcServer::answer_error(Message& m, absl::StatusCode code, std::string_view
 }
 
 void RpcServer::on_request(PeerData& p, Message& m) {
+  bool timed = engine().methods_.start(MethodCounters::kServer, state(m).handler);
   RequestWindow& window = p.requests.window_;
   if (!window.try_admit()) [[unlikely]] {
     // Beyond the window granted: refused before any work is done.
@@ -31,6 +32,8 @@ void RpcServer::on_request(PeerData& p, Message& m) {
     return;
   }
   state(m).in_window = true;
+  if (timed) [[unlikely]]
+    state(m).timed_since = Clock::now().time_since_epoch().count();
   switch (engine().handlers_.invoke(m)) {
     case Handlers::Invoke::kDone: break;
     case Handlers::Invoke::kNoHandler:
@@ -56,8 +59,12 @@ Result RpcServer::not_answerable(const Message& m) {
       absl::StrFormat("reply to method %d's request: it was answered already", state(m).handler));
 }
 
-[[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent) {
+[[gnu::always_inline]] inline void RpcServer::answered(PeerData& p, Message& m, bool sent, std::uint16_t status) {
   state(m).replied = true;
+  if (std::int64_t since = state(m).timed_since; since != 0 || status != 0) [[unlikely]] {
+    auto ns = since == 0 ? 0 : std::max<std::int64_t>(1, Clock::now().time_since_epoch().count() - since);
+    engine().methods_.end(MethodCounters::kServer, state(m).handler, status == 0, static_cast<std::uint64_t>(ns));
+  }
   if (state(m).in_window) {
     if (sent) p.requests.window_.release();
     else p.requests.window_.answer();
@@ -99,18 +106,18 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
                .aux = 0,
                .status = status};
   if (engine().sender_.send_inline(p, out)) [[likely]] {
-    answered(p, m, true);  // its send is complete already
+    answered(p, m, true, status);  // its send is complete already
     engine().sender_.complete_inline(p.id(), std::move(on_done));
     return Result::kOk;
   }
   if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
-    answered(p, m, false);
+    answered(p, m, false, status);
     return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).in_window);
   }
   Op* header_op = nullptr;
   Op* payload_op = nullptr;
   if (Result r = engine().sender_.pack_message(p, out, copy, &header_op, &payload_op); r != Result::kOk) return r;
-  answered(p, m, false);
+  answered(p, m, false, status);
   if (payload_op != nullptr && copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   Op* last = payload_op ? payload_op : header_op;
   last->send.on_done = std::move(on_done);
@@ -140,7 +147,7 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
     engine().ops_.give(payload_op);
     return r;
   }
-  answered(p, m, false);
+  answered(p, m, false, 0);
   if (copy == PayloadCopy::kNo && memh != nullptr) payload_op->send.payload_memh = memh;
   payload_op->send.on_done = std::move(on_done);
   payload_op->send.ends_reply = state(m).in_window;

@@ -48,7 +48,8 @@ class RpcServer {
   Result not_answerable(const Message& m);
   // The reply to `m` is handed over: its place in the window is free for the caller's next
   // request (`sent`: its send completed already; otherwise it is counted until it does).
-  void answered(PeerData& p, Message& m, bool sent);
+  // `status`: the reply's (0 OK), for the method's counters.
+  void answered(PeerData& p, Message& m, bool sent, std::uint16_t status);
   Result reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
                            std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,
                            Op** last_out);

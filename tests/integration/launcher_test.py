@@ -343,7 +343,7 @@ class LiveStats(unittest.TestCase):
             try:
                 port = int(server.stdout.readline().split()[-1])
                 path = os.path.join(d, "server-%s-%d.jsonl" % (socket.gethostname(), server.pid))
-                # 40 blocks: 80 calls, so the client times at least one (one call in 64).
+                # 40 blocks: 80 calls (40 writes, 40 reads), a method's first call and one in 16 timed.
                 r = run([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "40"],
                         env={"SLUICE_STATS_TRIGGER": "exit", "SLUICE_STATS_DEST": "file:" + os.path.join(d, "client.jsonl")})
                 self.assertEqual(r.returncode, 0, r.stderr)
@@ -378,6 +378,16 @@ class LiveStats(unittest.TestCase):
                 self.assertGreaterEqual(peer["msgs_per_s"], 0)
             client = self.lines(os.path.join(d, "client.jsonl"))
             self.assertEqual([l["trigger"] for l in client], ["exit"])
+            # Per method, each side: its calls, none failed, 3 of 40 timed (the 1st, 17th, 33rd).
+            for side, methods in (("server", s["methods"]), ("client", client[0]["methods"])):
+                mine = [m for m in methods if m["side"] == side]
+                self.assertGreaterEqual(len(mine), 2, methods)
+                self.assertEqual(sum(m["calls"] for m in mine), s["counters"]["rpc.replies"], (side, methods))
+                for m in mine:
+                    self.assertEqual(m["errors"], 0, m)
+                    if m["calls"] == 40:
+                        self.assertEqual(m["timed"], 3, m)
+                    self.assertTrue(0 < m["p50_us"] <= m["p90_us"] <= m["p99_us"] <= m["max_us"], m)
             cp = client[0]["peers"][0]
             self.assertGreaterEqual(cp["msgs_sent"], 80)
             self.assertGreater(cp["rtt_us"], 0)
