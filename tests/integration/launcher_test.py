@@ -54,6 +54,42 @@ def run(args, env=None, timeout=WATCHDOG):
     return subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout)
 
 
+def check_stats_table(test, table_text, ranks_text, tag, n):
+    """The table of sluice-run --stats or sluice-stats in `table_text` against what each of the
+    `n` ranks printed of itself at exit (SLUICE_STATS=1) in `ranks_text`, its lines prefixed as
+    `tag` says (group 1: the rank, group 2: the text): every shown counter's sum, minimum and
+    maximum, and the ranks named at the extremes. Returns the table, counter -> [sum, min,
+    min's rank, max, max's rank]."""
+    own = {}  # rank -> counter -> value, summed over the rank's engines
+    in_block = set()
+    for line in ranks_text.splitlines():
+        m = re.match(tag, line)
+        if not m:
+            continue
+        rank, text = int(m.group(1)), m.group(2)
+        if text.startswith("sluice stats (rank "):
+            in_block.add(rank)
+            own.setdefault(rank, {})
+            continue
+        c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
+        if c and rank in in_block:
+            own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
+    test.assertEqual(sorted(own), list(range(n)), ranks_text[-3000:])
+    table = {}
+    for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d+)\) +(\d+) \(rank (\d+)\)$", table_text, re.M):
+        table[m.group(1)] = [int(g) for g in m.groups()[1:]]
+    names = set().union(*own.values())
+    shown = {name for name in names if any(own[k].get(name, 0) for k in own)}
+    test.assertEqual(set(table), shown, table_text[-3000:])
+    for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
+        values = [own[k].get(name, 0) for k in range(n)]
+        test.assertEqual(total, sum(values), name)
+        test.assertEqual((lo, hi), (min(values), max(values)), name)
+        test.assertEqual(values[lo_rank], lo, name)
+        test.assertEqual(values[hi_rank], hi, name)
+    return table
+
+
 class Launcher(unittest.TestCase):
     def setUp(self):
         self.mark = "TEST_JOB_MARK=%s" % uuid.uuid4().hex
@@ -257,34 +293,8 @@ class Launcher(unittest.TestCase):
         # launcher's table must add up to them exactly and name the ranks at the extremes.
         r = run([RUN, "-n", "3", "--stats", "--tag-output", ALLTOALL, "200"], env=dict(self.env, SLUICE_STATS="1"))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        own = {}  # rank -> counter -> value, summed over the rank's engines
-        in_block = set()
-        for line in r.stderr.splitlines():
-            m = re.match(r"^\[(\d+)\] (.*)$", line)
-            if not m:
-                continue
-            rank, text = int(m.group(1)), m.group(2)
-            if text.startswith("sluice stats (rank "):
-                in_block.add(rank)
-                own.setdefault(rank, {})
-                continue
-            c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
-            if c and rank in in_block:
-                own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
-        self.assertEqual(sorted(own), [0, 1, 2], r.stderr[-3000:])
         self.assertIn("sluice-run: counters of 3 of 3 ranks", r.stderr)
-        table = {}
-        for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d)\) +(\d+) \(rank (\d)\)$", r.stderr, re.M):
-            table[m.group(1)] = [int(g) for g in m.groups()[1:]]
-        names = set().union(*own.values())
-        shown = {n for n in names if any(own[k].get(n, 0) for k in own)}
-        self.assertEqual(set(table), shown, r.stderr[-3000:])
-        for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
-            values = [own[k].get(name, 0) for k in range(3)]
-            self.assertEqual(total, sum(values), name)
-            self.assertEqual((lo, hi), (min(values), max(values)), name)
-            self.assertEqual(values[lo_rank], lo, name)
-            self.assertEqual(values[hi_rank], hi, name)
+        table = check_stats_table(self, r.stderr, r.stderr, r"^\[(\d+)\] (.*)$", 3)
         # What the ranks did: 200 messages to each of the 2 others, and all of them arrived.
         self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
         self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
