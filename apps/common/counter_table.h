@@ -1,4 +1,4 @@
-// The table sluice-run --stats prints: per counter, the sum over a job's ranks
+// The table sluice-run --stats and sluice-stats print: per counter, the sum over a job's ranks
 // (or processes) and the ones with the least and the most.
 #pragma once
 

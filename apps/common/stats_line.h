@@ -1,6 +1,6 @@
-// A live stats line (docs/stats.md), as sluice-run --stats reads it: one JSON object a
-// line, of which it keeps the fields that say whose counters they are, and the counters.
-// Input is bounded: a line longer than kMaxStatsLine is refused, never held.
+// A live stats line (docs/stats.md), as sluice-run --stats and sluice-stats read it: one JSON
+// object a line, of which they keep the fields that say whose counters they are, and the
+// counters. Input is bounded: a line longer than kMaxStatsLine is refused, never held.
 #pragma once
 
 #include <cstdio>

@@ -18,6 +18,7 @@ BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__),
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 RUN = os.path.join(BUILD, "apps/sluice-run")
 INFO = os.path.join(BUILD, "apps/sluice-info")
+STATS = os.path.join(BUILD, "apps/sluice-stats")
 ALLTOALL = os.path.join(BUILD, "tests/alltoall")
 PING = os.path.join(BUILD, "apps/examples/ping")
 BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
@@ -426,6 +427,67 @@ class Mpirun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
         self.assertIn("SLUICE_BOOT=auto chose pmix", r.stderr)
+
+
+class StatsTool(unittest.TestCase):
+    """sluice-stats: the files of a job's exit lines, added up as sluice-run --stats does."""
+
+    def test_the_sums_of_the_files_ranks_under_mpirun_wrote(self):
+        # Each rank's own counters (SLUICE_STATS=1) in a file of its own: mpirun's --tag-output
+        # interleaves pieces of the ranks' lines.
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
+            env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_plm_rsh_agent": "false",
+                   "SLUICE_STATS": "1"}
+            r = run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "--output-filename", out,
+                     "-x", "SLUICE_STATS_TRIGGER=exit", "-x", "SLUICE_STATS_DEST=file:%s/%%h-%%p.jsonl" % d,
+                     ALLTOALL, "200"], env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-3000:])
+            own = ""
+            for rank in range(3):
+                with open(os.path.join(out, "1", "rank.%d" % rank, "stderr")) as f:
+                    own += "".join("[%d] %s" % (rank, line) for line in f)
+            files = sorted(os.path.join(d, f) for f in os.listdir(d))
+            self.assertEqual(len(files), 3, files)  # one a process
+            s = run([STATS] + files)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertIn("sluice-stats: counters of 3 ranks (each rank's engines at exit), from 3 file(s):", s.stdout)
+        table = check_stats_table(self, s.stdout, own, r"^\[(\d+)\] (.*)$", 3)
+        self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
+        self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
+
+    def test_a_line_that_is_not_a_stats_line_is_named_by_its_file_and_line(self):
+        good = '{"host": "h", "pid": 7, "rank": 0, "trigger": "exit", "counters": {"am.msgs_sent": 5}}\n'
+        cases = [
+            ('{"rank": 1, "trigger": "exit", "counters": {"am.msgs_sent": -1}}\n',
+             "bad.jsonl:2: not a stats line: counter am.msgs_sent is not a whole number"),
+            ('{"rank": 1, "trigger": "exit", "counters": {"am.msgs_sent": 1}\n', "bad.jsonl:2: not a stats line"),
+            ('{"rank": 1, "trigger": "exit"}\n', 'bad.jsonl:2: not a stats line: no "counters" object'),
+            ('{"rank": 1, "trigger": "exit", "counters": {"\\u001b[2J": 1}}\n',
+             "bad.jsonl:2: not a stats line: a counter name that is not letters"),
+            ("[" * 100000 + "\n", "bad.jsonl:2: not a stats line: an object expected at byte 1"),
+            ('{"peers": ' + "[" * 100 + "]" * 100 + ', "counters": {}}\n', "nested more than 16 deep"),
+            ("x" * (300 << 10) + "\n", "bad.jsonl:2: a line longer than 262144 bytes; not a stats line"),
+            ('{"host": "h", "pid": 8, "rank": 0, "trigger": "exit", "counters": {}}\n',
+             "bad.jsonl:2: rank 0 of process h:8, but %s:1 had rank 0 of process h:7: give the files of one job"),
+        ]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bad.jsonl")
+            for text, said in cases:
+                with open(path, "w") as f:
+                    f.write(good + text + good)
+                r = run([STATS, path])
+                self.assertEqual(r.returncode, 1, (said, r.stdout, r.stderr))
+                self.assertIn(said.replace("%s", path), r.stderr)
+                self.assertEqual(r.stdout, "", said)
+            for args, said in (([os.path.join(d, "none")], "none: cannot open it: No such file or directory"),
+                               ([d], "cannot read it: Is a directory")):
+                r = run([STATS] + args)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(said, r.stderr)
+        r = run([STATS])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("usage: sluice-stats", r.stderr)
 
 
 class FileBootstrap(unittest.TestCase):
