@@ -75,7 +75,7 @@ def section(s):
     return out + paragraphs(text)
 
 
-TOOLS = ("sluice-run", "sluice-info", "sluice-perf")
+TOOLS = ("sluice-run", "sluice-info", "sluice-stats", "sluice-perf")
 ENVIRONMENT = [".SH ENVIRONMENT", ".PP",
                roff("Every Sluice program reads the SLUICE_* variables, each listed with its type, "
                     "default and meaning in ") + "\\fBsluice\\fR(7)" +

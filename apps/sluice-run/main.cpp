@@ -12,7 +12,8 @@
 // main's steps, each a function below: parse_options (options.h), the bootstrap service,
 // prepare (--bind's layout, --stats' directory, place_ranks), take_signals, start_ranks
 // (exec_rank in each child), supervise (pump_output, forward_signals, reap, check_deadlines)
-// until every rank has exited, then print_stats.
+// until every rank has exited, then print_stats (which brings back --stats' counters of ranks
+// elsewhere through the launch agent).
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -36,6 +37,7 @@
 #include <sluice/bootstrap_service.h>
 #include <sluice/info.h>
 
+#include "gather.h"
 #include "hosts.h"
 #include "job_stats.h"
 #include "options.h"
@@ -91,7 +93,9 @@ std::vector<int> cpus_for(const Options& o, int rank, const sluice::CpuLayout& l
 // The shell command line a launch agent runs for rank `r` on another host: the rank's
 // variables, the launcher's SLUICE_* and UCX_* and -x ones, the token read from standard
 // input, then the program, in the launcher's working directory when the host has it.
-std::string remote_command(const Options& o, int r, int local, const std::string& boot_addr) {
+// With --stats, the rank's counters go to a directory of its own there, made first.
+std::string remote_command(const Options& o, int r, int local, const std::string& boot_addr,
+                           const sluice::run::JobStats* stats) {
   using sluice::run::shell_quote;
   std::vector<std::string> vars = {"SLUICE_RANK=" + std::to_string(r), "SLUICE_SIZE=" + std::to_string(o.n),
                                    "SLUICE_LOCAL_RANK=" + std::to_string(local), "SLUICE_BOOT=sluice-run",
@@ -108,9 +112,11 @@ std::string remote_command(const Options& o, int r, int local, const std::string
     if (x.find('=') != std::string::npos) vars.push_back(x);
     else if (const char* v = std::getenv(x.c_str())) vars.push_back(x + "=" + v);
   }
+  if (stats != nullptr)  // last: they replace the ranks' own, -x's included
+    for (const auto& [k, v] : stats->rank_env(r, false)) vars.emplace_back(k).append("=").append(v);
   char cwd[4096] = {};
-  std::string cmd;
-  if (::getcwd(cwd, sizeof cwd) != nullptr) cmd = "cd " + shell_quote(cwd) + " 2>/dev/null; ";
+  std::string cmd = stats != nullptr ? stats->remote_prepare(r) : "";
+  if (::getcwd(cwd, sizeof cwd) != nullptr) cmd += "cd " + shell_quote(cwd) + " 2>/dev/null; ";
   cmd += "read -r SLUICE_BOOT_TOKEN && export SLUICE_BOOT_TOKEN && exec env";
   for (const auto& v : vars) cmd += " " + shell_quote(v);
   for (const auto& a : o.argv) cmd += " " + shell_quote(a);
@@ -147,6 +153,7 @@ struct Job {
 };
 
 constexpr auto kGrace = std::chrono::seconds(3);
+constexpr auto kGatherTimeout = std::chrono::seconds(30);  // --stats: for ranks elsewhere
 
 // Where each rank runs (filling each host's slots in turn), its rank on that host, and, when
 // one runs elsewhere, the service on TCP. False after a message.
@@ -207,7 +214,7 @@ void set_rank_env(const Job& job, int r) {
     if (eq != std::string::npos) setenv(x.substr(0, eq).c_str(), x.substr(eq + 1).c_str(), 1);
   }
   if (job.stats)
-    for (const auto& [k, v] : job.stats->rank_env(r)) setenv(k.c_str(), v.c_str(), 1);
+    for (const auto& [k, v] : job.stats->rank_env(r, true)) setenv(k.c_str(), v.c_str(), 1);
 }
 
 // In the child: the rank's environment, binding and output, then its program (or, for a rank
@@ -229,7 +236,8 @@ void set_rank_env(const Job& job, int r) {
   if (job.remote(r)) {
     dup2(token_r, 0);
     argv = sluice::run::agent_argv(o.agent, job.host_of[static_cast<std::size_t>(r)]->name,
-                                   remote_command(o, r, job.local_rank[static_cast<std::size_t>(r)], job.boot_tcp));
+                                   remote_command(o, r, job.local_rank[static_cast<std::size_t>(r)], job.boot_tcp,
+                                                  job.stats ? &*job.stats : nullptr));
   } else {
     bind_rank(job, r);
     set_rank_env(job, r);
@@ -382,11 +390,27 @@ void supervise(Job& job) {
   }
 }
 
-void print_stats(const Job& job) {
-  std::vector<bool> here;
-  here.reserve(static_cast<std::size_t>(job.o.n));
-  for (int r = 0; r < job.o.n; ++r) here.push_back(!job.remote(r));
-  job.stats->print(stderr, here);
+// --stats: what ranks elsewhere left on their hosts comes back through the launch agent (a
+// signal for the launcher stops that), then the table.
+void print_stats(Job& job) {
+  std::vector<int> elsewhere;
+  std::vector<std::vector<std::string>> collect;
+  for (int r = 0; r < job.o.n; ++r) {
+    if (!job.remote(r)) continue;
+    elsewhere.push_back(r);
+    collect.push_back(sluice::run::agent_argv(job.o.agent, job.host_of[static_cast<std::size_t>(r)]->name,
+                                              job.stats->remote_collect(r)));
+  }
+  auto signalled = [&job] {
+    signalfd_siginfo si;
+    bool any = false;
+    while (::read(job.sfd, &si, sizeof(si)) == sizeof(si)) any = any || si.ssi_signo != SIGCHLD;
+    return any;
+  };
+  auto got = sluice::run::gather_output(collect, sluice::run::kMaxRankStats, kGatherTimeout, job.sfd, signalled);
+  std::vector<std::optional<sluice::run::Gathered>> remote(static_cast<std::size_t>(job.o.n));
+  for (std::size_t i = 0; i < elsewhere.size(); ++i) remote[static_cast<std::size_t>(elsewhere[i])] = std::move(got[i]);
+  job.stats->print(stderr, remote);
 }
 
 // What the job needs before its ranks start: the CPU layout for --bind, the directory for

@@ -20,7 +20,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fault"))
 from harness import FaultHarness  # noqa: E402
-from launcher_test import ALLTOALL, RUN, tagged_pids, wait_gone  # noqa: E402
+from launcher_test import ALLTOALL, RUN, check_stats_table, tagged_pids, wait_gone  # noqa: E402
 
 AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns_agent.sh")
 ADDRS = ["10.231.1.1", "10.231.1.2", "10.231.1.3"]
@@ -137,6 +137,41 @@ class Hosts(ThreeHosts):
                            env=self.env, capture_output=True, text=True, timeout=180)
         self.check_job(r)
         self.assertEqual(r.stderr.count("SLUICE_BOOT=auto chose pmix"), 4, r.stderr[-3000:])
+
+    def test_sluice_run_stats_gathers_the_counters_of_every_hosts_ranks(self):
+        # Every rank says where its counters go, runs, and with TEST_SPOIL=yes then spoils
+        # them: rank 1 (here) with a line too long, rank 2 (host 1) with a malformed one, rank
+        # 3 (host 2) with more than the launcher takes of a rank.
+        wrap = os.path.join(self.tmp.name, "stats.sh")
+        with open(wrap, "w") as f:
+            f.write('#!/bin/sh\necho "stats of rank $SLUICE_RANK go to $SLUICE_STATS_DEST" >&2\n"$@"\nrc=$?\n'
+                    'file=${SLUICE_STATS_DEST#file:}\n'
+                    'case "$SLUICE_RANK$TEST_SPOIL" in\n'
+                    '  1yes) head -c 300000 /dev/zero | tr "\\0" x >>"$file"; echo >>"$file";;\n'
+                    '  2yes) echo \'{"trigger": "exit", "counters": {"am.msgs_sent": 1.5}}\' >>"$file";;\n'
+                    '  3yes) head -c 2000000 /dev/zero >>"$file";;\n'
+                    'esac\nexit $rc\n')
+        os.chmod(wrap, 0o755)
+        for spoil in ("no", "yes"):
+            r = subprocess.run(["ip", "netns", "exec", self.ns[0], RUN, "-H", "%s:2,%s,%s" % tuple(ADDRS),
+                                "--launch-agent", AGENT, "--timeout", "120", "--stats", "--tag-output",
+                                "-x", "TEST_SPOIL=" + spoil, wrap, ALLTOALL, "100"],
+                               env=dict(self.env, SLUICE_STATS="1", SLUICE_LOG_LEVEL="warn"),
+                               capture_output=True, text=True, timeout=180)
+            self.assertEqual(r.returncode, 0, r.stderr[-4000:])
+            if spoil == "no":
+                self.assertIn("sluice-run: counters of 4 of 4 ranks", r.stderr)
+                check_stats_table(self, r.stderr, r.stderr, r"^\[(\d+)\] (.*)$", 4)
+            else:
+                self.assertIn("sluice-run: counters of 1 of 4 ranks", r.stderr)
+                for said in ("rank 1: line 2: longer than 262144 bytes", "rank 2: line 2: not a stats line: counter "
+                             "am.msgs_sent is not a whole number", "rank 3: more than 1048576 bytes of counters"):
+                    self.assertRegex(r.stderr, "(?m)^sluice-run: --stats: %s.*; its counters are left out$"
+                                     % re.escape(said))
+            dests = dict(re.findall(r"^\[\d+\] stats of rank (\d) go to file:(\S+)$", r.stderr, re.M))
+            self.assertEqual(sorted(dests), ["0", "1", "2", "3"], r.stderr[-4000:])
+            for rank, path in dests.items():  # here, the launcher's directory; elsewhere, the rank's own
+                self.assertFalse(os.path.exists(os.path.dirname(path)), "rank %s: %s is left" % (rank, path))
 
     def test_the_bootstrap_service_holds_off_what_the_network_sends(self):
         # A job whose last rank (on the third host) starts only after the hostile clients

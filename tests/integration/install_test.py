@@ -69,7 +69,7 @@ class Installed(unittest.TestCase):
         r = run([os.path.join(self.bin, "sluice-info"), "-v"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"# Sluice (\d+\.\d+\.\d+) \(headers \1\), UCX ")
-        for tool in ("sluice-run", "sluice-perf"):
+        for tool in ("sluice-run", "sluice-stats", "sluice-perf"):
             r = run([os.path.join(self.bin, tool), "--help"])
             self.assertEqual(r.returncode, 0, tool + ": " + r.stderr)
 
@@ -93,6 +93,10 @@ class Installed(unittest.TestCase):
             self.assertIn("\\fBsluice\\fR(7)", roff, tool)
         with open(os.path.join(self.prefix, "share/man/man1/sluice-run.1")) as f:
             self.assertIn("on other hosts", f.read().split(".SH SYNOPSIS")[0])
+        with open(os.path.join(self.prefix, "share/man/man1/sluice-stats.1")) as f:  # one option, -h
+            roff = f.read().replace("\\-", "-")
+        for part in (".SH SYNOPSIS", ".B -h, --help", ".SH EXIT STATUS", "sluice-stats stats/*.jsonl", ".SH ENVIRONMENT"):
+            self.assertIn(part, roff)
 
     def test_sluice_7_lists_every_variable(self):
         with open(os.path.join(self.prefix, "share/man/man7/sluice.7")) as f:

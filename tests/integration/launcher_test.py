@@ -18,6 +18,7 @@ BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__),
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 RUN = os.path.join(BUILD, "apps/sluice-run")
 INFO = os.path.join(BUILD, "apps/sluice-info")
+STATS = os.path.join(BUILD, "apps/sluice-stats")
 ALLTOALL = os.path.join(BUILD, "tests/alltoall")
 PING = os.path.join(BUILD, "apps/examples/ping")
 BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
@@ -52,6 +53,42 @@ def run(args, env=None, timeout=WATCHDOG):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run(args, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def check_stats_table(test, table_text, ranks_text, tag, n):
+    """The table of sluice-run --stats or sluice-stats in `table_text` against what each of the
+    `n` ranks printed of itself at exit (SLUICE_STATS=1) in `ranks_text`, its lines prefixed as
+    `tag` says (group 1: the rank, group 2: the text): every shown counter's sum, minimum and
+    maximum, and the ranks named at the extremes. Returns the table, counter -> [sum, min,
+    min's rank, max, max's rank]."""
+    own = {}  # rank -> counter -> value, summed over the rank's engines
+    in_block = set()
+    for line in ranks_text.splitlines():
+        m = re.match(tag, line)
+        if not m:
+            continue
+        rank, text = int(m.group(1)), m.group(2)
+        if text.startswith("sluice stats (rank "):
+            in_block.add(rank)
+            own.setdefault(rank, {})
+            continue
+        c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
+        if c and rank in in_block:
+            own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
+    test.assertEqual(sorted(own), list(range(n)), ranks_text[-3000:])
+    table = {}
+    for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d+)\) +(\d+) \(rank (\d+)\)$", table_text, re.M):
+        table[m.group(1)] = [int(g) for g in m.groups()[1:]]
+    names = set().union(*own.values())
+    shown = {name for name in names if any(own[k].get(name, 0) for k in own)}
+    test.assertEqual(set(table), shown, table_text[-3000:])
+    for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
+        values = [own[k].get(name, 0) for k in range(n)]
+        test.assertEqual(total, sum(values), name)
+        test.assertEqual((lo, hi), (min(values), max(values)), name)
+        test.assertEqual(values[lo_rank], lo, name)
+        test.assertEqual(values[hi_rank], hi, name)
+    return table
 
 
 class Launcher(unittest.TestCase):
@@ -257,34 +294,8 @@ class Launcher(unittest.TestCase):
         # launcher's table must add up to them exactly and name the ranks at the extremes.
         r = run([RUN, "-n", "3", "--stats", "--tag-output", ALLTOALL, "200"], env=dict(self.env, SLUICE_STATS="1"))
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        own = {}  # rank -> counter -> value, summed over the rank's engines
-        in_block = set()
-        for line in r.stderr.splitlines():
-            m = re.match(r"^\[(\d+)\] (.*)$", line)
-            if not m:
-                continue
-            rank, text = int(m.group(1)), m.group(2)
-            if text.startswith("sluice stats (rank "):
-                in_block.add(rank)
-                own.setdefault(rank, {})
-                continue
-            c = re.match(r"^([a-z_][\w.]*) +(\d+)$", text)
-            if c and rank in in_block:
-                own[rank][c.group(1)] = own[rank].get(c.group(1), 0) + int(c.group(2))
-        self.assertEqual(sorted(own), [0, 1, 2], r.stderr[-3000:])
         self.assertIn("sluice-run: counters of 3 of 3 ranks", r.stderr)
-        table = {}
-        for m in re.finditer(r"^  (\S+) +(\d+) +(\d+) \(rank (\d)\) +(\d+) \(rank (\d)\)$", r.stderr, re.M):
-            table[m.group(1)] = [int(g) for g in m.groups()[1:]]
-        names = set().union(*own.values())
-        shown = {n for n in names if any(own[k].get(n, 0) for k in own)}
-        self.assertEqual(set(table), shown, r.stderr[-3000:])
-        for name, (total, lo, lo_rank, hi, hi_rank) in table.items():
-            values = [own[k].get(name, 0) for k in range(3)]
-            self.assertEqual(total, sum(values), name)
-            self.assertEqual((lo, hi), (min(values), max(values)), name)
-            self.assertEqual(values[lo_rank], lo, name)
-            self.assertEqual(values[hi_rank], hi, name)
+        table = check_stats_table(self, r.stderr, r.stderr, r"^\[(\d+)\] (.*)$", 3)
         # What the ranks did: 200 messages to each of the 2 others, and all of them arrived.
         self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
         self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
@@ -426,6 +437,67 @@ class Mpirun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
         self.assertIn("SLUICE_BOOT=auto chose pmix", r.stderr)
+
+
+class StatsTool(unittest.TestCase):
+    """sluice-stats: the files of a job's exit lines, added up as sluice-run --stats does."""
+
+    def test_the_sums_of_the_files_ranks_under_mpirun_wrote(self):
+        # Each rank's own counters (SLUICE_STATS=1) in a file of its own: mpirun's --tag-output
+        # interleaves pieces of the ranks' lines.
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as out:
+            env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_plm_rsh_agent": "false",
+                   "SLUICE_STATS": "1"}
+            r = run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "--output-filename", out,
+                     "-x", "SLUICE_STATS_TRIGGER=exit", "-x", "SLUICE_STATS_DEST=file:%s/%%h-%%p.jsonl" % d,
+                     ALLTOALL, "200"], env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-3000:])
+            own = ""
+            for rank in range(3):
+                with open(os.path.join(out, "1", "rank.%d" % rank, "stderr")) as f:
+                    own += "".join("[%d] %s" % (rank, line) for line in f)
+            files = sorted(os.path.join(d, f) for f in os.listdir(d))
+            self.assertEqual(len(files), 3, files)  # one a process
+            s = run([STATS] + files)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertIn("sluice-stats: counters of 3 ranks (each rank's engines at exit), from 3 file(s):", s.stdout)
+        table = check_stats_table(self, s.stdout, own, r"^\[(\d+)\] (.*)$", 3)
+        self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
+        self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
+
+    def test_a_line_that_is_not_a_stats_line_is_named_by_its_file_and_line(self):
+        good = '{"host": "h", "pid": 7, "rank": 0, "trigger": "exit", "counters": {"am.msgs_sent": 5}}\n'
+        cases = [
+            ('{"rank": 1, "trigger": "exit", "counters": {"am.msgs_sent": -1}}\n',
+             "bad.jsonl:2: not a stats line: counter am.msgs_sent is not a whole number"),
+            ('{"rank": 1, "trigger": "exit", "counters": {"am.msgs_sent": 1}\n', "bad.jsonl:2: not a stats line"),
+            ('{"rank": 1, "trigger": "exit"}\n', 'bad.jsonl:2: not a stats line: no "counters" object'),
+            ('{"rank": 1, "trigger": "exit", "counters": {"\\u001b[2J": 1}}\n',
+             "bad.jsonl:2: not a stats line: a counter name that is not letters"),
+            ("[" * 100000 + "\n", "bad.jsonl:2: not a stats line: an object expected at byte 1"),
+            ('{"peers": ' + "[" * 100 + "]" * 100 + ', "counters": {}}\n', "nested more than 16 deep"),
+            ("x" * (300 << 10) + "\n", "bad.jsonl:2: a line longer than 262144 bytes; not a stats line"),
+            ('{"host": "h", "pid": 8, "rank": 0, "trigger": "exit", "counters": {}}\n',
+             "bad.jsonl:2: rank 0 of process h:8, but %s:1 had rank 0 of process h:7: give the files of one job"),
+        ]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bad.jsonl")
+            for text, said in cases:
+                with open(path, "w") as f:
+                    f.write(good + text + good)
+                r = run([STATS, path])
+                self.assertEqual(r.returncode, 1, (said, r.stdout, r.stderr))
+                self.assertIn(said.replace("%s", path), r.stderr)
+                self.assertEqual(r.stdout, "", said)
+            for args, said in (([os.path.join(d, "none")], "none: cannot open it: No such file or directory"),
+                               ([d], "cannot read it: Is a directory")):
+                r = run([STATS] + args)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(said, r.stderr)
+        r = run([STATS])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("usage: sluice-stats", r.stderr)
 
 
 class FileBootstrap(unittest.TestCase):
