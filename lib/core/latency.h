@@ -30,7 +30,7 @@ class LatencyHistogram {
   // The bucket of `ns`, and the largest value that bucket holds.
   static std::size_t index(std::uint64_t ns) {
     if (ns < 16) return static_cast<std::size_t>(ns);
-    int e = std::bit_width(ns) - 1;  // 2^e <= ns < 2^(e+1), e >= 4
+    const int e = static_cast<int>(std::bit_width(ns)) - 1;  // 2^e <= ns < 2^(e+1), e >= 4
     if (e >= kMaxExponent) return kBuckets - 1;
     auto sub = static_cast<std::size_t>((ns >> (e - kSubBits)) & ((1u << kSubBits) - 1));
     return 16 + static_cast<std::size_t>(e - 4) * (1u << kSubBits) + sub;
