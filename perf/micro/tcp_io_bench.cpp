@@ -15,8 +15,8 @@
 //         the error queue), io_uring SEND, io_uring SEND_ZC (if the kernel has it): GB/s.
 // Variants alternate in rounds (round 0: warm-up, not reported); each line gives the values per
 // round, their median, and the median of the per-round ratios to the test's first (epoll) one.
-// Build: g++ -O2 -std=c++20 perf/micro/tcp_io_bench.cpp -luring -o /tmp/tcp_io_bench
-// Run:   /tmp/tcp_io_bench [rounds=7]      (on a quiet machine: every loop spins on its core)
+// Built as build/perf/tcp-io-bench where liburing-dev is installed (scripts/setup installs it).
+// Run:   build/perf/tcp-io-bench [rounds=7]      (on a quiet machine: every loop spins on its core)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <liburing.h>
