@@ -103,7 +103,10 @@ double echo_window(const Args& a, int iters, int me, PageBuffer& s) {
   for (std::size_t i = 0; i < w; ++i, ++posted) {
     cur[i] = i;
     MPI_Irecv(bufs[i].data(), n, MPI_BYTE, peer, in_tag, MPI_COMM_WORLD, &rr[i]);
-    if (me == 0) MPI_Isend(s.data(), n, MPI_BYTE, peer, out_tag, MPI_COMM_WORLD, &ss[i]), ++sent;
+    if (me == 0) {
+      MPI_Isend(s.data(), n, MPI_BYTE, peer, out_tag, MPI_COMM_WORLD, &ss[i]);
+      ++sent;
+    }
   }
   for (int done = 0; done < iters; ++done) {
     std::size_t i = static_cast<std::size_t>(done) % w;
@@ -113,9 +116,13 @@ double echo_window(const Args& a, int iters, int me, PageBuffer& s) {
       MPI_Isend(bufs[cur[i]].data(), n, MPI_BYTE, peer, out_tag, MPI_COMM_WORLD, &ss[i]);
       cur[i] = cur[i] < w ? cur[i] + w : cur[i] - w;
     } else if (sent < iters) {
-      MPI_Isend(s.data(), n, MPI_BYTE, peer, out_tag, MPI_COMM_WORLD, &ss[i]), ++sent;
+      MPI_Isend(s.data(), n, MPI_BYTE, peer, out_tag, MPI_COMM_WORLD, &ss[i]);
+      ++sent;
     }
-    if (posted < iters) MPI_Irecv(bufs[cur[i]].data(), n, MPI_BYTE, peer, in_tag, MPI_COMM_WORLD, &rr[i]), ++posted;
+    if (posted < iters) {
+      MPI_Irecv(bufs[cur[i]].data(), n, MPI_BYTE, peer, in_tag, MPI_COMM_WORLD, &rr[i]);
+      ++posted;
+    }
   }
   MPI_Waitall(static_cast<int>(w), ss.data(), MPI_STATUSES_IGNORE);
   return seconds_since(t0);

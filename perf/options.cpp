@@ -101,7 +101,8 @@ void usage(FILE* out) {
       "  --listen H:P    cs: where the server listens; port 0 picks one [127.0.0.1:0]\n"
       "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
       "  --mpirun PATH   --baseline mpi: the mpirun that starts its jobs [mpirun, on PATH]\n"
-      "  --mpi-timeout S --baseline mpi: a job still running after S seconds is killed [120]\n"
+      "  --mpi-timeout SECONDS\n"
+      "                  --baseline mpi: a job still running after SECONDS is killed [120]\n"
       "\n",
       out);
   std::fputs("ratio (Sluice / baseline of each test's headline figure, by what the test measures):\n", out);
