@@ -31,7 +31,7 @@ struct Args {
   std::string pattern;
   std::size_t there = 0, back = 0;
   int iters = 0, warmup = 0, window = 1;
-  std::size_t offset = 0;  // where rank 0's send buffer starts in its page (--offset)
+  std::size_t offset = 0;  // where the send buffers start in their page (--offset), as the raw loop's
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -131,7 +131,7 @@ double echo_window(const Args& a, int iters, int me, PageBuffer& s) {
 // The pattern, warmup first (untimed: each repetition is a fresh job, whose first messages
 // also set up its connections), then timed; rank 0 prints the line.
 void run(const Args& a, int me) {
-  PageBuffer s(std::max<std::size_t>({a.there, a.back, 1}), me == 0 ? a.offset : 0);
+  PageBuffer s(std::max<std::size_t>({a.there, a.back, 1}), a.offset);
   PageBuffer r(std::max<std::size_t>({a.there, a.back, 1}));
   std::vector<double> rtts;
   double secs = NAN;
