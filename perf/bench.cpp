@@ -21,6 +21,7 @@ Bench::Bench(Context& ctx, Engines& engines, const Link& link, const Options& o)
       main_(*engines.main),
       bounce_(engines.bounce.get()),
       raw_(engines.raw.get()),
+      mpi_(engines.mpi.get()),
       link_(link),
       o_(o),
       me_(link.role()),
@@ -335,7 +336,18 @@ Figures Bench::run_one(const Cmd& c) {
 // Never inlined: scripts/instructions cuts rank 1's profile where it returns.
 [[gnu::noinline]] Figures Bench::run_raw(const Test& t, const Cmd& c) { return (raw_->*t.raw)(c, link_); }
 
-Figures Bench::drive(const Cmd& c) {
+// The driver waits for the job reading its output, progressing its engine every 10 ms (its
+// peers go on hearing from it); the other sides sleep in theirs, as long as a job may take.
+absl::StatusOr<Figures> Bench::run_mpi(const Test& t, const Cmd& c) {
+  return mpi_->run(t, c, c.mode == RunOn::kMpiOb1 ? Pml::kOb1 : Pml::kUcx, [this] { main_.progress(); });
+}
+
+void Bench::sleep_until_done() {
+  auto deadline = Clock::now() + std::chrono::seconds(o_.mpi_timeout + 60);
+  if (!main_.run_until([this] { return done_count_ >= 1; }, deadline)) fail("timed out waiting for rank 0's MPI job");
+}
+
+absl::StatusOr<Figures> Bench::drive(const Cmd& c) {
   const Test& t = test_of(c);
   done_count_ = 0;
   ready_count_ = 0;
@@ -345,8 +357,8 @@ Figures Bench::drive(const Cmd& c) {
   // The test's traffic may use another engine (the bounce baseline) than the command: nothing
   // orders the two, so wait until every rank has taken the command (and reset its counters).
   wait_for([&] { return ready_count_ == n_ - 1; }, "the other ranks to take the command");
-  Figures f = run_one(c);
-  if (t.until_done) {
+  absl::StatusOr<Figures> f = is_mpi(c.mode) ? run_mpi(t, c) : run_one(c);
+  if (t.until_done || is_mpi(c.mode)) {
     for (int r = 1; r < n_; ++r) send_spin(main_, r, kDone, {});  // "stop answering / streaming"
   }
   wait_for([&] { return done_count_ == n_ - 1; }, "the other ranks");
@@ -360,8 +372,12 @@ void Bench::serve() {
     Cmd c = pending_cmd_;
     if (c.mode == RunOn::kQuit) return;
     send_spin(main_, 0, kReady, {});
-    run_one(c);
-    if (test_of(c).until_done) wait_for([&] { return done_count_ >= 1; }, "the end of the test");
+    if (is_mpi(c.mode)) {
+      sleep_until_done();
+    } else {
+      run_one(c);
+      if (test_of(c).until_done) wait_for([&] { return done_count_ >= 1; }, "the end of the test");
+    }
     send_spin(main_, 0, kDone, {});
   }
 }

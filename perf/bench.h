@@ -29,8 +29,9 @@ class Bench {
   // Every side: the handlers, on the main engine and the bounce baseline's.
   absl::Status setup();
 
-  // The driver: tells everyone to run `c`, runs it, waits for everyone to finish.
-  Figures drive(const Cmd& c);
+  // The driver: tells everyone to run `c`, runs it, waits for everyone to finish. An error only
+  // from an MPI job that gave no figures (mpi_baseline.h).
+  absl::StatusOr<Figures> drive(const Cmd& c);
   // The driver: tells the other sides to stop serving.
   void quit();
   // The other sides: serve commands until told to quit.
@@ -98,6 +99,9 @@ class Bench {
   Figures run_one(const Cmd& c);
   // Raw UCX's loop for `c` (the test's baseline function).
   Figures run_raw(const Test& t, const Cmd& c);
+  // The driver: the MPI job `c` names. The other sides: asleep in the engine until it is over.
+  absl::StatusOr<Figures> run_mpi(const Test& t, const Cmd& c);
+  void sleep_until_done();
   Figures stream(Engine& e, const Cmd& c, HandlerId h);
   struct Calls;
   void issue(Engine& e, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> request,
@@ -109,6 +113,7 @@ class Bench {
   Engine& main_;
   Engine* bounce_;
   RawUcx* raw_;
+  MpiBaseline* mpi_;
   const Link& link_;
   const Options& o_;
   const bool zero_copy_ = o_.rpc == "zero";  // compared once: handlers run once per call

@@ -56,8 +56,13 @@ absl::StatusOr<Engines> create_engines(Context& ctx, const Options& o) {
         "--baseline ucx needs a launcher (sluice-run -n 2): the raw loop exchanges worker addresses through its "
         "bootstrap");
   }
+  if (o.baseline == "mpi" && ctx.size() < 2) {
+    return absl::InvalidArgumentError(
+        "--baseline mpi needs a launcher (sluice-run -n 2): rank 0 runs the MPI jobs while rank 1 waits");
+  }
   Engines e;
   SLUICE_ASSIGN_OR_RETURN(e.main, ctx.create_engine());
+  if (o.baseline == "mpi" && ctx.rank() == 0) e.mpi = std::make_unique<MpiBaseline>(o);
   if (o.baseline == "bounce") {
     Config c = ctx.config();
     c.rndv = false;

@@ -14,6 +14,7 @@
 
 #include <sluice/sluice.h>
 
+#include "mpi_baseline.h"
 #include "options.h"
 #include "raw_ucx.h"
 
@@ -22,13 +23,14 @@ namespace sluice::perf {
 // The engines and baselines of one process.
 struct Engines {
   std::unique_ptr<Engine> main;
-  std::unique_ptr<Engine> bounce;  // --baseline bounce: SLUICE_RNDV=n
-  std::unique_ptr<RawUcx> raw;     // --baseline ucx
+  std::unique_ptr<Engine> bounce;    // --baseline bounce: SLUICE_RNDV=n
+  std::unique_ptr<RawUcx> raw;       // --baseline ucx
+  std::unique_ptr<MpiBaseline> mpi;  // --baseline mpi: the driver's jobs
 };
 
 // Creates them as `o` says: collectively in a launcher's job, as create_engine() and
-// RawUcx::create() are. The raw baseline needs the launcher's bootstrap (FailedPrecondition
-// without one).
+// RawUcx::create() are. The raw and MPI baselines need the launcher's ranks (InvalidArgument
+// without them).
 absl::StatusOr<Engines> create_engines(Context& ctx, const Options& o);
 
 // The largest payload a run of `o` moves: what the receiving side's landing buffer holds.

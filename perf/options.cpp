@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 
 #include <sluice/config.h>
 
@@ -39,17 +40,37 @@ void print_window(FILE* out) {
   std::fprintf(out, "  -W WINDOW       operations in flight [%s]\n", windows.c_str());
 }
 
+// The MPI baseline's section.
+void print_mpi(FILE* out) {
+  std::fputs(
+      "\n"
+      "MPI baseline (--baseline mpi, rank mode):\n"
+      "Rank 0 runs sluice-perf-mpi (beside sluice-perf; built where meson finds MPI) as a job of\n"
+      "its own, once per repetition and pml, between Sluice's runs (Sluice, ob1, ucx, Sluice, ...):\n"
+      "  mpirun -n 2 --bind-to core --mca pml ob1 --mca btl self,vader sluice-perf-mpi ...\n"
+      "  mpirun -n 2 --bind-to core --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any ...\n"
+      "Both MPI ranks run on rank 0's host, on every CPU it has, while sluice-perf's ranks sleep.\n"
+      "Each row of a test with an MPI part (am_lat, am_bw, rpc_lat, rpc_rate, read, write,\n"
+      "bulk_bw) comes twice, baseline mpi-ob1 and mpi-ucx, with the same Sluice figures. A pml\n"
+      "that cannot run leaves its figures and ratio empty and says why in the table's row and\n"
+      "on stderr (pml ucx did not run: ...); it is not tried again in that invocation. The\n"
+      "job's environment drops OMPI_* and PMIX_* variables (an enclosing launch's) and, as\n"
+      "root, adds OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.\n",
+      out);
+}
+
 }  // namespace
 
 void usage(FILE* out) {
   std::fputs(
       "usage: sluice-perf [-t TEST[,TEST...]|all] [-s SIZES] [-n ITERS] [-w WARMUP] [-W WINDOW]\n"
-      "                   [-r REPEATS] [--baseline ucx|bounce|none] [--rpc zero|copy]\n"
+      "                   [-r REPEATS] [--baseline ucx|bounce|mpi|none] [--rpc zero|copy]\n"
       "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
       "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
+      "                   [--mpirun PATH] [--mpi-timeout SECONDS]\n"
       "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
-      "ucx_perftest; with --baseline, raw UCX (or Sluice's bounce mode) runs the same\n"
-      "pattern interleaved with it, and each row prints the ratio. Run it under a\n"
+      "ucx_perftest; with --baseline, raw UCX, Open MPI (or Sluice's bounce mode) runs the\n"
+      "same pattern interleaved with it, and each row prints the ratio. Run it under a\n"
       "launcher: sluice-run -n 2 --bind core sluice-perf ... Exit status 2 on bad\n"
       "arguments, 1 when a run fails.\n"
       "\n",
@@ -67,7 +88,7 @@ void usage(FILE* out) {
   std::fputs(
       "  -r REPEATS      repetitions, Sluice and baseline alternating; medians are shown [5]\n"
       "  --baseline B    ucx: raw UCX tag matching doing the same bytes; bounce: Sluice with\n"
-      "                  SLUICE_RNDV=n; none [none]\n"
+      "                  SLUICE_RNDV=n; mpi: Open MPI, pml ob1 and pml ucx (below); none [none]\n"
       "  --rpc MODE      zero: replies without copies (into a reply buffer above the eager\n"
       "                  limit); copy: reply_copy [zero]\n"
       "  --offset BYTES  the sending side's buffers start BYTES into their page, 0-4095 [0]\n"
@@ -79,6 +100,9 @@ void usage(FILE* out) {
       "  --server        cs: this process is the server, started without a launcher\n"
       "  --listen H:P    cs: where the server listens; port 0 picks one [127.0.0.1:0]\n"
       "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
+      "  --mpirun PATH   --baseline mpi: the mpirun that starts its jobs [mpirun, on PATH]\n"
+      "  --mpi-timeout SECONDS\n"
+      "                  --baseline mpi: a job still running after SECONDS is killed [120]\n"
       "\n",
       out);
   std::fputs("ratio (Sluice / baseline of each test's headline figure, by what the test measures):\n", out);
@@ -108,6 +132,7 @@ void usage(FILE* out) {
       "in one run, the ratio then compares the two. fanin (the server floods the client) runs\n"
       "without its raw-UCX part.\n",
       out);
+  print_mpi(out);
 }
 
 namespace {
@@ -141,6 +166,18 @@ bool parse_sizes(const std::string& v, Options* o) {
   return true;
 }
 
+// "a, b or c".
+std::string one_of(std::initializer_list<const char*> names) {
+  std::string out;
+  std::size_t i = 0;
+  for (const char* n : names) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += n;
+    ++i;
+  }
+  return out;
+}
+
 // HOST:PORT with a port from 0 to 65535 (the library checks the host).
 bool parse_address(const std::string& flag, const std::string& v, std::string* out) {
   std::size_t colon = v.rfind(':');
@@ -158,6 +195,10 @@ bool check(const Options& o) {
   const char* what = nullptr;
   if (o.mode != "cs" && (o.server || !o.listen.empty() || !o.connect.empty()))
     what = "--server, --listen and --connect need -m cs";
+  else if (o.baseline != "mpi" && (o.mpirun != "mpirun" || o.mpi_timeout != 120))
+    what = "--mpirun and --mpi-timeout need --baseline mpi";
+  else if (o.mode == "cs" && o.baseline == "mpi")
+    what = "--baseline mpi runs in rank mode: its MPI jobs are two ranks on rank 0's host (sluice-run -n 2)";
   else if (o.server && !o.connect.empty()) what = "--server or --connect, not both";
   else if (!o.listen.empty() && !o.connect.empty()) what = "--listen is the server's, --connect the client's: not both";
   if (what != nullptr) std::fprintf(stderr, "sluice-perf: %s\n", what);
@@ -191,14 +232,12 @@ std::optional<Options> parse(int argc, char** argv) {
       *out = static_cast<int>(n);
       return true;
     };
-    // A value that must be one of `x`, `y`, `z` (of two: y == z).
-    auto choice = [&](const char* x, const char* y, const char* z, std::string* out) -> bool {
+    // A value that must be one of `names`.
+    auto choice = [&](std::initializer_list<const char*> names, std::string* out) -> bool {
       auto v = value();
       if (!v) return false;
-      if (*v != x && *v != y && *v != z) {
-        if (std::string(y) == z)
-          std::fprintf(stderr, "sluice-perf: %s %s: need %s or %s\n", a.c_str(), v->c_str(), x, y);
-        else std::fprintf(stderr, "sluice-perf: %s %s: need %s, %s or %s\n", a.c_str(), v->c_str(), x, y, z);
+      if (std::find(names.begin(), names.end(), *v) == names.end()) {
+        std::fprintf(stderr, "sluice-perf: %s %s: need %s\n", a.c_str(), v->c_str(), one_of(names).c_str());
         return false;
       }
       *out = *v;
@@ -212,16 +251,18 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "-w") ok = number(0, &o.warmup);
     else if (a == "-W") ok = number(1, &o.window);
     else if (a == "-r") ok = number(1, &o.repeats);
-    else if (a == "--baseline") ok = choice("ucx", "bounce", "none", &o.baseline);
-    else if (a == "--rpc") ok = choice("zero", "copy", "copy", &o.rpc);
-    else if (a == "--format") ok = choice("table", "csv", "json", &o.format);
+    else if (a == "--baseline") ok = choice({"ucx", "bounce", "mpi", "none"}, &o.baseline);
+    else if (a == "--rpc") ok = choice({"zero", "copy"}, &o.rpc);
+    else if (a == "--format") ok = choice({"table", "csv", "json"}, &o.format);
     else if (a == "--offset") ok = number(0, &o.offset);
     else if (a == "--stats") o.stats = true;
     else if (a == "--producers") ok = number(1, &o.producers);
-    else if (a == "-m" || a == "--mode") ok = choice("rank", "cs", "cs", &o.mode);
+    else if (a == "-m" || a == "--mode") ok = choice({"rank", "cs"}, &o.mode);
     else if (a == "--server") o.server = true;
     else if (a == "--listen") ok = (v = value()) && parse_address(a, *v, &o.listen);
     else if (a == "--connect") ok = (v = value()) && parse_address(a, *v, &o.connect);
+    else if (a == "--mpirun") ok = (v = value()) && !(o.mpirun = *v).empty();
+    else if (a == "--mpi-timeout") ok = number(1, &o.mpi_timeout);
     else if (a == "-h" || a == "--help") {
       usage(stdout);
       std::exit(0);

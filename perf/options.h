@@ -32,6 +32,9 @@ struct Options {
   bool server = false;  // cs: this process listens (without a launcher)
   std::string listen;   // cs: where the server listens [127.0.0.1:0]
   std::string connect;  // cs: the server this process connects to (without a launcher)
+  // --baseline mpi: the mpirun that starts each job, and how long a job may take (mpi_baseline.h).
+  std::string mpirun = "mpirun";
+  int mpi_timeout = 120;
 };
 
 void usage(FILE* out);

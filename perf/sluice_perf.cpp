@@ -4,9 +4,10 @@
 //
 // Rank 0 drives and reports; the other ranks answer. With -m cs, a client and a server do
 // instead, over Engine::connect()/listen() (connect.h). Every figure is the median of -r
-// repetitions; with --baseline, the same pattern runs on raw UCX tag matching (ucx) or with
-// Sluice's bounce-buffer mode (bounce), interleaved A B A B, and the ratio Sluice/baseline
-// of the test's headline figure is printed per row. Exit status 2 on bad arguments.
+// repetitions; with --baseline, the same pattern runs on raw UCX tag matching (ucx), with
+// Sluice's bounce-buffer mode (bounce) or as Open MPI jobs, a row per pml (mpi; mpi_baseline.h),
+// interleaved A B A B, and the ratio Sluice/baseline of the test's headline figure is printed
+// per row. Exit status 2 on bad arguments.
 #include <cstdio>
 #include <string>
 

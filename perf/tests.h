@@ -41,6 +41,18 @@ enum class Baseline {
   kBudget,       // the receive budget; with --baseline ucx, raw UCX's run is reported beside
 };
 
+// What Open MPI's baseline of a test runs (--baseline mpi; sluice-perf-mpi's patterns): the
+// same exchange as the raw UCX loop's.
+enum class MpiPattern {
+  kNone,       // no MPI part
+  kOneWay,     // echoes of SIZE bytes, half the round trip (am_lat)
+  kRoundTrip,  // echoes of SIZE bytes, the round trip (rpc_lat)
+  kRead,       // 8 bytes there, SIZE back from the other side's own buffer
+  kWrite,      // SIZE bytes there, 8 back
+  kStream,     // a stream of SIZE bytes, WINDOW in flight
+  kWindow,     // WINDOW echoes of SIZE bytes in flight
+};
+
 // Sizes without -s: the small-message tests' (a static array: a table entry's sizes outlive it).
 inline constexpr std::size_t kSmallSizes[] = {8};
 
@@ -63,6 +75,7 @@ struct Test {
   bool driver_holds = false;  // the driver holds what arrives from the first message on (fanin)
   Figures (Bench::*run)(Engine& e, const Cmd& c) = nullptr;          // Sluice, on every side
   Figures (RawUcx::*raw)(const Cmd& c, const Link& link) = nullptr;  // raw UCX's; nullptr: none
+  MpiPattern mpi = MpiPattern::kNone;                                // Open MPI's
   std::string (*note)(const Row& r, const Options& o) = nullptr;     // the row's words; nullptr: none
 };
 

@@ -73,6 +73,16 @@ class Installed(unittest.TestCase):
             r = run([os.path.join(self.bin, tool), "--help"])
             self.assertEqual(r.returncode, 0, tool + ": " + r.stderr)
 
+    def test_perf_finds_its_mpi_program_beside_it(self):
+        # sluice-perf --baseline mpi runs the sluice-perf-mpi installed beside it (where meson found MPI).
+        if not os.path.exists(os.path.join(self.bin, "sluice-perf-mpi")):
+            self.skipTest("built without MPI")
+        r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", os.path.join(self.bin, "sluice-perf"), "-t", "am_lat",
+                 "-n", "100", "-r", "1", "--baseline", "mpi", "--format", "csv"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("did not run", r.stderr)
+        self.assertEqual([line.split(",")[9] for line in r.stdout.splitlines()[1:]], ["mpi-ob1", "mpi-ucx"], r.stdout)
+
     def test_man_pages_say_what_help_says(self):
         for tool in ("sluice-run", "sluice-info", "sluice-perf"):
             page = os.path.join(self.prefix, "share/man/man1", tool + ".1")

@@ -83,7 +83,8 @@ class PerfSmoke(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for word in ("am_lat", "am_bw", "am_submit", "--producers", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
-                     "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server"):
+                     "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server", "--mpirun",
+                     "--mpi-timeout", "MPI baseline (--baseline mpi"):
             self.assertIn(word, r.stdout)
 
     def test_every_test_of_the_table_is_taken_by_t_and_described_in_help(self):
@@ -240,7 +241,7 @@ class PerfSmoke(unittest.TestCase):
                 self.assertGreater(float(x["lat_us"]), 0, x)
 
     def test_bad_flags_exit_2_with_usage(self):
-        for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpi"], ["--format", "xml"], ["-n", "0"], ["--what"],
+        for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpich"], ["--format", "xml"], ["-n", "0"], ["--what"],
                      ["-m", "tcp"], ["--producers", "0"], ["--producers", "65"], ["--server"], ["-m", "cs", "--connect", "nohost"],
                      ["-m", "cs", "--server", "--connect", "127.0.0.1:1"]):
             r = perf(2, *args)
