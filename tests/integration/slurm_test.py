@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Sluice under Slurm: a one-node cluster of this machine, from Debian's packages (munged,
 slurmctld, slurmd), configured in a temporary directory on free ports. srun --mpi=pmix starts
-the all-to-all test program (PMIx chosen, ledger clean), and sbatch runs a job script that
-runs sluice-perf under srun, as a user would. Every daemon is stopped by pid afterwards, and
+the all-to-all test program (PMIx chosen, ledger clean; and, as docs/launching.md says, each
+rank's counters written at exit to a file that sluice-stats adds up), and sbatch runs a job
+script that runs sluice-perf under srun, as a user would. Every daemon is stopped by pid afterwards, and
 whatever they started (found by a marker in its environment), also when a test fails."""
 import os
 import shutil
@@ -16,7 +17,7 @@ import unittest
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from launcher_test import ALLTOALL, BUILD, tagged_pids, wait_gone  # noqa: E402
+from launcher_test import ALLTOALL, BUILD, STATS, check_stats_table, tagged_pids, wait_gone  # noqa: E402
 
 PERF = os.path.join(BUILD, "perf/sluice-perf")
 SLURM_CONF = """ClusterName=sluicetest
@@ -144,6 +145,23 @@ class Slurm(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.logs())
         self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
         self.assertEqual(r.stderr.count("SLUICE_BOOT=auto chose pmix"), 4, r.stderr)
+
+    def test_srun_line_of_launching_md_writes_the_files_sluice_stats_adds_up(self):
+        # docs/launching.md's srun line, each rank also printing its own counters at exit
+        # (SLUICE_STATS=1) for the table to be checked against; --label tags those lines.
+        with tempfile.TemporaryDirectory() as d:
+            export = "ALL,SLUICE_STATS=1,SLUICE_STATS_TRIGGER=exit,SLUICE_STATS_DEST=file:%s/%%h-%%p.jsonl" % d
+            r = subprocess.run(["srun", "--mpi=pmix", "--overcommit", "--label", "-n", "3", "--export=" + export,
+                                ALLTOALL, "200"], env=self.env, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr[-3000:] + self.logs())
+            files = sorted(os.path.join(d, f) for f in os.listdir(d))
+            self.assertEqual(len(files), 3, files)  # one a process
+            s = subprocess.run([STATS] + files, capture_output=True, text=True, timeout=60)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertIn("sluice-stats: counters of 3 ranks (each rank's engines at exit), from 3 file(s):", s.stdout)
+        table = check_stats_table(self, s.stdout, r.stdout + r.stderr, r"^\s*(\d+): (.*)$", 3)
+        self.assertGreaterEqual(table["am.msgs_sent"][0], 3 * 2 * 200)
+        self.assertEqual(table["am.msgs_sent"][0], table["am.msgs_received"][0])
 
     def test_sbatch_job_runs_sluice_perf_under_srun(self):
         script = os.path.join(self.dir, "job.sh")
