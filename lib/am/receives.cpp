@@ -36,9 +36,8 @@ void Receives::post_waiting() {
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
-    PostResult r = engine().worker_->post_recv(p.ep(), op, slot_data(op->slot), slot_size(op->slot),
-                                               wire::make_tag(wire::kEager, p.id(), p.posted.key_), kFullMask,
-                                               slot_memh(op->slot));
+    PostResult r = engine().worker_->post_recv(p.ep(), op, slot_data(op->slot), slot_size(op->slot), p.posted.tag_,
+                                               kFullMask, slot_memh(op->slot));
     if (r.kind == Post::kError) {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
       op->slot.release();
@@ -52,6 +51,7 @@ void Receives::post_waiting() {
 
 void Receives::open(PeerData& p) {
   p.posted.key_ = next_key_ = next_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
+  p.posted.tag_ = wire::make_tag(wire::kEager, p.id(), p.posted.key_);
   while (p.posted.ops_.size() < p.posted.reserved_) {
     Op* op = engine().ops_.take(OpKind::kRx, p.id());
     p.posted.ops_.push_back(op);

@@ -23,6 +23,8 @@ class PostedFor {
  public:
   // The id our HELLO gave the peer for its EAGER tags to us; 0 while closed.
   std::uint64_t key() const { return key_; }
+  // The tag its EAGER messages to us carry (the key's, kept beside it: every re-post uses it).
+  std::uint64_t tag() const { return tag_; }
   const std::vector<Op*>& ops() const { return ops_; }
   // Receive slots reserved for them (beyond those its credits reserve).
   std::uint32_t reserved() const { return reserved_; }
@@ -32,6 +34,7 @@ class PostedFor {
   std::vector<Op*> ops_;  // open from our HELLO until the peer fails
   std::uint32_t reserved_ = 0;
   std::uint64_t key_ = 0;
+  std::uint64_t tag_ = 0;
 };
 
 class Receives {

@@ -86,14 +86,8 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
         "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
         "SLUICE_MAX_MESSAGE)",
         state(m).handler, p.name(), header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
-  std::string too_large;  // the error's text, when it is one (lives until the reply is packed)
-  if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) {
-    status = static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange);
-    too_large = absl::StrFormat("the reply's %u-byte payload does not fit the call's %u-byte reply_buffer",
-                                payload.size(), state(m).reply_capacity);
-    header = {};
-    payload = std::as_bytes(std::span(too_large));
-  }
+  if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) [[unlikely]]
+    return reply_too_large(m, payload.size(), std::move(on_done), last_out);
   if (state(m).reply_buf && status == 0 && !payload.empty())
     return reply_into_buffer(p, m, header, payload, copy, std::move(on_done), memh, last_out);
   std::uint8_t flags = wire::kFlagReply;
@@ -124,6 +118,13 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   last->send.ends_reply = state(m).in_window;
   if (last_out != nullptr) *last_out = last;
   return engine().sender_.enqueue(p, header_op, payload_op);
+}
+
+Result RpcServer::reply_too_large(Message& m, std::size_t payload, SendCallback&& on_done, Op** last_out) {
+  std::string text = absl::StrFormat("the reply's %u-byte payload does not fit the call's %u-byte reply_buffer",
+                                     payload, state(m).reply_capacity);
+  return reply(m, {}, std::as_bytes(std::span(text)), static_cast<std::uint16_t>(absl::StatusCode::kOutOfRange),
+               PayloadCopy::kPoolOrHeap, std::move(on_done), nullptr, last_out);
 }
 
 Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,

@@ -50,6 +50,9 @@ class RpcServer {
   // request (`sent`: its send completed already; otherwise it is counted until it does).
   // `status`: the reply's (0 OK), for the method's counters.
   void answered(PeerData& p, Message& m, bool sent, std::uint16_t status);
+  // A reply whose payload does not fit the caller's reply buffer: OutOfRange, saying so (out
+  // of line: the text's string stays off the reply's path).
+  Result reply_too_large(Message& m, std::size_t payload, SendCallback&& on_done, Op** last_out);
   Result reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
                            std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,
                            Op** last_out);

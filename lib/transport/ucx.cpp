@@ -56,7 +56,7 @@ void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info
   Tag tag = status == UCS_OK ? info->sender_tag : 0;
   op->request = nullptr;
   ucp_request_free(request);
-  op->on_complete(op, ucx_status_code(status), length, tag);
+  op->on_complete(op, status == UCS_OK ? absl::StatusCode::kOk : ucx_status_code(status), length, tag);
 }
 
 PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
