@@ -161,4 +161,10 @@ std::vector<std::string> listening_tcp_sockets() {
   return out;
 }
 
+std::string connection_ended(int err) {
+  if (err == 0) return "its connection to us closed";
+  if (err == ECONNRESET || err == EPIPE) return "its connection to us was reset";
+  return std::string("its connection failed: ") + std::strerror(err);
+}
+
 }  // namespace sluice::detail

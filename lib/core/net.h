@@ -38,6 +38,11 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port);
 // "cannot connect to HOST:PORT", when the host does not resolve or the connect fails at once.
 absl::StatusOr<int> tcp_start_connect(const std::string& host, int port);
 
+// Why a peer's connection ended, for a read that returned 0 (err 0) or failed with errno err:
+// "its connection to us closed", "... was reset" (ECONNRESET, EPIPE: the peer's process died
+// with data unread, or aborted), or "its connection failed: <strerror>".
+std::string connection_ended(int err);
+
 // The TCP sockets this process listens on, as "address:port" (from /proc/self/fd and
 // /proc/net/tcp{,6}): what a port scan of the process finds. Empty when /proc cannot be read.
 std::vector<std::string> listening_tcp_sockets();

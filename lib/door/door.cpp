@@ -14,6 +14,7 @@
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
+#include "core/net.h"
 #include "door/conn.h"
 
 namespace sluice::detail {
@@ -253,9 +254,7 @@ void Door::on_link_event(std::uint32_t index, int fd) {
   std::byte buf[64];
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  std::string why = n == 0  ? "its connection to us closed"
-                    : n < 0 ? std::string("its connection failed: ") + std::strerror(errno)
-                            : "sent bytes on its connection after the handshake";
+  std::string why = n <= 0 ? connection_ended(n == 0 ? 0 : errno) : "sent bytes on its connection after the handshake";
   c_.links_lost->add();
   close_link(index);
   owner_->link_lost(index, why);

@@ -11,6 +11,7 @@
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
+#include "core/net.h"
 #include "transport/stream.h"
 
 namespace sluice::detail {
@@ -230,7 +231,7 @@ std::size_t StreamConn::take(std::byte* dst, std::size_t n, bool ahead) {
   } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
     would_block_ = true;
   } else {
-    fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+    fail(connection_ended(errno));
   }
   return got;
 }

@@ -9,6 +9,7 @@
 
 #include <absl/strings/str_format.h>
 
+#include "core/net.h"
 #include "transport/stream.h"
 
 namespace sluice::detail {
@@ -101,7 +102,7 @@ PostResult StreamWriter::post_send(TransportOp* op, const void* buf, std::size_t
     if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) [[likely]]
       return {Post::kDone};
     if (n < 0 && !would_block(n)) {
-      conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      conn_->fail(connection_ended(errno));
       return {Post::kError, absl::StatusCode::kUnavailable};
     }
   }
@@ -147,7 +148,7 @@ PostResult StreamWriter::send_now(const void* buf, std::size_t len, Tag tag) {
   ssize_t n = send_iov(conn_->fd(), iov, len != 0 ? 2 : 1);
   if (n == static_cast<ssize_t>(stream::kHeaderSize + len)) return {Post::kDone};
   if (n <= 0) {
-    if (!would_block(n)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+    if (!would_block(n)) conn_->fail(connection_ended(errno));
     return {Post::kError, would_block(n) ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable};
   }
   // Partly written: the rest is ours to send (the caller's buffer is on its stack).
@@ -240,7 +241,7 @@ bool StreamWriter::flush_plain() {
     }
     ssize_t w = send_iov(conn_->fd(), iov, n);
     if (w < 0) {
-      if (!would_block(w)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      if (!would_block(w)) conn_->fail(connection_ended(errno));
       return false;
     }
     auto left = static_cast<std::size_t>(w);
@@ -332,7 +333,7 @@ bool StreamWriter::flush_sealed() {
     iovec iov{sealed_.get() + sealed_off_, sealed_len_ - sealed_off_};
     ssize_t w = send_iov(conn_->fd(), &iov, 1);
     if (w < 0) {
-      if (!would_block(w)) conn_->fail(absl::StrFormat("its connection failed: %s", std::strerror(errno)));
+      if (!would_block(w)) conn_->fail(connection_ended(errno));
       return false;
     }
     sealed_off_ += static_cast<std::size_t>(w);

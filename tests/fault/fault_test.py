@@ -209,7 +209,10 @@ class ClientChurn(unittest.TestCase):
             reasons = re.findall(r"peer client \S+ failed: (.*); its operations", err)
             print("%s: %d killed clients failed: %s" % (tls or "default transports", len(reasons), sorted(set(reasons))))
             self.assertGreater(len(reasons), 0, "some kills landed on connected clients")
-            self.assertEqual(set(reasons), {"its connection to us closed"}, err[-3000:])
+            # A killed process's kernel closes its sockets with FIN, or with RST when it left data
+            # unread: both are the link closing.
+            self.assertLessEqual(set(reasons), {"its connection to us closed", "its connection to us was reset"},
+                                 err[-3000:])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,12 @@
-// Host:port text: IPv4, names, IPv6 in brackets, and what is refused; and how addresses print.
+// Host:port text: IPv4, names, IPv6 in brackets, and what is refused; how addresses print; and
+// how a connection's end is named.
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
 
 #include <tuple>
 
@@ -67,6 +74,39 @@ TEST(TcpSockets, ErrorsNameIpv6AddressesInBrackets) {
   ASSERT_FALSE(second.ok());
   std::string want = "cannot listen on [::1]:" + std::to_string(first->port);
   EXPECT_NE(second.status().message().find(want), std::string::npos) << second.status();
+}
+
+// The end a reader sees when the other side closes: FIN, or RST when it left data unread (what a
+// killed process's kernel does).
+std::string end_seen(bool leave_data_unread) {
+  auto server = tcp_listen("127.0.0.1", 0);
+  EXPECT_TRUE(server.ok()) << server.status();
+  auto client = tcp_start_connect("127.0.0.1", server->port);
+  EXPECT_TRUE(client.ok()) << client.status();
+  int accepted = ::accept(server->fd, nullptr, nullptr);
+  EXPECT_GE(accepted, 0);
+  pollfd writable{*client, POLLOUT, 0};
+  EXPECT_EQ(::poll(&writable, 1, 5000), 1);
+  if (leave_data_unread) {
+    EXPECT_EQ(::send(*client, "x", 1, 0), 1);
+    pollfd readable{accepted, POLLIN, 0};
+    EXPECT_EQ(::poll(&readable, 1, 5000), 1);  // it arrived, and is never read
+  }
+  ::close(accepted);
+  pollfd ended{*client, POLLIN, 0};
+  EXPECT_EQ(::poll(&ended, 1, 5000), 1);
+  char byte;
+  ssize_t n = ::recv(*client, &byte, 1, 0);
+  std::string why = connection_ended(n == 0 ? 0 : errno);
+  ::close(*client);
+  ::close(server->fd);
+  return why;
+}
+
+TEST(ConnectionEnded, NamesAClosedAndAResetConnectionAndOtherErrors) {
+  EXPECT_EQ(end_seen(false), "its connection to us closed");
+  EXPECT_EQ(end_seen(true), "its connection to us was reset");
+  EXPECT_EQ(connection_ended(ETIMEDOUT), std::string("its connection failed: ") + std::strerror(ETIMEDOUT));
 }
 
 }  // namespace
