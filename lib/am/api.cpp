@@ -45,7 +45,7 @@ void Message::release() {
   }
   // Its engine is gone, and the memory it viewed with it: its slots keep only their
   // descriptors (the pools left them empty-handed), given back here.
-  s_ = {};
+  detail::clear(s_);
   if (anchor->held.fetch_sub(1, std::memory_order_acq_rel) == 1) delete anchor;
 }
 

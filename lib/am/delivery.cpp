@@ -320,7 +320,7 @@ void Delivery::release(Message& m) {
                                       "the server's handler released the request without a reply");
   if (state(m).credit) return_credit(engine().peers_.at(state(m).peer), state(m).epoch);
   detach(m);
-  state(m) = {};
+  clear(state(m));
 }
 
 void Delivery::watch_held(PeerData& p, Clock::time_point now) {

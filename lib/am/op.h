@@ -24,6 +24,12 @@ struct MessageAccess {
 };
 inline MessageState& state(Message& m) { return MessageAccess::of(m); }
 inline const MessageState& state(const Message& m) { return MessageAccess::of(m); }
+// Empties a Message's state: what it owns goes back, every field to its default, in place (an
+// assignment from `{}` would build a temporary, zero it and copy it in: twice the stores).
+inline void clear(MessageState& s) {
+  std::destroy_at(&s);
+  std::construct_at(&s);
+}
 
 class EngineCore;
 
