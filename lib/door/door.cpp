@@ -113,9 +113,6 @@ void Door::drop(std::uint64_t id) {
   for (int i = 0; i < 16 && ::recv(it->second->fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; ++i) {}
   ::close(it->second->fd);
   conns_.erase(it);
-  if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
-    std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
-  }
 }
 
 // Reads what is missing of the current frame, never beyond it: the header, then exactly the

@@ -13,8 +13,9 @@
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
 // handshake (SLUICE_HANDSHAKE_TIMEOUT: a client that sends nothing or trickles bytes is
-// closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once (the oldest is
-// closed to make room for a new one).
+// closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once: a new one closes
+// the oldest that has not sent its whole CLIENT_HELLO (else the oldest), so a flood of silent
+// or trickling connections cannot keep out a client that sends its hello at once.
 //
 // Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
 // sleeps on beside UCX's; poll() does what is due and never blocks.
@@ -128,6 +129,9 @@ class Door {
   struct Conn;
   enum class Read { kFrame, kMore, kClosed, kBad };
   void accept_all(Clock::time_point now);
+  // At SLUICE_HANDSHAKE_MAX: closes one connection in handshake; false when there is none.
+  bool make_room(Clock::time_point now);
+  void evict(Conn& c, const char* state);
   void on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now);
   void on_link_event(std::uint32_t index, int fd);
   Read read_frame(Conn& c, std::string* why);

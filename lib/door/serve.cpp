@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -45,6 +46,13 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port) {
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port));
   listen_fd_ = l.fd;
+  // The kernel hands us a connection once its first bytes are there: one that stays silent
+  // never takes a place among those in handshake (it is dropped after the handshake timeout).
+  int defer = options_.handshake_timeout == kInfinite
+                  ? 0
+                  : static_cast<int>(std::max<std::int64_t>(
+                        1, std::chrono::ceil<std::chrono::seconds>(options_.handshake_timeout).count()));
+  ::setsockopt(l.fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
   watch(l.fd, kListenTag, EPOLLIN, true);
   return l.port;
 }
@@ -67,17 +75,7 @@ void Door::accept_all(Clock::time_point now) {
       update_deadline();
       return;
     }
-    // At the bound of connections in handshake, the oldest makes room: a client that
-    // completes its handshake promptly gets through however many idle ones an attacker opens.
-    while (conns_.size() - (dial_ != 0 ? 1 : 0) >= options_.max_pending && !accept_order_.empty()) {
-      std::uint64_t oldest = accept_order_.front();
-      accept_order_.pop_front();
-      if (!conns_.contains(oldest)) continue;
-      c_.evicted->add();
-      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s closed: %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
-                              conns_.at(oldest)->name, options_.max_pending);
-      drop(oldest);
-    }
+    while (conns_.size() - (dial_ != 0 ? 1 : 0) >= options_.max_pending && make_room(now)) {}
     no_delay(fd);
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
@@ -86,10 +84,51 @@ void Door::accept_all(Clock::time_point now) {
     c->deadline = options_.handshake_timeout == kInfinite ? Clock::time_point::max() : now + options_.handshake_timeout;
     c->name = endpoint_name(ss);
     watch(fd, kConnTag | c->id, EPOLLIN, true);
+    if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
+      std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
+    }
     accept_order_.push_back(c->id);
     next_deadline_ = std::min(next_deadline_, c->deadline);
-    conns_.emplace(c->id, std::move(c));
+    std::uint64_t id = c->id;
+    conns_.emplace(id, std::move(c));
+    on_conn_event(id, EPOLLIN, now);  // its hello is usually there already
   }
+}
+
+// At the bound of connections in handshake, one makes room for the new one: the oldest that has
+// not sent a whole CLIENT_HELLO (read once more first, its hello may be waiting), else the oldest
+// still in handshake, else the oldest. A flood of silent or trickling connections turns over among
+// themselves while a client that sends its hello at once goes on to its proof.
+bool Door::make_room(Clock::time_point now) {
+  std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
+  for (auto it = accept_order_.begin(); it != accept_order_.end(); ++it) {
+    std::uint64_t id = *it;
+    if (conns_.at(id)->step != Conn::Step::kWantClientHello) continue;
+    on_conn_event(id, EPOLLIN, now);  // touches this connection only, never accept_order_
+    auto c = conns_.find(id);
+    if (c != conns_.end() && c->second->step != Conn::Step::kWantClientHello) continue;  // its hello was there
+    if (c != conns_.end()) evict(*c->second, "has not sent its hello");
+    accept_order_.erase(it);
+    return true;
+  }
+  auto it = std::find_if(accept_order_.begin(), accept_order_.end(),
+                         [&](std::uint64_t x) { return conns_.at(x)->step != Conn::Step::kClosing; });
+  if (it == accept_order_.end()) it = accept_order_.begin();
+  if (it == accept_order_.end()) return false;
+  Conn& c = *conns_.at(*it);
+  accept_order_.erase(it);
+  evict(c, c.step == Conn::Step::kClosing ? "admitted, our answer not yet written" : "has not sent its proof");
+  return true;
+}
+
+void Door::evict(Conn& c, const char* state) {
+  c_.evicted->add();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s closed (%s): %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
+                          c.name, state, options_.max_pending);
+  bool admitted = c.becomes_link;
+  std::uint32_t index = c.link_index;
+  drop(c.id);
+  if (admitted) owner_->link_lost(index, "closed before our accept was written (SLUICE_HANDSHAKE_MAX)");
 }
 
 void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {

@@ -8,6 +8,7 @@ computes them. After every attack the server must be alive, its file descriptors
 memory back within a small bound, and a legitimate client must connect and call at once."""
 import hashlib
 import hmac
+import multiprocessing
 import os
 import random
 import re
@@ -321,9 +322,13 @@ class FrontDoorUnderAttack(unittest.TestCase):
 
     def test_two_hundred_silent_connections_and_a_slow_loris(self):
         silent = [self.connect() for _ in range(200)]
+        time.sleep(0.2)
+        fds = open_fds(self.server.pid)
+        print("beside 200 silent connections the server has %d fds (%d at rest)" % (fds, self.fds0))
+        self.assertLess(fds, self.fds0 + 10, "a connection is accepted only once its first bytes arrive")
         took = self.legit_call()
         print("beside 200 silent connections a client's check took %.2f s" % took)
-        self.assertLess(took, 3.0, "the oldest silent connections make room for a real client")
+        self.assertLess(took, 3.0, "silent connections do not keep out a real client")
         for s in silent:
             s.close()
         # One byte of a hello every 200 ms: closed at SLUICE_HANDSHAKE_TIMEOUT=1s.
@@ -345,6 +350,74 @@ class FrontDoorUnderAttack(unittest.TestCase):
         self.assertLess(gone, 3.0)
         s.close()
         self.assert_still_serving("200 silent connections, a slow-loris client")
+
+
+def flood_door(port, seconds, partial):
+    """One flooding process: connections opened as fast as it can, each left silent or with
+    a partial CLIENT_HELLO (`partial`: every other one), the oldest closed beyond 256 open. They
+    close with a reset, leaving no TIME-WAIT behind to exhaust the ephemeral ports of later tests."""
+    hello = client_hello(bytes(32))[:10]
+    reset = struct.pack("ii", 1, 0)
+    held, end, i = [], time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, reset)
+            if partial and i % 2:
+                s.send(hello)
+            held.append(s)
+        except OSError:
+            pass
+        i += 1
+        if len(held) > 256:
+            held.pop(0).close()
+    for s in held:
+        s.close()
+
+
+class FrontDoorUnderFlood(unittest.TestCase):
+    """Processes opening connections as fast as they can, half of them silent and half with a
+    partial first frame, while a legitimate client checks in every 0.5 s: the silent and partial
+    connections make room, never the client that sent a whole hello. FLOODERS (default 2 here,
+    docs/security.md gives the 4-process figures) sets how many."""
+
+    def test_a_client_checks_in_while_connections_flood_the_door(self):
+        flooders = int(os.environ.get("FLOODERS", "2"))
+        for keyed in (True, False):
+            with tempfile.TemporaryDirectory() as d:
+                env = dict(os.environ)
+                if keyed:
+                    env["SLUICE_AUTH_KEY_FILE"] = os.path.join(d, "key")
+                    with open(env["SLUICE_AUTH_KEY_FILE"], "wb") as f:
+                        f.write(SECRET + b"\n")
+                    os.chmod(env["SLUICE_AUTH_KEY_FILE"], 0o600)
+                else:
+                    env.pop("SLUICE_AUTH_KEY_FILE", None)
+                server, port = serve_blockstore(self, "127.0.0.1", env)
+                procs = [multiprocessing.Process(target=flood_door, args=(port, 7, True)) for _ in range(flooders)]
+                for p in procs:
+                    p.start()
+                time.sleep(1)
+                checks = []
+                end = time.monotonic() + 5
+                while time.monotonic() < end:
+                    t0 = time.monotonic()
+                    r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "1"], env=env,
+                                       capture_output=True, text=True, timeout=60)
+                    took = time.monotonic() - t0
+                    checks.append((r.returncode == 0 and took <= 2.0, took, (r.stdout + r.stderr)[-300:]))
+                    time.sleep(max(0.0, 0.5 - took))
+                for p in procs:
+                    p.join(30)
+                good = sum(1 for ok, _, _ in checks if ok)
+                slowest = max(t for _, t, _ in checks)
+                print("%s, %d flooding processes: %d of %d checks succeeded within 2 s (slowest %.2f s)"
+                      % ("with a key" if keyed else "without a key", flooders, good, len(checks), slowest))
+                self.assertIsNone(server.poll(), "the server lives")
+                server.terminate()
+                _, err = server.communicate(timeout=10)
+                self.assertIn("(SLUICE_HANDSHAKE_MAX)", err, "the flood filled the door")
+                self.assertGreaterEqual(good, 0.9 * len(checks), [c for c in checks if not c[0]][:3])
 
 
 class ServerRestart(unittest.TestCase):
