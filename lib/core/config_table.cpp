@@ -358,13 +358,14 @@ std::vector<Field> door_vars() {
                  &Config::auth_key_file),
       duration_var("SLUICE_HANDSHAKE_TIMEOUT", "door", "3s",
                    "A server closes a connection that has not completed its pre-handshake "
-                   "within this time (a client that trickles bytes); one that sends nothing is "
-                   "not accepted before its first bytes, and is dropped after this time.",
+                   "within this time, and its whole first frame within 1 s of its first bytes "
+                   "or this time, the shorter (a client that trickles bytes). One that sends "
+                   "nothing is not accepted before its first bytes.",
                    &Config::handshake_timeout, true),
       int_var<std::uint32_t>("SLUICE_HANDSHAKE_MAX", "door", "64",
                              "Connections a server keeps in pre-handshake at once; a new one "
-                             "beyond it closes the oldest that has not sent its whole first frame "
-                             "(else the oldest).",
+                             "beyond it closes the oldest that has not sent its whole first frame, "
+                             "or waits in the listen backlog when every one has.",
                              &Config::handshake_max, 1, 65536),
       enum_var("SLUICE_ENCRYPT", "door", "off",
                "Encryption of client/server traffic that leaves the host (Sluice's TCP "

@@ -46,7 +46,8 @@ struct Door::Conn {
   bool client = false;
   Step step = Step::kWantClientHello;
   Clock::time_point deadline{};
-  std::string name;  // the other side's address
+  Clock::time_point accepted{};  // server
+  std::string name;              // the other side's address
   std::vector<std::byte> in;
   door::FrameHeader header;
   bool have_header = false;

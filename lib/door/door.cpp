@@ -74,10 +74,11 @@ bool Door::poll(Clock::time_point now) {
     }
     if (n < 32) break;
   }
+  listen_if_room();
   if (now < next_deadline_) return any;
   if (listen_paused_ && now >= listen_resume_) {
     listen_paused_ = false;
-    watch(listen_fd_, kListenTag, EPOLLIN, true);
+    if (!listen_full_) watch(listen_fd_, kListenTag, EPOLLIN, true);
   }
   std::vector<std::uint64_t> expired;
   for (auto& [id, c] : conns_)
@@ -92,15 +93,27 @@ bool Door::poll(Clock::time_point now) {
       continue;
     }
     c_.timed_out->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed", c.name,
-                            format_duration(options_.handshake_timeout));
+    if (c.step == Conn::Step::kWantClientHello) {
+      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no whole CLIENT_HELLO within %s of its first bytes; closed",
+                              c.name, format_duration(std::min<Duration>(options_.handshake_timeout, kFirstFrameTime)));
+    } else {
+      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no handshake within SLUICE_HANDSHAKE_TIMEOUT=%s; closed",
+                              c.name, format_duration(options_.handshake_timeout));
+    }
     bool admitted = c.becomes_link;  // its accept could not be written in time
     std::uint32_t index = c.link_index;
     drop(id);
     if (admitted) owner_->link_lost(index, "did not take our accept in time");
   }
+  listen_if_room();
   update_deadline();
   return true;
+}
+
+void Door::listen_if_room() {
+  if (!listen_full_ || pending() >= options_.max_pending) return;
+  listen_full_ = false;
+  if (!listen_paused_) watch(listen_fd_, kListenTag, EPOLLIN, true);
 }
 
 void Door::drop(std::uint64_t id) {

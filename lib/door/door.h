@@ -12,10 +12,12 @@
 //
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
-// handshake (SLUICE_HANDSHAKE_TIMEOUT: a client that sends nothing or trickles bytes is
-// closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once: a new one closes
-// the oldest that has not sent its whole CLIENT_HELLO (else the oldest), so a flood of silent
-// or trickling connections cannot keep out a client that sends its hello at once.
+// handshake (SLUICE_HANDSHAKE_TIMEOUT; the first frame within kFirstFrameTime of the accept: a
+// client that trickles bytes is closed; the kernel hands us a connection only once its first
+// bytes arrive), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once: a new one
+// closes the oldest that has not sent its whole CLIENT_HELLO, or, when all have, waits in the
+// kernel's backlog. A flood of silent or trickling connections cannot keep out a client that
+// sends its hello at once, and no client past its hello is closed to make room.
 //
 // Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
 // sleeps on beside UCX's; poll() does what is due and never blocks.
@@ -42,6 +44,10 @@
 namespace sluice::detail {
 
 using Clock = std::chrono::steady_clock;
+
+// A server connection's whole CLIENT_HELLO is due this long after its accept (or within
+// SLUICE_HANDSHAKE_TIMEOUT, when shorter): its first bytes were there at the accept.
+inline constexpr Duration kFirstFrameTime = std::chrono::seconds(1);
 
 struct DoorOptions {
   door::AuthMode auth = door::AuthMode::kOff;
@@ -129,9 +135,13 @@ class Door {
   struct Conn;
   enum class Read { kFrame, kMore, kClosed, kBad };
   void accept_all(Clock::time_point now);
-  // At SLUICE_HANDSHAKE_MAX: closes one connection in handshake; false when there is none.
+  // At SLUICE_HANDSHAKE_MAX: closes a connection that has not sent its hello; false when none.
   bool make_room(Clock::time_point now);
-  void evict(Conn& c, const char* state);
+  void evict(Conn& c);
+  // Server connections in handshake (the dial's is not one of them).
+  std::size_t pending() const { return conns_.size() - (dial_ != 0 ? 1 : 0); }
+  // Watches the listener again once a place is free after listen_full_.
+  void listen_if_room();
   void on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now);
   void on_link_event(std::uint32_t index, int fd);
   Read read_frame(Conn& c, std::string* why);
@@ -169,6 +179,7 @@ class Door {
   int epoll_fd_ = -1;
   int listen_fd_ = -1;
   bool listen_paused_ = false;  // out of fds: accepting again at listen_resume_
+  bool listen_full_ = false;    // SLUICE_HANDSHAKE_MAX of clients past their hello: accepting again below it
   Clock::time_point listen_resume_{};
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;  // in handshake, by id
   std::deque<std::uint64_t> accept_order_;                          // server side, oldest first

@@ -59,6 +59,18 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port) {
 
 void Door::accept_all(Clock::time_point now) {
   for (int i = 0; i < 64; ++i) {
+    while (pending() >= options_.max_pending) {
+      if (make_room(now)) continue;
+      // Every place is held by a client that sent its hello: the new ones wait in the kernel's
+      // backlog until one of these finishes (poll() listens again), none is closed for them.
+      SLUICE_LOG_RATE_LIMITED(kInfo, "door",
+                              "%u connections in handshake, all past their hello (SLUICE_HANDSHAKE_MAX): "
+                              "accepting again when one finishes",
+                              options_.max_pending);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      listen_full_ = true;
+      return;
+    }
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -75,13 +87,15 @@ void Door::accept_all(Clock::time_point now) {
       update_deadline();
       return;
     }
-    while (conns_.size() - (dial_ != 0 ? 1 : 0) >= options_.max_pending && make_room(now)) {}
     no_delay(fd);
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
     c->fd = fd;
     c->step = Conn::Step::kWantClientHello;
-    c->deadline = options_.handshake_timeout == kInfinite ? Clock::time_point::max() : now + options_.handshake_timeout;
+    c->accepted = now;
+    c->deadline = options_.handshake_timeout == kInfinite
+                      ? Clock::time_point::max()
+                      : now + std::min<Duration>(options_.handshake_timeout, kFirstFrameTime);
     c->name = endpoint_name(ss);
     watch(fd, kConnTag | c->id, EPOLLIN, true);
     if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
@@ -96,9 +110,9 @@ void Door::accept_all(Clock::time_point now) {
 }
 
 // At the bound of connections in handshake, one makes room for the new one: the oldest that has
-// not sent a whole CLIENT_HELLO (read once more first, its hello may be waiting), else the oldest
-// still in handshake, else the oldest. A flood of silent or trickling connections turns over among
-// themselves while a client that sends its hello at once goes on to its proof.
+// not sent a whole CLIENT_HELLO (read once more first, its hello may be waiting); false when every
+// one has. A flood of silent or trickling connections turns over among themselves while a client
+// that sends its hello at once goes on to its proof.
 bool Door::make_room(Clock::time_point now) {
   std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
   for (auto it = accept_order_.begin(); it != accept_order_.end(); ++it) {
@@ -107,28 +121,19 @@ bool Door::make_room(Clock::time_point now) {
     on_conn_event(id, EPOLLIN, now);  // touches this connection only, never accept_order_
     auto c = conns_.find(id);
     if (c != conns_.end() && c->second->step != Conn::Step::kWantClientHello) continue;  // its hello was there
-    if (c != conns_.end()) evict(*c->second, "has not sent its hello");
+    if (c != conns_.end()) evict(*c->second);
     accept_order_.erase(it);
     return true;
   }
-  auto it = std::find_if(accept_order_.begin(), accept_order_.end(),
-                         [&](std::uint64_t x) { return conns_.at(x)->step != Conn::Step::kClosing; });
-  if (it == accept_order_.end()) it = accept_order_.begin();
-  if (it == accept_order_.end()) return false;
-  Conn& c = *conns_.at(*it);
-  accept_order_.erase(it);
-  evict(c, c.step == Conn::Step::kClosing ? "admitted, our answer not yet written" : "has not sent its proof");
-  return true;
+  return false;
 }
 
-void Door::evict(Conn& c, const char* state) {
+void Door::evict(Conn& c) {
   c_.evicted->add();
-  SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s closed (%s): %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
-                          c.name, state, options_.max_pending);
-  bool admitted = c.becomes_link;
-  std::uint32_t index = c.link_index;
+  SLUICE_LOG_RATE_LIMITED(kWarn, "door",
+                          "client %s closed before its hello: %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
+                          c.name, options_.max_pending);
   drop(c.id);
-  if (admitted) owner_->link_lost(index, "closed before our accept was written (SLUICE_HANDSHAKE_MAX)");
 }
 
 void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {
@@ -171,6 +176,7 @@ void Door::serve_hello(Conn& c) {
   }
   door::encode(answer, &c.out);
   c.step = Conn::Step::kWantClientProof;
+  if (options_.handshake_timeout != kInfinite) c.deadline = c.accepted + options_.handshake_timeout;
   if (!flush(c)) drop(c.id);
 }
 

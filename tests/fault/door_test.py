@@ -420,6 +420,62 @@ class FrontDoorUnderFlood(unittest.TestCase):
                 self.assertGreaterEqual(good, 0.9 * len(checks), [c for c in checks if not c[0]][:3])
 
 
+class FrontDoorPlaces(unittest.TestCase):
+    """How the door's places in handshake are given and taken back, one server per test."""
+
+    def serve(self, **env):
+        self.server, self.port = serve_blockstore(self, "127.0.0.1", dict(os.environ, **env))
+
+    def test_a_partial_first_frame_is_closed_after_a_second_a_whole_hello_is_not(self):
+        # SLUICE_HANDSHAKE_TIMEOUT=10s: the partial hello is closed at the first-frame deadline,
+        # the client that sent its whole hello keeps its place towards its proof.
+        self.serve(SLUICE_HANDSHAKE_TIMEOUT="10s")
+        partial = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        whole = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        t0 = time.monotonic()
+        partial.sendall(client_hello(os.urandom(32))[:20])
+        whole.sendall(client_hello(os.urandom(32)))
+        self.assertEqual(recv_frame(whole)[0], SERVER_HELLO)
+        self.assertTrue(closed(partial, timeout=5))
+        gone = time.monotonic() - t0
+        print("a partial hello was closed after %.2f s (SLUICE_HANDSHAKE_TIMEOUT=10s)" % gone)
+        self.assertGreater(gone, 0.8)
+        self.assertLess(gone, 3.0)
+        time.sleep(1.0)
+        whole.setblocking(False)
+        with self.assertRaises(BlockingIOError, msg="the client past its hello is still served"):
+            whole.recv(1)
+        partial.close()
+        whole.close()
+
+    def test_when_every_place_is_past_its_hello_new_clients_wait_and_none_is_closed(self):
+        # Four places, taken by connections that sent a whole hello and then stall: a real client
+        # waits in the listener's backlog until one expires at SLUICE_HANDSHAKE_TIMEOUT, then
+        # gets in; no stalled connection was closed early to make room for it.
+        self.serve(SLUICE_HANDSHAKE_MAX="4", SLUICE_HANDSHAKE_TIMEOUT="2s")
+        stalled = []
+        t0 = time.monotonic()
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(client_hello(os.urandom(32)))
+            self.assertEqual(recv_frame(s)[0], SERVER_HELLO)
+            stalled.append(s)
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % self.port, "1"], capture_output=True, text=True,
+                           timeout=60)
+        took = time.monotonic() - t0
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        ends = []
+        for s in stalled:
+            self.assertTrue(closed(s, timeout=5))
+            ends.append(time.monotonic() - t0)
+            s.close()
+        print("4 stalled places: a client got in after %.2f s; the stalled ones were closed at %.2f-%.2f s"
+              % (took, min(ends), max(ends)))
+        self.assertGreater(took, 1.5, "it waited for a place")
+        self.assertGreater(min(ends), 1.5, "no stalled connection was closed before its deadline")
+        self.assertIsNone(self.server.poll())
+
+
 class ServerRestart(unittest.TestCase):
     def test_a_killed_server_restarted_on_its_address_serves_the_clients_again(self):
         # SIGKILL mid-traffic, a new server on the same port at once: it can listen (SO_REUSEADDR),
