@@ -365,7 +365,8 @@ std::vector<Field> door_vars() {
       int_var<std::uint32_t>("SLUICE_HANDSHAKE_MAX", "door", "64",
                              "Connections a server keeps in pre-handshake at once; a new one "
                              "beyond it closes the oldest that has not sent its whole first frame, "
-                             "or waits in the listen backlog when every one has.",
+                             "or waits in the listen backlog when every one has. One client "
+                             "address holds at most a quarter of them before its hello.",
                              &Config::handshake_max, 1, 65536),
       enum_var("SLUICE_ENCRYPT", "door", "off",
                "Encryption of client/server traffic that leaves the host (Sluice's TCP "

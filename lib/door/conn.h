@@ -48,6 +48,7 @@ struct Door::Conn {
   Clock::time_point deadline{};
   Clock::time_point accepted{};  // server
   std::string name;              // the other side's address
+  std::string source;            // server: the client's address without its port
   std::vector<std::byte> in;
   door::FrameHeader header;
   bool have_header = false;

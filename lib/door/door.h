@@ -16,8 +16,9 @@
 // client that trickles bytes is closed; the kernel hands us a connection only once its first
 // bytes arrive), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once: a new one
 // closes the oldest that has not sent its whole CLIENT_HELLO, or, when all have, waits in the
-// kernel's backlog. A flood of silent or trickling connections cannot keep out a client that
-// sends its hello at once, and no client past its hello is closed to make room.
+// kernel's backlog; one source address holds at most a quarter of the places before a hello. A flood of silent or
+// trickling connections cannot keep out a client that sends its hello at once, and no client past its hello is closed
+// to make room.
 //
 // Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
 // sleeps on beside UCX's; poll() does what is due and never blocks.
@@ -137,6 +138,8 @@ class Door {
   void accept_all(Clock::time_point now);
   // At SLUICE_HANDSHAKE_MAX: closes a connection that has not sent its hello; false when none.
   bool make_room(Clock::time_point now);
+  // A new connection from `source`: keeps the source within its share of places before a hello.
+  void limit_source(const std::string& source, Clock::time_point now);
   void evict(Conn& c);
   // Server connections in handshake (the dial's is not one of them).
   std::size_t pending() const { return conns_.size() - (dial_ != 0 ? 1 : 0); }

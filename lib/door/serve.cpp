@@ -22,21 +22,22 @@ using door::ProofOf;
 
 namespace {
 
-std::string endpoint_name(const sockaddr_storage& ss) {
+// The peer's address without its port: what the per-source bound counts.
+std::string source_of(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
-    port = ntohs(s->sin_port);
-    return absl::StrFormat("%s:%d", host, port);
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
-    port = ntohs(s->sin6_port);
-  }
-  return absl::StrFormat("[%s]:%d", host, port);
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+  if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
+  return host;
+}
+
+// "10.0.0.7:40312", "[fe80::1]:40312".
+std::string endpoint_name(const sockaddr_storage& ss, const std::string& source) {
+  int port = ss.ss_family == AF_INET    ? ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port)
+             : ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port)
+                                        : 0;
+  return format_host_port(source, port);
 }
 
 }  // namespace
@@ -96,7 +97,9 @@ void Door::accept_all(Clock::time_point now) {
     c->deadline = options_.handshake_timeout == kInfinite
                       ? Clock::time_point::max()
                       : now + std::min<Duration>(options_.handshake_timeout, kFirstFrameTime);
-    c->name = endpoint_name(ss);
+    c->source = source_of(ss);
+    c->name = endpoint_name(ss, c->source);
+    limit_source(c->source, now);
     watch(fd, kConnTag | c->id, EPOLLIN, true);
     if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
       std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
@@ -126,6 +129,24 @@ bool Door::make_room(Clock::time_point now) {
     return true;
   }
   return false;
+}
+
+// One source holds at most a quarter of SLUICE_HANDSHAKE_MAX in connections without a whole
+// hello: beyond it, a new one from it closes its own oldest such (read once more first), so a
+// source that floods turns over its own places, not another's.
+void Door::limit_source(const std::string& source, Clock::time_point now) {
+  std::size_t held = 0;
+  std::uint64_t oldest = 0;
+  for (std::uint64_t id : accept_order_) {
+    auto it = conns_.find(id);
+    if (it == conns_.end() || it->second->step != Conn::Step::kWantClientHello || it->second->source != source)
+      continue;
+    if (held++ == 0) oldest = id;
+  }
+  if (held < std::max<std::size_t>(1, options_.max_pending / 4)) return;
+  on_conn_event(oldest, EPOLLIN, now);
+  auto it = conns_.find(oldest);
+  if (it != conns_.end() && it->second->step == Conn::Step::kWantClientHello) evict(*it->second);
 }
 
 void Door::evict(Conn& c) {

@@ -448,6 +448,30 @@ class FrontDoorPlaces(unittest.TestCase):
         partial.close()
         whole.close()
 
+    def test_a_source_that_floods_turns_over_its_own_places_not_anothers(self):
+        # SLUICE_HANDSHAKE_MAX=8: one source holds at most 2 places before a hello. 127.0.0.3's two
+        # partial hellos are opened first; 40 from 127.0.0.2 follow and close only their own.
+        self.serve(SLUICE_HANDSHAKE_MAX="8")
+
+        def partial_from(source):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5, source_address=(source, 0))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.sendall(client_hello(os.urandom(32))[:20])
+            return s
+
+        other = [partial_from("127.0.0.3") for _ in range(2)]
+        flood = [partial_from("127.0.0.2") for _ in range(40)]
+        time.sleep(0.3)
+        flood_open = [s for s in flood if not closed(s, timeout=0.01)]
+        other_open = [s for s in other if not closed(s, timeout=0.01)]
+        print("after 40 partial hellos from one source: %d of them open, %d of 2 from another source open"
+              % (len(flood_open), len(other_open)))
+        self.assertEqual(len(other_open), 2, "the other source kept its places")
+        self.assertLessEqual(len(flood_open), 2, "the flooding source kept at most its share")
+        for s in other + flood:
+            s.close()
+        self.assertIsNone(self.server.poll())
+
     def test_when_every_place_is_past_its_hello_new_clients_wait_and_none_is_closed(self):
         # Four places, taken by connections that sent a whole hello and then stall: a real client
         # waits in the listener's backlog until one expires at SLUICE_HANDSHAKE_TIMEOUT, then
