@@ -1,6 +1,7 @@
 // blockstore: a small block-storage server and client on Sluice's client/server mode.
 //
-//   blockstore serve HOST:PORT                  run a server
+//   blockstore serve [-j N] HOST:PORT           run a server (N engines on one port, a thread
+//                                               each, over one store)
 //   blockstore check HOST:PORT [BLOCKS]         write blocks of 4 KiB .. 4 MiB, read them back
 //   blockstore demo                             both in one process: one Context, two engines,
 //                                               the server's driven by a thread of its own
@@ -10,12 +11,14 @@
 // (Message::reply with a completion), into the client's buffer (CallOptions::reply_buffer).
 // A block is shared between the store and the replies still reading it, so a write never
 // changes bytes a reply is sending: it lands in a new block that replaces the old one.
+// With -j, several engines listen on one port (ListenOptions::share_port) over one store.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -37,50 +40,75 @@ std::uint64_t block_id(const sluice::Message& m) {
   return h.id;
 }
 
+// The blocks, shared by every engine that serves them. A write replaces a block whole, a read
+// shares the current one with its reply: a reply never sees a later write's bytes.
+class Store {
+ public:
+  using Block = std::shared_ptr<const std::vector<std::byte>>;
+
+  void put(std::uint64_t id, Block block) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[id] = std::move(block);
+  }
+  Block get(std::uint64_t id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(id);
+    return it == blocks_.end() ? nullptr : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uint64_t, Block> blocks_;
+};
+
+// One engine's handlers over the shared store.
 class Server {
  public:
-  using Block = std::shared_ptr<std::vector<std::byte>>;
+  explicit Server(Store& store) : store_(store) {}
 
-  absl::Status start(sluice::Engine& engine, const std::string& address, int* port) {
+  absl::Status start(sluice::Engine& engine, const std::string& address, sluice::ListenOptions listen, int* port) {
     sluice::HandlerOptions write_options;
-    // A large write lands in the block itself; in a new one when a reply still reads the old.
-    write_options.sink = [this](const sluice::Message& m, std::size_t size) {
-      Block& block = writable(block_id(m));
-      block->resize(size);
-      return std::span<std::byte>(*block);
+    // A large write lands in a new block of its own, installed when its handler runs.
+    write_options.sink = [this](const sluice::Message&, std::size_t size) {
+      auto block = std::make_shared<std::vector<std::byte>>(size);
+      std::span<std::byte> landing(*block);
+      landing_.emplace(landing.data(), std::move(block));
+      return landing;
+    };
+    write_options.sink_release = [this](const sluice::Message&, std::span<std::byte> buffer) {
+      landing_.erase(buffer.data());
     };
     SLUICE_RETURN_IF_ERROR(engine.register_handler(
         kWrite,
         [this](sluice::Message& m) {
-          Block& block = blocks_[block_id(m)];
-          if (!block || block->data() != m.payload().data())  // eager: the bytes are in the message
-            writable(block_id(m))->assign(m.payload().begin(), m.payload().end());
+          Store::Block block;
+          if (auto it = landing_.find(m.payload().data()); it != landing_.end()) {
+            block = std::move(it->second);
+            landing_.erase(it);
+          } else {  // eager: the bytes are in the message
+            block = std::make_shared<const std::vector<std::byte>>(m.payload().begin(), m.payload().end());
+          }
+          store_.put(block_id(m), std::move(block));
           (void)m.reply_copy({}, {});  // an empty acknowledgement: nothing to keep alive
         },
         write_options));
     SLUICE_RETURN_IF_ERROR(engine.register_handler(kRead, [this](sluice::Message& m) {
-      auto it = blocks_.find(block_id(m));
-      if (it == blocks_.end()) {
+      Store::Block block = store_.get(block_id(m));
+      if (!block) {
         (void)m.reply_error(absl::NotFoundError("no such block"));
         return;
       }
       // Zero copy: the reply reads the block itself, kept alive until its send completes.
-      Block block = it->second;
       (void)m.reply({}, *block, [block](const absl::Status&) {});
     }));
-    SLUICE_ASSIGN_OR_RETURN(*port, engine.listen(address));
+    SLUICE_ASSIGN_OR_RETURN(*port, engine.listen(address, listen));
     return absl::OkStatus();
   }
-  std::size_t blocks() const { return blocks_.size(); }
 
  private:
-  // The block `id`, for writing: a new one when replies still share the current one.
-  Block& writable(std::uint64_t id) {
-    Block& block = blocks_[id];
-    if (!block || block.use_count() > 1) block = std::make_shared<std::vector<std::byte>>();
-    return block;
-  }
-  std::map<std::uint64_t, Block> blocks_;
+  Store& store_;
+  // Writes landing through the sink, by landing address (this engine's thread only).
+  std::map<const std::byte*, std::shared_ptr<std::vector<std::byte>>> landing_;
 };
 
 std::vector<std::byte> block_data(std::uint64_t id, std::size_t size) {
@@ -182,9 +210,10 @@ T or_exit(absl::StatusOr<T> v) {
 // by this thread. post() wakes the server's thread to see `stop`.
 int demo(sluice::Context& ctx) {
   auto server_engine = or_exit(ctx.create_engine());
-  Server server;
+  Store store;
+  Server server(store);
   int port = 0;
-  if (auto s = server.start(*server_engine, "127.0.0.1:0", &port); !s.ok()) {
+  if (auto s = server.start(*server_engine, "127.0.0.1:0", {}, &port); !s.ok()) {
     std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
     return 1;
   }
@@ -201,25 +230,50 @@ int demo(sluice::Context& ctx) {
   return result == 0 ? 0 : 1;
 }
 
+// `engines` engines on one port (ListenOptions::share_port), each driven by a thread of its own,
+// over one store: the kernel spreads the clients among them.
+int serve(sluice::Context& ctx, const std::string& address, int engines) {
+  Store store;
+  std::vector<std::unique_ptr<sluice::Engine>> serving;
+  std::vector<std::unique_ptr<Server>> servers;
+  std::string host = address.substr(0, address.rfind(':'));
+  int port = 0;
+  for (int i = 0; i < engines; ++i) {
+    serving.push_back(or_exit(ctx.create_engine()));
+    servers.push_back(std::make_unique<Server>(store));
+    // The first listens where it was asked (port 0: any free one), the others on its port.
+    std::string where = i == 0 ? address : host + ":" + std::to_string(port);
+    if (auto s = servers.back()->start(*serving.back(), where, {.share_port = engines > 1}, &port); !s.ok()) {
+      std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  std::printf("blockstore: serving on port %d (%d engine%s)\n", port, engines, engines > 1 ? "s" : "");
+  std::fflush(stdout);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < engines; ++i)
+    threads.emplace_back([e = serving[static_cast<std::size_t>(i)].get()] { e->run_until([] { return false; }); });
+  serving[0]->run_until([] { return false; });  // sleeps while no client calls
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "demo" && !((mode == "serve" || mode == "check") && argc > 2)) {
-    std::fprintf(stderr, "usage: blockstore serve HOST:PORT | check HOST:PORT [BLOCKS] | demo\n");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int engines = 1;
+  if (args.size() >= 3 && args[0] == "serve" && args[1] == "-j") {
+    engines = std::atoi(args[2].c_str());
+    args.erase(args.begin() + 1, args.begin() + 3);
+  }
+  std::string mode = args.empty() ? "" : args[0];
+  if (engines < 1 || engines > 256 || (mode != "demo" && !((mode == "serve" || mode == "check") && args.size() > 1))) {
+    std::fprintf(stderr, "usage: blockstore serve [-j ENGINES] HOST:PORT | check HOST:PORT [BLOCKS] | demo\n");
     return 2;
   }
   auto ctx = or_exit(sluice::Context::create());  // one per process
   if (mode == "demo") return demo(*ctx);
+  if (mode == "serve") return serve(*ctx, args[1], engines);
   auto engine = or_exit(ctx->create_engine());
-  if (mode == "check") return check(*engine, argv[2], argc > 3 ? std::atoi(argv[3]) : 44) == 0 ? 0 : 1;
-  Server server;
-  int port = 0;
-  if (auto s = server.start(*engine, argv[2], &port); !s.ok()) {
-    std::fprintf(stderr, "blockstore: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  std::printf("blockstore: serving on port %d\n", port);
-  std::fflush(stdout);
-  engine->run_until([] { return false; });  // sleeps while no client calls
+  return check(*engine, args[1], args.size() > 2 ? std::atoi(args[2].c_str()) : 44) == 0 ? 0 : 1;
 }

@@ -91,6 +91,15 @@ struct HandlerOptions {
   SinkRelease sink_release = {};
 };
 
+struct ListenOptions {
+  // SO_REUSEPORT: engines that listen on the same host:port with share_port, in this process
+  // or in other processes of the same user, share its connections, the kernel giving each new
+  // one to one of them by a hash of the client's address and port. A server on several cores
+  // on one port: one engine per core, each serving its own clients (docs/rpc.md). The first
+  // may ask for port 0 and give the others the port it got.
+  bool share_port = false;
+};
+
 struct CallOptions {
   Duration timeout = kInfinite;
   // When not empty, the reply payload lands here directly (posted before the request leaves);
@@ -242,6 +251,8 @@ class SLUICE_API Engine {
   // from progress() and wait(). InvalidArgument for a bad address, FailedPrecondition when
   // already listening, Unavailable when the address cannot be bound.
   absl::StatusOr<int> listen(std::string_view host_port);
+  // listen() with options: share_port to share one port among engines (ListenOptions).
+  absl::StatusOr<int> listen(std::string_view host_port, ListenOptions options);
   // Connects to a listening engine and completes both handshakes, sleeping on the socket and
   // progressing this engine meanwhile (at most SLUICE_CONNECT_TIMEOUT). Unavailable at once
   // when nothing listens there (naming the address), or when the server closes or cannot

@@ -165,10 +165,11 @@ absl::Status Engine::unregister_handler(HandlerId id) {
   return core_->handlers().remove(id);
 }
 Peer* Engine::peer(int rank) { return core_->peers().handle(rank); }
-absl::StatusOr<int> Engine::listen(std::string_view host_port) {
+absl::StatusOr<int> Engine::listen(std::string_view host_port) { return listen(host_port, ListenOptions{}); }
+absl::StatusOr<int> Engine::listen(std::string_view host_port, ListenOptions options) {
   if (!core_->guard().engine_thread("Engine::listen")) [[unlikely]]
     return wrong_thread("Engine::listen");
-  return core_->connections().listen(host_port);
+  return core_->connections().listen(host_port, options.share_port);
 }
 absl::StatusOr<Peer*> Engine::connect(std::string_view host_port) {
   if (!core_->guard().engine_thread("Engine::connect")) [[unlikely]]

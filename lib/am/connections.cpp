@@ -49,13 +49,13 @@ Door& Connections::door() {
   return *door_;
 }
 
-absl::StatusOr<int> Connections::listen(std::string_view host_port) {
+absl::StatusOr<int> Connections::listen(std::string_view host_port, bool share_port) {
   if (door_ && door_->listening()) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(host_port));
-  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.host, hp.port));
+  SLUICE_ASSIGN_OR_RETURN(int port, door().listen(hp.host, hp.port, share_port));
   listen_port_ = port;
-  SLUICE_LOG(kInfo, "am", "engine %d listening on %s (authentication %s)", engine().engine_id_,
-             format_host_port(hp.host, port), key_ ? "on" : "off");
+  SLUICE_LOG(kInfo, "am", "engine %d listening on %s%s (authentication %s)", engine().engine_id_,
+             format_host_port(hp.host, port), share_port ? ", port shared" : "", key_ ? "on" : "off");
   return port;
 }
 

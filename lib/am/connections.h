@@ -32,7 +32,7 @@ class Connections final : private Door::Owner {
 
   // Init: SLUICE_AUTH_KEY_FILE's key, when authentication is on.
   absl::Status load_key(const Config& config);
-  absl::StatusOr<int> listen(std::string_view host_port);
+  absl::StatusOr<int> listen(std::string_view host_port, bool share_port);
   // `timeout`: this connect's limit instead of SLUICE_CONNECT_TIMEOUT.
   absl::StatusOr<Peer*> connect(std::string_view host_port, std::optional<Duration> timeout);
   int listen_port() const { return listen_port_; }

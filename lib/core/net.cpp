@@ -50,7 +50,7 @@ std::string format_host_port(std::string_view host, int port) {
   return absl::StrFormat("%s:%d", host, port);
 }
 
-absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
+absl::StatusOr<Listening> tcp_listen(const std::string& host, int port, bool share_port) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -71,8 +71,13 @@ absl::StatusOr<Listening> tcp_listen(const std::string& host, int port) {
     }
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (share_port) ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
       why = std::strerror(errno);
+      if (errno == EADDRINUSE) {
+        why += share_port ? " (by a socket that does not share it, or another user's)"
+                          : " (ListenOptions::share_port shares a port among engines)";
+      }
       ::close(fd);
       fd = -1;
     }

@@ -29,9 +29,11 @@ struct Listening {
 };
 
 // A non-blocking, close-on-exec socket listening on host:port (empty host: every interface),
-// SO_REUSEADDR so that a restarted server listens again at once. InvalidArgument when the host
-// does not resolve, Unavailable when it cannot be bound; both say "cannot listen on HOST:PORT".
-absl::StatusOr<Listening> tcp_listen(const std::string& host, int port);
+// SO_REUSEADDR so that a restarted server listens again at once; with `share_port` also
+// SO_REUSEPORT, so that others that set it may listen on the same port. InvalidArgument when
+// the host does not resolve, Unavailable when it cannot be bound; both say "cannot listen on
+// HOST:PORT" (and, for a port in use, whether sharing was asked).
+absl::StatusOr<Listening> tcp_listen(const std::string& host, int port, bool share_port = false);
 
 // Starts connecting a non-blocking, close-on-exec socket to host:port: the socket, its
 // connection in progress (poll it for POLLOUT, then read SO_ERROR). Unavailable, saying

@@ -243,7 +243,8 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
     case Read::kFrame: break;
   }
   if (c.client) dial_frame(c);
-  else serve_frame(c);
+  else if (c.step == Conn::Step::kWantClientHello) serve_hello(c);
+  else serve_proof(c);  // kWantClientProof
   // The frame is consumed (or the connection gone): the next one starts empty.
   auto again = conns_.find(id);
   if (again != conns_.end()) {

@@ -106,7 +106,8 @@ class Door {
 
   // Listens on host:port (port 0 picks one; SO_REUSEADDR, so a restarted server can listen
   // again at once); returns the port. Unavailable when the address cannot be bound.
-  absl::StatusOr<int> listen(const std::string& host, int port);
+  // `share_port`: SO_REUSEPORT, the port's connections shared with others that set it too.
+  absl::StatusOr<int> listen(const std::string& host, int port, bool share_port = false);
   bool listening() const { return listen_fd_ >= 0; }
 
   // Starts the client side towards host:port: `our_index` is the index the server is to put in
@@ -136,11 +137,9 @@ class Door {
   struct Conn;
   enum class Read { kFrame, kMore, kClosed, kBad };
   void accept_all(Clock::time_point now);
-  // At SLUICE_HANDSHAKE_MAX: closes a connection that has not sent its hello; false when none.
-  bool make_room(Clock::time_point now);
-  // A new connection from `source`: keeps the source within its share of places before a hello.
-  void limit_source(const std::string& source, Clock::time_point now);
-  void evict(Conn& c);
+  // Closes the oldest connection without a whole CLIENT_HELLO (of `source` only, when it holds
+  // `keep` or more); whether one closed (serve.cpp).
+  bool close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep);
   // Server connections in handshake (the dial's is not one of them).
   std::size_t pending() const { return conns_.size() - (dial_ != 0 ? 1 : 0); }
   // Watches the listener again once a place is free after listen_full_.
@@ -152,8 +151,7 @@ class Door {
   void watch(int fd, std::uint64_t tag, std::uint32_t events, bool add);
   // Whether we have a key to prove and check (authentication optional or required).
   bool auth_on() const { return options_.auth != door::AuthMode::kOff && options_.key != nullptr; }
-  // Server side (serve.cpp): one frame of a client, by the step it is in.
-  void serve_frame(Conn& c);
+  // Server side (serve.cpp): a client's frame, by the step it is in.
   void serve_hello(Conn& c);
   void serve_proof(Conn& c);
   // The client's proof checked: whether it is authenticated, or nullopt when it was refused.

@@ -42,10 +42,10 @@ std::string endpoint_name(const sockaddr_storage& ss, const std::string& source)
 
 }  // namespace
 
-absl::StatusOr<int> Door::listen(const std::string& host, int port) {
+absl::StatusOr<int> Door::listen(const std::string& host, int port, bool share_port) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
-  SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port));
+  SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port, share_port));
   listen_fd_ = l.fd;
   // The kernel hands us a connection once its first bytes are there: one that stays silent
   // never takes a place among those in handshake (it is dropped after the handshake timeout).
@@ -61,7 +61,7 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port) {
 void Door::accept_all(Clock::time_point now) {
   for (int i = 0; i < 64; ++i) {
     while (pending() >= options_.max_pending) {
-      if (make_room(now)) continue;
+      if (close_before_hello(now, nullptr, 0)) continue;
       // Every place is held by a client that sent its hello: the new ones wait in the kernel's
       // backlog until one of these finishes (poll() listens again), none is closed for them.
       SLUICE_LOG_RATE_LIMITED(kInfo, "door",
@@ -99,7 +99,7 @@ void Door::accept_all(Clock::time_point now) {
                       : now + std::min<Duration>(options_.handshake_timeout, kFirstFrameTime);
     c->source = source_of(ss);
     c->name = endpoint_name(ss, c->source);
-    limit_source(c->source, now);
+    close_before_hello(now, &c->source, std::max<std::size_t>(1, options_.max_pending / 4));
     watch(fd, kConnTag | c->id, EPOLLIN, true);
     if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
       std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
@@ -112,49 +112,37 @@ void Door::accept_all(Clock::time_point now) {
   }
 }
 
-// At the bound of connections in handshake, one makes room for the new one: the oldest that has
-// not sent a whole CLIENT_HELLO (read once more first, its hello may be waiting); false when every
-// one has. A flood of silent or trickling connections turns over among themselves while a client
-// that sends its hello at once goes on to its proof.
-bool Door::make_room(Clock::time_point now) {
+// Closes the oldest connection that has not sent a whole CLIENT_HELLO, read once more first (its
+// hello may be waiting): of `source` only when given, and then only when it holds `keep` or more
+// such. Returns whether one closed. A flood of silent or trickling connections thus turns over
+// among themselves, and a flooding address over its own, while a client that sends its hello at
+// once goes on to its proof.
+bool Door::close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep) {
   std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
+  auto before_hello = [&](std::uint64_t id) {
+    const Conn& c = *conns_.at(id);
+    return c.step == Conn::Step::kWantClientHello && (source == nullptr || c.source == *source);
+  };
+  if (static_cast<std::size_t>(std::count_if(accept_order_.begin(), accept_order_.end(), before_hello)) < keep)
+    return false;
   for (auto it = accept_order_.begin(); it != accept_order_.end(); ++it) {
     std::uint64_t id = *it;
-    if (conns_.at(id)->step != Conn::Step::kWantClientHello) continue;
+    if (!before_hello(id)) continue;
     on_conn_event(id, EPOLLIN, now);  // touches this connection only, never accept_order_
     auto c = conns_.find(id);
     if (c != conns_.end() && c->second->step != Conn::Step::kWantClientHello) continue;  // its hello was there
-    if (c != conns_.end()) evict(*c->second);
+    if (c != conns_.end()) {
+      c_.evicted->add();
+      SLUICE_LOG_RATE_LIMITED(
+          kWarn, "door", "client %s closed before its hello: %s (SLUICE_HANDSHAKE_MAX=%u)", c->second->name,
+          source ? "its address holds a quarter of the places in handshake" : "every place in handshake is taken",
+          options_.max_pending);
+      drop(id);
+    }
     accept_order_.erase(it);
     return true;
   }
   return false;
-}
-
-// One source holds at most a quarter of SLUICE_HANDSHAKE_MAX in connections without a whole
-// hello: beyond it, a new one from it closes its own oldest such (read once more first), so a
-// source that floods turns over its own places, not another's.
-void Door::limit_source(const std::string& source, Clock::time_point now) {
-  std::size_t held = 0;
-  std::uint64_t oldest = 0;
-  for (std::uint64_t id : accept_order_) {
-    auto it = conns_.find(id);
-    if (it == conns_.end() || it->second->step != Conn::Step::kWantClientHello || it->second->source != source)
-      continue;
-    if (held++ == 0) oldest = id;
-  }
-  if (held < std::max<std::size_t>(1, options_.max_pending / 4)) return;
-  on_conn_event(oldest, EPOLLIN, now);
-  auto it = conns_.find(oldest);
-  if (it != conns_.end() && it->second->step == Conn::Step::kWantClientHello) evict(*it->second);
-}
-
-void Door::evict(Conn& c) {
-  c_.evicted->add();
-  SLUICE_LOG_RATE_LIMITED(kWarn, "door",
-                          "client %s closed before its hello: %u connections in handshake (SLUICE_HANDSHAKE_MAX)",
-                          c.name, options_.max_pending);
-  drop(c.id);
 }
 
 void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {
@@ -173,11 +161,6 @@ void Door::refuse_malformed(Conn& c, const std::string& what) {
   c_.bad_frames->add();
   SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: %s; closed", c.name, what);
   refuse(c, absl::StatusCode::kInvalidArgument, what);
-}
-
-void Door::serve_frame(Conn& c) {
-  if (c.step == Conn::Step::kWantClientHello) serve_hello(c);
-  else serve_proof(c);  // kWantClientProof
 }
 
 void Door::serve_hello(Conn& c) {

@@ -396,6 +396,65 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
   EXPECT_EQ(reached_newcomer, 0) << "a gone client's Peer answers kUnavailable";
 }
 
+// ListenOptions::share_port: two engines of one process on one port each serve some of 16
+// clients (the kernel spreads them by source port; all on one engine: 2 in 65,536); an engine
+// that does not share the port cannot listen there, and its error says how to.
+TEST_P(ClientServer, EnginesSharingAPortEachServeSomeOfItsClients) {
+  Node server(GetParam());
+  auto second = server.context->create_engine();
+  ASSERT_TRUE(second.ok()) << second.status();
+  Engine* engines[2] = {server.engine.get(), second->get()};
+  int served[2] = {0, 0};  // each by its engine's thread
+  int port = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(engines[i]
+                    ->register_handler(kGet,
+                                       [&served, i](Message& m) {
+                                         ++served[i];
+                                         EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kOk);
+                                       })
+                    .ok());
+    auto p = engines[i]->listen("127.0.0.1:" + std::to_string(port), {.share_port = true});
+    ASSERT_TRUE(p.ok()) << p.status();
+    port = *p;
+  }
+  auto lone = server.context->create_engine();
+  ASSERT_TRUE(lone.ok());
+  auto refused = (*lone)->listen("127.0.0.1:" + std::to_string(port));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("share_port"));
+
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> serving;
+  for (Engine* e : engines)
+    serving.emplace_back([&stop, e] { e->run_until([&] { return stop.load(); }, Clock::now() + kLong); });
+  constexpr int kClients = 16;
+  Node clients(GetParam());
+  for (int c = 0; c < kClients; ++c) {
+    auto e = clients.context->create_engine();
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto peer = (*e)->connect("127.0.0.1:" + std::to_string(port));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    bool done = false;
+    std::uint64_t n = c;
+    ASSERT_EQ((*peer)->call_copy(kGet, {}, std::as_bytes(std::span(&n, 1)), {},
+                                 [&](const absl::Status& s, Message& reply) {
+                                   EXPECT_TRUE(s.ok()) << s;
+                                   EXPECT_EQ(reply.payload().size(), sizeof(n));
+                                   done = true;
+                                 }),
+              Result::kOk);
+    ASSERT_TRUE((*e)->run_until([&] { return done; }, Clock::now() + kLong));
+  }
+  stop = true;
+  for (Engine* e : engines) e->post([] {});
+  for (auto& t : serving) t.join();
+  std::printf("16 clients on one port: %d served by the first engine, %d by the second\n", served[0], served[1]);
+  EXPECT_EQ(served[0] + served[1], kClients);
+  EXPECT_GT(served[0], 0);
+  EXPECT_GT(served[1], 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ClientServer, ::testing::Values("shm", "stream"),
                          [](const auto& info) { return std::string(info.param); });
 

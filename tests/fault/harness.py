@@ -15,11 +15,11 @@ BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
 WATCHDOG = 120
 
 
-def serve_blockstore(test, host, env, prefix=()):
-    """Starts `blockstore serve host:0` (after the command `prefix`), killed when `test` ends;
-    returns the process and the port it serves on."""
-    server = subprocess.Popen(list(prefix) + [BLOCKSTORE, "serve", host + ":0"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+def serve_blockstore(test, host, env, prefix=(), args=()):
+    """Starts `blockstore serve [args] host:0` (after the command `prefix`), killed when `test`
+    ends; returns the process and the port it serves on."""
+    server = subprocess.Popen(list(prefix) + [BLOCKSTORE, "serve", *args, host + ":0"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     test.addCleanup(lambda: server.poll() is None and (server.kill(), server.communicate()))
     return server, int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
 
