@@ -248,7 +248,7 @@ int serve(sluice::Context& ctx, const std::string& address, int engines) {
       return 1;
     }
   }
-  std::printf("blockstore: serving on port %d (%d engine%s)\n", port, engines, engines > 1 ? "s" : "");
+  std::printf("blockstore: serving on port %d\n", port);  // scripts read the port as the last word
   std::fflush(stdout);
   std::vector<std::thread> threads;
   for (int i = 1; i < engines; ++i)
