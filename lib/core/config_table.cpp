@@ -358,9 +358,8 @@ std::vector<Field> door_vars() {
                  &Config::auth_key_file),
       duration_var("SLUICE_HANDSHAKE_TIMEOUT", "door", "3s",
                    "A server closes a connection that has not completed its pre-handshake "
-                   "within this time, and its whole first frame within 1 s of its first bytes "
-                   "or this time, the shorter (a client that trickles bytes). One that sends "
-                   "nothing is not accepted before its first bytes.",
+                   "within this time, and its whole first frame within 1 s of the accept or "
+                   "this time, the shorter (a client that sends nothing, or trickles bytes).",
                    &Config::handshake_timeout, true),
       int_var<std::uint32_t>("SLUICE_HANDSHAKE_MAX", "door", "64",
                              "Connections a server keeps in pre-handshake at once; a new one "

@@ -13,12 +13,11 @@
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
 // handshake (SLUICE_HANDSHAKE_TIMEOUT; the first frame within kFirstFrameTime of the accept: a
-// client that trickles bytes is closed; the kernel hands us a connection only once its first
-// bytes arrive), and at most SLUICE_HANDSHAKE_MAX connections in handshake at once: a new one
-// closes the oldest that has not sent its whole CLIENT_HELLO, or, when all have, waits in the
-// kernel's backlog; one source address holds at most a quarter of the places before a hello. A flood of silent or
-// trickling connections cannot keep out a client that sends its hello at once, and no client past its hello is closed
-// to make room.
+// client that sends nothing or trickles bytes is closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at
+// once: a new one closes the oldest that has not sent its whole CLIENT_HELLO, or, when all have, waits in the kernel's
+// backlog; one source address holds at most a quarter of the places before a hello. A flood of silent or trickling
+// connections cannot keep out a client that sends its hello at once, and no client past its hello is closed to make
+// room.
 //
 // Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
 // sleeps on beside UCX's; poll() does what is due and never blocks.
@@ -47,7 +46,7 @@ namespace sluice::detail {
 using Clock = std::chrono::steady_clock;
 
 // A server connection's whole CLIENT_HELLO is due this long after its accept (or within
-// SLUICE_HANDSHAKE_TIMEOUT, when shorter): its first bytes were there at the accept.
+// SLUICE_HANDSHAKE_TIMEOUT, when shorter): a client sends it as soon as it is connected.
 inline constexpr Duration kFirstFrameTime = std::chrono::seconds(1);
 
 struct DoorOptions {

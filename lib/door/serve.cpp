@@ -47,13 +47,6 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port, bool share_p
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port, share_port));
   listen_fd_ = l.fd;
-  // The kernel hands us a connection once its first bytes are there: one that stays silent
-  // never takes a place among those in handshake (it is dropped after the handshake timeout).
-  int defer = options_.handshake_timeout == kInfinite
-                  ? 0
-                  : static_cast<int>(std::max<std::int64_t>(
-                        1, std::chrono::ceil<std::chrono::seconds>(options_.handshake_timeout).count()));
-  ::setsockopt(l.fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
   watch(l.fd, kListenTag, EPOLLIN, true);
   return l.port;
 }
