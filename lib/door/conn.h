@@ -1,6 +1,6 @@
 // The front door's connections in handshake (internal to lib/door): what door.cpp (events,
-// reading and writing frames, links), serve.cpp (the server side) and dial.cpp (the client
-// side) share.
+// links), serve.cpp (the server side) and dial.cpp (the client's Dialer) share, and reading and
+// writing their frames (conn.cpp).
 #pragma once
 
 #include <netinet/in.h>
@@ -31,8 +31,11 @@ inline absl::StatusCode code_from_refuse(std::uint16_t v) {
   return v == 0 || v > 16 ? absl::StatusCode::kUnknown : static_cast<absl::StatusCode>(v);
 }
 
+// The dial's connection: its events carry kConnTag with this id (a server connection's is >= 1).
+inline constexpr std::uint64_t kDialId = 0;
+
 // A connection in its pre-handshake, on either side.
-struct Door::Conn {
+struct DoorConn {
   enum class Step : std::uint8_t {
     kConnecting,       // client: TCP connect in progress
     kWantClientHello,  // server
@@ -43,7 +46,6 @@ struct Door::Conn {
   };
   std::uint64_t id = 0;
   int fd = -1;
-  bool client = false;
   Step step = Step::kWantClientHello;
   Clock::time_point deadline{};
   Clock::time_point accepted{};  // server
@@ -56,7 +58,6 @@ struct Door::Conn {
   std::size_t out_off = 0;
   bool want_out = false;  // EPOLLOUT is watched
   door::Nonce client_nonce{}, server_nonce{};
-  std::uint32_t our_index = 0;         // client: ours, sent in the proof
   std::uint32_t link_index = 0;        // server, kClosing: the index whose link this becomes
   bool becomes_link = false;           // server, kClosing after ACCEPT
   door::Link link = door::Link::kUcx;  // server, after ACCEPT: a stream goes to the owner
@@ -66,5 +67,16 @@ struct Door::Conn {
   // The body of the frame just read.
   std::span<const std::byte> body() const { return {in.data() + door::kFrameHeaderSize, header.body_len}; }
 };
+
+// Adds `fd` to the epoll set (`add`) or changes what it is watched for.
+void watch(int epoll_fd, int fd, std::uint64_t tag, std::uint32_t events, bool add);
+
+enum class FrameRead { kFrame, kMore, kClosed, kBad };
+// Reads what is missing of the current frame (never beyond it); `why` says what ended a
+// kClosed or kBad.
+FrameRead read_frame(DoorConn& c, std::string* why);
+// Writes what `c.out` holds as far as the socket takes it, watching for EPOLLOUT while some is
+// left; false when the other side is gone.
+bool flush(DoorConn& c, int epoll_fd);
 
 }  // namespace sluice::detail

@@ -1,4 +1,7 @@
-// The front door's client side: a dial, from the TCP connect to the server's ACCEPT or REFUSE.
+// The front door's client side (dialer.h): a dial, from the TCP connect to the server's ACCEPT
+// or REFUSE.
+#include "door/dialer.h"
+
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -16,11 +19,18 @@ using door::AuthMode;
 using door::Kind;
 using door::ProofOf;
 
-absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
-                        std::string limit) {
+Dialer::Dialer(const DoorOptions& options, int epoll_fd, Counter* bad_frames, Counter* refused_auth)
+    : options_(options), epoll_fd_(epoll_fd), bad_frames_(bad_frames), refused_auth_(refused_auth) {}
+
+Dialer::~Dialer() {
+  if (conn_) ::close(conn_->fd);
+  if (result_ && result_->ok() && result_->value().fd >= 0) ::close(result_->value().fd);
+}
+
+absl::Status Dialer::start(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
+                           std::string limit) {
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrFormat("epoll_create1: %s", std::strerror(errno)));
-  if (dial_ != 0) return absl::FailedPreconditionError("connect() is already in progress");
-  std::string name = format_host_port(host, port);
+  if (conn_) return absl::FailedPreconditionError("connect() is already in progress");
   if (options_.worker_address.size() > door::kMaxAddress) {
     return absl::InternalError(
         absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",
@@ -28,108 +38,138 @@ absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_ind
   }
   SLUICE_ASSIGN_OR_RETURN(int fd, tcp_start_connect(host, port));
   no_delay(fd);
-  auto c = std::make_unique<Conn>();
-  c->id = next_id_++;
-  c->fd = fd;
-  c->client = true;
-  c->step = Conn::Step::kConnecting;
-  c->deadline = deadline;
-  c->name = name;
-  c->our_index = our_index;
-  c->want_out = true;
-  watch(fd, kConnTag | c->id, EPOLLOUT, true);
-  dial_ = c->id;
-  dial_limit_ = std::move(limit);
-  dial_result_.reset();
-  conns_.emplace(c->id, std::move(c));
-  update_deadline();
+  conn_ = std::make_unique<DoorConn>();
+  conn_->id = kDialId;
+  conn_->fd = fd;
+  conn_->step = DoorConn::Step::kConnecting;
+  conn_->deadline = deadline;
+  conn_->name = format_host_port(host, port);
+  conn_->want_out = true;
+  watch(epoll_fd_, fd, kConnTag | kDialId, EPOLLOUT, true);
+  our_index_ = our_index;
+  limit_ = std::move(limit);
+  result_.reset();
   return absl::OkStatus();
 }
 
-absl::StatusOr<Door::Dialed> Door::take_dial_result() {
-  if (!dial_result_) return absl::FailedPreconditionError("no dial has ended");
-  absl::StatusOr<Dialed> r = std::move(*dial_result_);
-  dial_result_.reset();
+Clock::time_point Dialer::deadline() const { return conn_ ? conn_->deadline : Clock::time_point::max(); }
+
+absl::StatusOr<Door::Dialed> Dialer::take_result() {
+  if (!result_) return absl::FailedPreconditionError("no dial has ended");
+  absl::StatusOr<Door::Dialed> r = std::move(*result_);
+  result_.reset();
   return r;
 }
 
-void Door::end_dial(absl::StatusOr<Dialed> result) {
-  if (dial_ == 0) return;
-  std::uint64_t id = dial_;
-  dial_ = 0;
-  dial_result_ = std::make_unique<absl::StatusOr<Dialed>>(std::move(result));
-  drop(id);
+void Dialer::end(absl::StatusOr<Door::Dialed> result) {
+  if (!conn_) return;
+  ::close(conn_->fd);
+  conn_.reset();
+  result_ = std::move(result);
 }
 
-void Door::dial_connected(Conn& c) {
+void Dialer::expire(Clock::time_point now) {
+  if (!conn_ || now < conn_->deadline) return;
+  std::string step = conn_->step == DoorConn::Step::kConnecting ? "no TCP connection" : "no handshake";
+  end(absl::DeadlineExceededError(absl::StrFormat("%s with %s within %s", step, conn_->name, limit_)));
+}
+
+void Dialer::on_event(std::uint32_t events) {
+  if (!conn_) return;
+  DoorConn& c = *conn_;
+  if (c.step == DoorConn::Step::kConnecting) return connected();
+  if ((events & EPOLLOUT) && !c.out.empty() && !flush(c, epoll_fd_)) {
+    return end(absl::UnavailableError(absl::StrFormat("server %s closed the connection during the handshake", c.name)));
+  }
+  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
+  std::string why;
+  switch (read_frame(c, &why)) {
+    case FrameRead::kMore: return;
+    case FrameRead::kClosed:
+      return end(absl::UnavailableError(absl::StrFormat("server %s %s during the handshake", c.name, why)));
+    case FrameRead::kBad:
+      bad_frames_->add();
+      return end(absl::UnavailableError(absl::StrFormat(
+          "server %s sent a malformed %s (not a Sluice server, or another version of the handshake)", c.name, why)));
+    case FrameRead::kFrame: break;
+  }
+  frame();
+  if (conn_) {  // the frame is consumed: the next one starts empty
+    conn_->in.clear();
+    conn_->have_header = false;
+  }
+}
+
+void Dialer::connected() {
+  DoorConn& c = *conn_;
   int err = 0;
   socklen_t len = sizeof(err);
   ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
     std::string why = err == ECONNREFUSED ? "connection refused (nothing listens there)" : std::strerror(err);
-    end_dial(absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", c.name, why)));
-    return;
+    return end(absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", c.name, why)));
   }
   c.client_nonce = door::random_nonce();
   door::ClientHello hello;
   hello.nonce = c.client_nonce;
   hello.has_key = auth_on();
   door::encode(hello, &c.out);
-  c.step = Conn::Step::kWantServerHello;
+  c.step = DoorConn::Step::kWantServerHello;
   c.want_out = false;
-  watch(c.fd, kConnTag | c.id, EPOLLIN, false);
-  if (!flush(c)) end_dial(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
+  watch(epoll_fd_, c.fd, kConnTag | kDialId, EPOLLIN, false);
+  if (!flush(c, epoll_fd_)) end(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
 }
 
-void Door::dial_malformed(Conn& c, door::Parse p) {
-  c_.bad_frames->add();
-  end_dial(absl::UnavailableError(absl::StrFormat("server %s sent a malformed %s frame: %s", c.name,
-                                                  door::to_string(c.header.kind), door::to_string(p))));
+void Dialer::malformed(door::Parse p) {
+  bad_frames_->add();
+  end(absl::UnavailableError(absl::StrFormat("server %s sent a malformed %s frame: %s", conn_->name,
+                                             door::to_string(conn_->header.kind), door::to_string(p))));
 }
 
-void Door::dial_denied(Conn& c, const std::string& why) {
-  c_.refused_auth->add();
-  if (c.step == Conn::Step::kWantServerHello) {
+void Dialer::denied(const std::string& why) {
+  DoorConn& c = *conn_;
+  refused_auth_->add();
+  if (c.step == DoorConn::Step::kWantServerHello) {
     // Best effort, before the close: the server learns why, instead of seeing a client leave.
     door::Refuse r{static_cast<std::uint16_t>(absl::StatusCode::kPermissionDenied), why.substr(0, 256)};
     c.out.clear();
     door::encode(r, &c.out);
     (void)::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  end_dial(absl::PermissionDeniedError(absl::StrFormat("server %s: %s", c.name, why)));
+  end(absl::PermissionDeniedError(absl::StrFormat("server %s: %s", c.name, why)));
 }
 
-void Door::dial_frame(Conn& c) {
+void Dialer::frame() {
+  DoorConn& c = *conn_;
   if (c.header.kind == Kind::kRefuse) {
     door::Refuse r;
-    if (door::Parse p = door::decode(c.body(), &r); p != door::Parse::kOk) return dial_malformed(c, p);
-    end_dial(absl::Status(code_from_refuse(r.code),
-                          absl::StrFormat("server %s refused the connection: %s", c.name, r.reason)));
-    return;
+    if (door::Parse p = door::decode(c.body(), &r); p != door::Parse::kOk) return malformed(p);
+    return end(absl::Status(code_from_refuse(r.code),
+                            absl::StrFormat("server %s refused the connection: %s", c.name, r.reason)));
   }
-  if (c.step == Conn::Step::kWantServerHello) dial_server_hello(c);
-  else dial_answer(c);  // kWantAnswer
+  if (c.step == DoorConn::Step::kWantServerHello) server_hello();
+  else answer();  // kWantAnswer
 }
 
-void Door::dial_server_hello(Conn& c) {
+void Dialer::server_hello() {
+  DoorConn& c = *conn_;
   door::ServerHello hello;
-  if (c.header.kind != Kind::kServerHello) return dial_malformed(c, door::Parse::kBadKind);
-  if (door::Parse p = door::decode(c.body(), &hello); p != door::Parse::kOk) return dial_malformed(c, p);
+  if (c.header.kind != Kind::kServerHello) return malformed(door::Parse::kBadKind);
+  if (door::Parse p = door::decode(c.body(), &hello); p != door::Parse::kOk) return malformed(p);
   c.server_nonce = hello.nonce;
   c.server_mode = hello.mode;
   if (auth_on()) {
     if (hello.has_proof) {
       if (!options_.key->verify(hello.proof, ProofOf::kServerHello, c.client_nonce, c.server_nonce))
-        return dial_denied(c,
-                           "could not prove that it holds our key (SLUICE_AUTH_KEY_FILE differs, or it is not the "
-                           "server meant)");
+        return denied(
+            "could not prove that it holds our key (SLUICE_AUTH_KEY_FILE differs, or it is not the server meant)");
       c.peer_authenticated = true;
     } else if (options_.auth == AuthMode::kRequired) {
-      return dial_denied(c, "does not authenticate, and SLUICE_AUTH=required here");
+      return denied("does not authenticate, and SLUICE_AUTH=required here");
     }
   }
   door::Credentials ours;
-  ours.index = c.our_index;
+  ours.index = our_index_;
   ours.address = options_.worker_address;
   ours.link = options_.client_link;
   if (auth_on() && hello.mode != AuthMode::kOff) {
@@ -138,38 +178,32 @@ void Door::dial_server_hello(Conn& c) {
         options_.key->prove(ProofOf::kClient, c.client_nonce, c.server_nonce, ours.index, ours.address, ours.link);
   }
   door::encode(Kind::kClientProof, ours, &c.out);
-  c.step = Conn::Step::kWantAnswer;
-  if (!flush(c)) end_dial(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
+  c.step = DoorConn::Step::kWantAnswer;
+  if (!flush(c, epoll_fd_)) end(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
 }
 
-void Door::dial_answer(Conn& c) {
+void Dialer::answer() {
+  DoorConn& c = *conn_;
   door::Credentials theirs;
-  if (c.header.kind != Kind::kAccept) return dial_malformed(c, door::Parse::kBadKind);
-  if (door::Parse p = door::decode(c.body(), &theirs); p != door::Parse::kOk) return dial_malformed(c, p);
+  if (c.header.kind != Kind::kAccept) return malformed(door::Parse::kBadKind);
+  if (door::Parse p = door::decode(c.body(), &theirs); p != door::Parse::kOk) return malformed(p);
   if (c.peer_authenticated &&
       (!theirs.has_proof || !options_.key->verify(theirs.proof, ProofOf::kAccept, c.client_nonce, c.server_nonce,
                                                   theirs.index, theirs.address, theirs.link)))
-    return dial_denied(c, "its accept does not carry the proof of our key");
-  Dialed d;
+    return denied("its accept does not carry the proof of our key");
+  Door::Dialed d;
   d.index = theirs.index;
   d.address = theirs.address;
   d.authenticated = c.peer_authenticated;
   d.link = static_cast<door::Link>(theirs.link);
   if (c.peer_authenticated) d.keys = options_.key->session_keys(c.client_nonce, c.server_nonce);
-  int fd = c.fd;
-  std::uint64_t id = c.id;
-  std::uint32_t index = c.our_index;
-  // The socket becomes our index's link: out of the handshake set without being closed.
-  c.fd = -1;
-  conns_.erase(id);
-  dial_ = 0;
-  if (d.link != door::Link::kUcx) {  // the connection carries the data from now on: the caller's
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-    d.fd = fd;
-  } else {
-    add_link(index, fd);
-  }
-  dial_result_ = std::make_unique<absl::StatusOr<Dialed>>(std::move(d));
+  // The socket outlives the handshake: a UCX peer's link (the Door watches it) or the stream's
+  // connection (the caller's, out of the epoll set).
+  d.fd = c.fd;
+  if (d.link != door::Link::kUcx) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, d.fd, nullptr);
+  else watch(epoll_fd_, d.fd, kConnTag | kDialId, 0, false);  // quiet until the Door takes it
+  conn_.reset();
+  result_ = std::move(d);
 }
 
 }  // namespace sluice::detail

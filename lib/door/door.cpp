@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "door/conn.h"
+#include "door/dialer.h"
 
 namespace sluice::detail {
 
@@ -25,20 +26,15 @@ Door::Door(Owner* owner, DoorOptions options, Stats* stats) : owner_(owner), opt
                 &stats->counter("door.bad_frames"), &stats->counter("door.timed_out"),
                 &stats->counter("door.evicted"),    &stats->counter("door.closed_early"),
                 &stats->counter("door.links_lost")};
+  dialer_ = std::make_unique<Dialer>(options_, epoll_fd_, c_.bad_frames, c_.refused_auth);
 }
 
 Door::~Door() {
+  dialer_.reset();
   for (auto& [id, c] : conns_) ::close(c->fd);
   for (auto& [index, fd] : links_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
-}
-
-void Door::watch(int fd, std::uint64_t tag, std::uint32_t events, bool add) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = tag;
-  ::epoll_ctl(epoll_fd_, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
 
 void Door::close_link(std::uint32_t index) {
@@ -49,7 +45,7 @@ void Door::close_link(std::uint32_t index) {
 }
 
 void Door::update_deadline() {
-  next_deadline_ = listen_paused_ ? listen_resume_ : Clock::time_point::max();
+  next_deadline_ = std::min(listen_paused_ ? listen_resume_ : Clock::time_point::max(), dialer_->deadline());
   for (auto& [id, c] : conns_) next_deadline_ = std::min(next_deadline_, c->deadline);
 }
 
@@ -65,7 +61,10 @@ bool Door::poll(Clock::time_point now) {
       std::uint64_t tag = evs[i].data.u64;
       switch (tag & kTagMask) {
         case kListenTag: accept_all(now); break;
-        case kConnTag: on_conn_event(tag & ~kTagMask, evs[i].events, now); break;
+        case kConnTag:
+          if ((tag & ~kTagMask) == kDialId) dialer_->on_event(evs[i].events);
+          else on_conn_event(tag & ~kTagMask, evs[i].events, now);
+          break;
         case kLinkTag:
           on_link_event(static_cast<std::uint32_t>((tag & ~kTagMask) >> 32), static_cast<int>(tag & 0xffffffffu));
           break;
@@ -78,8 +77,9 @@ bool Door::poll(Clock::time_point now) {
   if (now < next_deadline_) return any;
   if (listen_paused_ && now >= listen_resume_) {
     listen_paused_ = false;
-    if (!listen_full_) watch(listen_fd_, kListenTag, EPOLLIN, true);
+    if (!listen_full_) watch(epoll_fd_, listen_fd_, kListenTag, EPOLLIN, true);
   }
+  dialer_->expire(now);
   std::vector<std::uint64_t> expired;
   for (auto& [id, c] : conns_)
     if (now >= c->deadline) expired.push_back(id);
@@ -87,11 +87,6 @@ bool Door::poll(Clock::time_point now) {
     auto it = conns_.find(id);
     if (it == conns_.end()) continue;  // gone already (a callback above dropped it)
     Conn& c = *it->second;
-    if (c.client) {
-      std::string step = c.step == Conn::Step::kConnecting ? "no TCP connection" : "no handshake";
-      end_dial(absl::DeadlineExceededError(absl::StrFormat("%s with %s within %s", step, c.name, dial_limit_)));
-      continue;
-    }
     c_.timed_out->add();
     if (c.step == Conn::Step::kWantClientHello) {
       SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: no whole CLIENT_HELLO within %s of its first bytes; closed",
@@ -113,7 +108,7 @@ bool Door::poll(Clock::time_point now) {
 void Door::listen_if_room() {
   if (!listen_full_ || pending() >= options_.max_pending) return;
   listen_full_ = false;
-  if (!listen_paused_) watch(listen_fd_, kListenTag, EPOLLIN, true);
+  if (!listen_paused_) watch(epoll_fd_, listen_fd_, kListenTag, EPOLLIN, true);
 }
 
 void Door::drop(std::uint64_t id) {
@@ -128,80 +123,13 @@ void Door::drop(std::uint64_t id) {
   conns_.erase(it);
 }
 
-// Reads what is missing of the current frame, never beyond it: the header, then exactly the
-// body length the header allows. Bytes past a frame stay in the socket for the next step.
-Door::Read Door::read_frame(Conn& c, std::string* why) {
-  while (true) {
-    std::size_t want = c.have_header ? door::kFrameHeaderSize + c.header.body_len : door::kFrameHeaderSize;
-    std::size_t have = c.in.size();
-    if (have == want) {
-      if (c.have_header) return Read::kFrame;
-      door::Parse p = door::decode_header(c.in, &c.header);
-      if (p != door::Parse::kOk) {
-        *why = absl::StrFormat("frame header: %s", door::to_string(p));
-        return Read::kBad;
-      }
-      c.have_header = true;
-      continue;
-    }
-    c.in.resize(want);
-    ssize_t n = ::recv(c.fd, c.in.data() + have, want - have, 0);
-    if (n > 0) {
-      c.in.resize(have + static_cast<std::size_t>(n));
-      continue;
-    }
-    c.in.resize(have);
-    if (n == 0) {
-      *why = have == 0 ? "closed the connection" : "closed the connection inside a frame";
-      return Read::kClosed;
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Read::kMore;
-    *why = std::strerror(errno);
-    return Read::kClosed;
-  }
-}
-
-bool Door::flush(Conn& c) {
-  while (c.out_off < c.out.size()) {
-    ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      c.out_off += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!c.want_out) {
-        c.want_out = true;
-        watch(c.fd, kConnTag | c.id, EPOLLIN | EPOLLOUT, false);
-      }
-      return true;
-    }
-    return false;  // the other side is gone
-  }
-  c.out.clear();
-  c.out_off = 0;
-  if (c.want_out) {
-    c.want_out = false;
-    watch(c.fd, kConnTag | c.id, EPOLLIN, false);
-  }
-  return true;
-}
-
 void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now) {
   (void)now;
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn& c = *it->second;
-  if (c.step == Conn::Step::kConnecting) {
-    dial_connected(c);
-    return;
-  }
   if ((events & EPOLLOUT) && !c.out.empty()) {
-    if (!flush(c)) {
-      if (c.client) {
-        end_dial(
-            absl::UnavailableError(absl::StrFormat("server %s closed the connection during the handshake", c.name)));
-        return;
-      }
+    if (!flush(c, epoll_fd_)) {
       bool admitted = c.becomes_link;
       std::uint32_t index = c.link_index;
       drop(id);
@@ -218,32 +146,20 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
   if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
   std::string why;
   switch (read_frame(c, &why)) {
-    case Read::kMore: return;
-    case Read::kClosed:
-      if (c.client) {
-        end_dial(absl::UnavailableError(absl::StrFormat("server %s %s during the handshake", c.name, why)));
-      } else {
-        c_.closed_early->add();
-        SLUICE_LOG_RATE_LIMITED(kInfo, "door", "client %s %s during the handshake", c.name, why);
-        drop(id);
-      }
+    case FrameRead::kMore: return;
+    case FrameRead::kClosed:
+      c_.closed_early->add();
+      SLUICE_LOG_RATE_LIMITED(kInfo, "door", "client %s %s during the handshake", c.name, why);
+      drop(id);
       return;
-    case Read::kBad:
+    case FrameRead::kBad:
       c_.bad_frames->add();
-      if (c.client) {
-        end_dial(
-            absl::UnavailableError(absl::StrFormat("server %s sent a malformed %s (not a Sluice server, or "
-                                                   "another version of the handshake)",
-                                                   c.name, why)));
-      } else {
-        SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: malformed %s; closed", c.name, why);
-        refuse(c, absl::StatusCode::kInvalidArgument, "malformed " + why);
-      }
+      SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s: malformed %s; closed", c.name, why);
+      refuse(c, absl::StatusCode::kInvalidArgument, "malformed " + why);
       return;
-    case Read::kFrame: break;
+    case FrameRead::kFrame: break;
   }
-  if (c.client) dial_frame(c);
-  else if (c.step == Conn::Step::kWantClientHello) serve_hello(c);
+  if (c.step == Conn::Step::kWantClientHello) serve_hello(c);
   else serve_proof(c);  // kWantClientProof
   // The frame is consumed (or the connection gone): the next one starts empty.
   auto again = conns_.find(id);
@@ -256,7 +172,8 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
 void Door::add_link(std::uint32_t index, int fd) {
   close_link(index);  // the index's previous peer is gone (its link closed when it failed)
   links_[index] = fd;
-  watch(fd, kLinkTag | (std::uint64_t{index} << 32) | static_cast<std::uint32_t>(fd), EPOLLIN | EPOLLRDHUP, false);
+  watch(epoll_fd_, fd, kLinkTag | (std::uint64_t{index} << 32) | static_cast<std::uint32_t>(fd), EPOLLIN | EPOLLRDHUP,
+        false);
 }
 
 void Door::on_link_event(std::uint32_t index, int fd) {
@@ -269,6 +186,24 @@ void Door::on_link_event(std::uint32_t index, int fd) {
   c_.links_lost->add();
   close_link(index);
   owner_->link_lost(index, why);
+}
+
+absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
+                        std::string limit) {
+  SLUICE_RETURN_IF_ERROR(dialer_->start(host, port, our_index, deadline, std::move(limit)));
+  update_deadline();
+  return absl::OkStatus();
+}
+
+bool Door::dialing() const { return dialer_->dialing(); }
+
+absl::StatusOr<Door::Dialed> Door::take_dial_result() {
+  absl::StatusOr<Dialed> r = dialer_->take_result();
+  if (r.ok() && r->link == door::Link::kUcx) {  // the connection stays open as our index's link
+    add_link(dialer_->our_index(), r->fd);
+    r->fd = -1;
+  }
+  return r;
 }
 
 }  // namespace sluice::detail

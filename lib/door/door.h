@@ -13,11 +13,14 @@
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
 // handshake (SLUICE_HANDSHAKE_TIMEOUT; the first frame within kFirstFrameTime of the accept: a
-// client that sends nothing or trickles bytes is closed), and at most SLUICE_HANDSHAKE_MAX connections in handshake at
-// once: a new one closes the oldest that has not sent its whole CLIENT_HELLO, or, when all have, waits in the kernel's
-// backlog; one source address holds at most a quarter of the places before a hello. A flood of silent or trickling
-// connections cannot keep out a client that sends its hello at once, and no client past its hello is closed to make
-// room.
+// client that sends nothing or trickles bytes is closed), and at most SLUICE_HANDSHAKE_MAX
+// connections in handshake at once: a new one closes the oldest that has not sent its whole
+// CLIENT_HELLO, or, when all have, waits in the kernel's backlog; one source address holds at
+// most a quarter of the places before a hello. A flood of silent or trickling connections
+// cannot keep out a client that sends its hello at once, and no client past its hello is
+// closed to make room.
+//
+// The client side, one dial at a time, is a Dialer (door/dialer.h) on the same epoll set.
 //
 // Threading: one thread, the engine's. Every socket is in one epoll set, whose fd the engine
 // sleeps on beside UCX's; poll() does what is due and never blocks.
@@ -44,6 +47,9 @@
 namespace sluice::detail {
 
 using Clock = std::chrono::steady_clock;
+
+struct DoorConn;  // a connection in handshake (door/conn.h)
+class Dialer;     // the client side (door/dialer.h)
 
 // A server connection's whole CLIENT_HELLO is due this long after its accept (or within
 // SLUICE_HANDSHAKE_TIMEOUT, when shorter): a client sends it as soon as it is connected.
@@ -114,7 +120,7 @@ class Door {
   // `limit` names the deadline in a timeout's message ("SLUICE_CONNECT_TIMEOUT=10s").
   absl::Status dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,
                     std::string limit);
-  bool dialing() const { return dial_ != 0; }
+  bool dialing() const;
   // The finished dial's result: the server's index and address (its link then belongs to
   // `our_index`), or why it failed (Unavailable, PermissionDenied, DeadlineExceeded, ...).
   absl::StatusOr<Dialed> take_dial_result();
@@ -133,21 +139,19 @@ class Door {
   bool poll(Clock::time_point now);
 
  private:
-  struct Conn;
-  enum class Read { kFrame, kMore, kClosed, kBad };
+  using Conn = DoorConn;
   void accept_all(Clock::time_point now);
-  // Closes the oldest connection without a whole CLIENT_HELLO (of `source` only, when it holds
-  // `keep` or more); whether one closed (serve.cpp).
-  bool close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep);
+  // Closes the oldest connection without a whole CLIENT_HELLO accepted `min_age` ago or more (of
+  // `source` only), when `keep` or more are without one (serve.cpp).
+  enum class Room { kEnough, kMade, kNone };
+  Room close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep, Duration min_age);
+  void evict(Conn& c, const char* why);
   // Server connections in handshake (the dial's is not one of them).
-  std::size_t pending() const { return conns_.size() - (dial_ != 0 ? 1 : 0); }
+  std::size_t pending() const { return conns_.size(); }
   // Watches the listener again once a place is free after listen_full_.
   void listen_if_room();
   void on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_point now);
   void on_link_event(std::uint32_t index, int fd);
-  Read read_frame(Conn& c, std::string* why);
-  bool flush(Conn& c);
-  void watch(int fd, std::uint64_t tag, std::uint32_t events, bool add);
   // Whether we have a key to prove and check (authentication optional or required).
   bool auth_on() const { return options_.auth != door::AuthMode::kOff && options_.key != nullptr; }
   // Server side (serve.cpp): a client's frame, by the step it is in.
@@ -160,16 +164,7 @@ class Door {
   void refuse_malformed(Conn& c, const std::string& what);
   // Server: a client's REFUSE instead of its proof (it gave up on our SERVER_HELLO).
   void client_refused(Conn& c);
-  // Client side (dial.cpp): the dial's next step.
-  void dial_connected(Conn& c);
-  void dial_frame(Conn& c);
-  void dial_server_hello(Conn& c);
-  void dial_answer(Conn& c);
-  void dial_malformed(Conn& c, door::Parse p);
-  void dial_denied(Conn& c, const std::string& why);
   void drop(std::uint64_t id);
-  void end_dial(absl::StatusOr<Dialed> result);
-  std::string dial_limit_;  // what the current dial's deadline is called
   void to_link(Conn& c, std::uint32_t index);
   void add_link(std::uint32_t index, int fd);
   void update_deadline();
@@ -185,8 +180,7 @@ class Door {
   std::deque<std::uint64_t> accept_order_;                          // server side, oldest first
   std::unordered_map<std::uint32_t, int> links_;                    // by index
   std::uint64_t next_id_ = 1;
-  std::uint64_t dial_ = 0;  // the dial's conn id; 0: none
-  std::unique_ptr<absl::StatusOr<Dialed>> dial_result_;
+  std::unique_ptr<Dialer> dialer_;  // the client side: one dial at a time
   Clock::time_point next_deadline_ = Clock::time_point::max();
   struct Counters {
     Counter* accepted;

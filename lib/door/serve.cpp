@@ -47,14 +47,14 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port, bool share_p
   if (listen_fd_ >= 0) return absl::FailedPreconditionError("this engine already listens");
   SLUICE_ASSIGN_OR_RETURN(Listening l, tcp_listen(host, port, share_port));
   listen_fd_ = l.fd;
-  watch(l.fd, kListenTag, EPOLLIN, true);
+  watch(epoll_fd_, l.fd, kListenTag, EPOLLIN, true);
   return l.port;
 }
 
 void Door::accept_all(Clock::time_point now) {
   for (int i = 0; i < 64; ++i) {
     while (pending() >= options_.max_pending) {
-      if (close_before_hello(now, nullptr, 0)) continue;
+      if (close_before_hello(now, nullptr, 0, Duration::zero()) == Room::kMade) continue;
       // Every place is held by a client that sent its hello: the new ones wait in the kernel's
       // backlog until one of these finishes (poll() listens again), none is closed for them.
       SLUICE_LOG_RATE_LIMITED(kInfo, "door",
@@ -92,8 +92,8 @@ void Door::accept_all(Clock::time_point now) {
                       : now + std::min<Duration>(options_.handshake_timeout, kFirstFrameTime);
     c->source = source_of(ss);
     c->name = endpoint_name(ss, c->source);
-    close_before_hello(now, &c->source, std::max<std::size_t>(1, options_.max_pending / 4));
-    watch(fd, kConnTag | c->id, EPOLLIN, true);
+    close_before_hello(now, &c->source, std::max<std::size_t>(1, options_.max_pending / 4), Duration::zero());
+    watch(epoll_fd_, fd, kConnTag | c->id, EPOLLIN, true);
     if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
       std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
     }
@@ -105,37 +105,41 @@ void Door::accept_all(Clock::time_point now) {
   }
 }
 
-// Closes the oldest connection that has not sent a whole CLIENT_HELLO, read once more first (its
-// hello may be waiting): of `source` only when given, and then only when it holds `keep` or more
-// such. Returns whether one closed. A flood of silent or trickling connections thus turns over
-// among themselves, and a flooding address over its own, while a client that sends its hello at
-// once goes on to its proof.
-bool Door::close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep) {
+// Closes the oldest connection that has not sent a whole CLIENT_HELLO and was accepted at least
+// `min_age` ago, read once more first (its hello may be waiting): of `source` only when given,
+// and only when there are `keep` or more such (of any age). A flood of silent or trickling
+// connections thus turns over among themselves, and a flooding address over its own, while a
+// client that sends its hello at once goes on to its proof.
+Door::Room Door::close_before_hello(Clock::time_point now, const std::string* source, std::size_t keep,
+                                    Duration min_age) {
   std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
   auto before_hello = [&](std::uint64_t id) {
     const Conn& c = *conns_.at(id);
     return c.step == Conn::Step::kWantClientHello && (source == nullptr || c.source == *source);
   };
   if (static_cast<std::size_t>(std::count_if(accept_order_.begin(), accept_order_.end(), before_hello)) < keep)
-    return false;
+    return Room::kEnough;
   for (auto it = accept_order_.begin(); it != accept_order_.end(); ++it) {
     std::uint64_t id = *it;
-    if (!before_hello(id)) continue;
+    if (!before_hello(id) || now - conns_.at(id)->accepted < min_age) continue;
     on_conn_event(id, EPOLLIN, now);  // touches this connection only, never accept_order_
     auto c = conns_.find(id);
     if (c != conns_.end() && c->second->step != Conn::Step::kWantClientHello) continue;  // its hello was there
     if (c != conns_.end()) {
-      c_.evicted->add();
-      SLUICE_LOG_RATE_LIMITED(
-          kWarn, "door", "client %s closed before its hello: %s (SLUICE_HANDSHAKE_MAX=%u)", c->second->name,
-          source ? "its address holds a quarter of the places in handshake" : "every place in handshake is taken",
-          options_.max_pending);
-      drop(id);
+      evict(*c->second,
+            source ? "its address holds a quarter of the places in handshake" : "every place in handshake is taken");
     }
     accept_order_.erase(it);
-    return true;
+    return Room::kMade;
   }
-  return false;
+  return Room::kNone;
+}
+
+void Door::evict(Conn& c, const char* why) {
+  c_.evicted->add();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "door", "client %s closed before its hello: %s (SLUICE_HANDSHAKE_MAX=%u)", c.name, why,
+                          options_.max_pending);
+  drop(c.id);
 }
 
 void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {
@@ -146,8 +150,8 @@ void Door::refuse(Conn& c, absl::StatusCode code, const std::string& reason) {
   c.step = Conn::Step::kClosing;
   c.becomes_link = false;
   // Best effort: a client that left gets nothing; one that is there gets the reason.
-  if (!flush(c) || c.out.empty()) drop(c.id);
-  else watch(c.fd, kConnTag | c.id, EPOLLOUT, false);  // what it sends now is not read
+  if (!flush(c, epoll_fd_) || c.out.empty()) drop(c.id);
+  else watch(epoll_fd_, c.fd, kConnTag | c.id, EPOLLOUT, false);  // what it sends now is not read
 }
 
 void Door::refuse_malformed(Conn& c, const std::string& what) {
@@ -174,7 +178,7 @@ void Door::serve_hello(Conn& c) {
   door::encode(answer, &c.out);
   c.step = Conn::Step::kWantClientProof;
   if (options_.handshake_timeout != kInfinite) c.deadline = c.accepted + options_.handshake_timeout;
-  if (!flush(c)) drop(c.id);
+  if (!flush(c, epoll_fd_)) drop(c.id);
 }
 
 void Door::serve_proof(Conn& c) {
@@ -235,14 +239,14 @@ void Door::send_accept(Conn& c, const Admitted& admitted) {
   c.becomes_link = true;
   c.link_index = admitted.index;
   c.link = admitted.link;
-  if (!flush(c)) {
+  if (!flush(c, epoll_fd_)) {
     std::uint32_t s = c.link_index;
     drop(c.id);
     owner_->link_lost(s, "closed its connection before our accept");
     return;
   }
   if (c.out.empty()) to_link(c, c.link_index);
-  else watch(c.fd, kConnTag | c.id, EPOLLOUT, false);
+  else watch(epoll_fd_, c.fd, kConnTag | c.id, EPOLLOUT, false);
 }
 
 void Door::client_refused(Conn& c) {
