@@ -54,6 +54,9 @@ class Dialer;     // the client side (door/dialer.h)
 // A server connection's whole CLIENT_HELLO is due this long after its accept (or within
 // SLUICE_HANDSHAKE_TIMEOUT, when shorter): a client sends it as soon as it is connected.
 inline constexpr Duration kFirstFrameTime = std::chrono::seconds(1);
+// A connection without its hello is safe this long from the per-source bound: a real client
+// whose hello is on its way is not closed for a flood from its own address.
+inline constexpr Duration kHelloGrace = std::chrono::milliseconds(100);
 
 struct DoorOptions {
   door::AuthMode auth = door::AuthMode::kOff;

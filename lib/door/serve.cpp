@@ -92,7 +92,6 @@ void Door::accept_all(Clock::time_point now) {
                       : now + std::min<Duration>(options_.handshake_timeout, kFirstFrameTime);
     c->source = source_of(ss);
     c->name = endpoint_name(ss, c->source);
-    close_before_hello(now, &c->source, std::max<std::size_t>(1, options_.max_pending / 4), Duration::zero());
     watch(epoll_fd_, fd, kConnTag | c->id, EPOLLIN, true);
     if (accept_order_.size() > 2 * conns_.size() + 64) {  // forget ids long gone
       std::erase_if(accept_order_, [&](std::uint64_t x) { return !conns_.contains(x); });
@@ -100,8 +99,17 @@ void Door::accept_all(Clock::time_point now) {
     accept_order_.push_back(c->id);
     next_deadline_ = std::min(next_deadline_, c->deadline);
     std::uint64_t id = c->id;
+    std::string source = c->source;
     conns_.emplace(id, std::move(c));
     on_conn_event(id, EPOLLIN, now);  // its hello is usually there already
+    // Still without it: its address keeps at most a quarter of the places before a hello. Its
+    // oldest such past kHelloGrace makes room; when all are younger, the newcomer goes.
+    auto it = conns_.find(id);
+    if (it != conns_.end() && it->second->step == Conn::Step::kWantClientHello &&
+        close_before_hello(now, &source, std::max<std::size_t>(1, options_.max_pending / 4) + 1, kHelloGrace) ==
+            Room::kNone) {
+      evict(*it->second, "its address holds a quarter of the places in handshake, none old enough to close");
+    }
   }
 }
 
