@@ -513,6 +513,54 @@ class SharedPort(unittest.TestCase):
             self.assertIn("0 mismatches, 0 errors", out)
         self.assertIsNone(server.poll())
 
+    def test_each_listening_socket_of_a_shared_port_refuses_the_door_attacks_and_a_client_listens_nowhere(self):
+        # ss -ltnp: the four sockets of `serve -j 4`, all on the door's port, and nothing else;
+        # a connected client process has no listening socket. The kernel gives each connection to
+        # one of the four by its source port: 32 connections per attack reach every engine but with
+        # odds of 4 x (3/4)^32 = 4e-4. Each attack is answered with REFUSE (INVALID_ARGUMENT) or
+        # closed, a partial hello is closed at the first-frame deadline, and the server serves on.
+        server, port = serve_blockstore(self, "127.0.0.1", dict(os.environ), args=("-j", "4"))
+        listening = [line.split()[3] for line in subprocess.run(["ss", "-Hltnp"], capture_output=True,
+                                                                 text=True).stdout.splitlines()
+                     if "pid=%d," % server.pid in line]
+        print("blockstore serve -j 4 listens on: %s" % listening)
+        self.assertEqual(listening, ["127.0.0.1:%d" % port] * 4)
+        client = subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "400"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: client.poll() is None and (client.kill(), client.wait()))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "pid=%d," % client.pid not in subprocess.run(
+                ["ss", "-Htnp", "state", "established", "dst", "127.0.0.1:%d" % port], capture_output=True,
+                text=True).stdout:
+            time.sleep(0.05)
+        self.assertIsNone(client.poll(), "the client is connected")
+        client_listens = [line for line in subprocess.run(["ss", "-Hltnp"], capture_output=True,
+                                                          text=True).stdout.splitlines()
+                          if "pid=%d," % client.pid in line]
+        self.assertEqual(client_listens, [], "a client listens nowhere")
+        attacks = {"HTTP": b"GET / HTTP/1.0\r\n\r\n",
+                   "a CLIENT_PROOF first": frame(CLIENT_PROOF, bytes(49)),
+                   "a SERVER_HELLO from a client": frame(SERVER_HELLO, bytes(72)),
+                   "a hello of 2^32 - 1 bytes": frame(CLIENT_HELLO, b"", length=0xffffffff),
+                   "version 255": client_hello(bytes(32))[:5] + b"\xff" + client_hello(bytes(32))[6:]}
+        for name, data in attacks.items():
+            for _ in range(32):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    s.sendall(data)
+                    answer = recv_frame(s, timeout=5)
+                    self.assertEqual(refusal(answer)[0], 3, name)
+        partial = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(32)]
+        for s in partial:
+            s.sendall(client_hello(bytes(32))[:20])
+        for s in partial:
+            self.assertTrue(closed(s, timeout=5), "a partial hello is closed")
+            s.close()
+        self.assertEqual(client.wait(timeout=120), 0, "the connected client's check succeeded meanwhile")
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % port, "4"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIsNone(server.poll())
+
 
 class ServerRestart(unittest.TestCase):
     def test_a_killed_server_restarted_on_its_address_serves_the_clients_again(self):
