@@ -177,9 +177,10 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   // Queued messages never reached the transport: complete them here, once.
   sender_.drop_queued(p, status);
   rpc_client_.drop_waiting(p, status);
-  // In-flight sends complete through the force close (their callbacks see an error)...
+  // In-flight sends complete through the force close (their callbacks see an error), after a
+  // flush that lets UCX finish the endpoint's wire-up (Worker::close_failed)...
   if (p.ep().valid()) {
-    void* req = p.ep().start_close(true);
+    void* req = worker_->close_failed(p.ep(), std::chrono::seconds(1));
     if (req != nullptr)
       LinkControl::close_pending(
           p.link, absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1))));

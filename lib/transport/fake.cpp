@@ -282,4 +282,8 @@ absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time
   return absl::OkStatus();
 }
 
+void* Endpoint::start_flush() { return nullptr; }  // the fake has no wire-up to wait for
+
+void* Worker::close_failed(Endpoint& ep, std::chrono::steady_clock::duration) { return ep.start_close(true); }
+
 }  // namespace sluice::detail

@@ -140,6 +140,10 @@ class Endpoint {
   // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
   // Returns a request to wait for with Worker::wait_request, or nullptr when done.
   void* start_close(bool force);
+  // Starts a flush (ucp_ep_flush_nbx): it completes once UCX's wire-up of the endpoint is
+  // done and what its lanes hold is sent. A request for Worker::wait_request, or nullptr when
+  // done (and for a stream endpoint).
+  void* start_flush();
   // The transports and devices of the endpoint's lanes ("sysv/memory tcp/veth0"), from
   // ucp_ep_print_info: for the debug log.
   std::string transports() const;
@@ -221,6 +225,15 @@ class Worker {
   void signal();
   // Progresses until `request` (from Endpoint::start_close) completes or `deadline`.
   absl::Status wait_request(void* request, std::chrono::steady_clock::time_point deadline);
+  // Closes a failed peer's endpoint: flushes it first, progressing for at most `flush_bound`,
+  // then starts the force close (Endpoint::start_close(true)), whose request it returns.
+  // UCX 1.13.1 destroys a force-closed endpoint at once. Had it sent a wire-up request (its
+  // first rendezvous send does) that crossed the peer's, the peer's endpoint may have taken
+  // its id; the peer's request, handled after the destruction, is answered by a new internal
+  // endpoint with another id, and the peer aborts (ucp_ep.inl:215, remote_id ==
+  // remote_ep_id). The flush completes only once the wire-up is done: the peer's request
+  // then reached this endpoint. A peer silent past the bound is closed on regardless.
+  void* close_failed(Endpoint& ep, std::chrono::steady_clock::duration flush_bound);
 
  private:
   Worker();

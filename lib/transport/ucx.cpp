@@ -250,6 +250,15 @@ void* Endpoint::start_close(bool force) {
   return r;
 }
 
+void* Endpoint::start_flush() {
+  if (ep_ == nullptr) return nullptr;
+  ucp_request_param_t p;
+  p.op_attr_mask = 0;
+  ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_of(ep_), &p);
+  if (r == nullptr || UCS_PTR_IS_ERR(r)) return nullptr;
+  return r;
+}
+
 // ---- worker ----------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& ctx) {
@@ -377,6 +386,13 @@ absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time
   }
   ucp_request_free(request);
   return ucx_status(s, "request");
+}
+
+void* Worker::close_failed(Endpoint& ep, std::chrono::steady_clock::duration flush_bound) {
+  // A flush that does not end in time (a silent peer) is cancelled and freed by wait_request;
+  // the force close then purges it with the rest.
+  (void)wait_request(ep.start_flush(), std::chrono::steady_clock::now() + flush_bound);
+  return ep.start_close(true);
 }
 
 }  // namespace sluice::detail
