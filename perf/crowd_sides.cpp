@@ -282,7 +282,10 @@ void busy(int fd, const std::string& address, int engines) {
   std::_Exit(0);
 }
 
-void idle(int fd, const std::string& address, int engines) {
+namespace {
+
+// A thread per engine, asleep in it (Engine::wait), woken by what arrives and by its timers.
+void idle_threads(int fd, const std::string& address, int engines) {
   auto ctx = context(fd);
   std::vector<std::unique_ptr<Engine>> all;
   all.reserve(static_cast<std::size_t>(engines));  // the threads index it
@@ -295,7 +298,6 @@ void idle(int fd, const std::string& address, int engines) {
     Engine* e = all.back().get();
     Peer* peer = connects.connect(*e, address);
     e->release_thread();
-    // An idle application's thread: asleep in its engine, woken by what arrives and its timers.
     threads.emplace_back([e, peer, &quit, &posted, &alive, &all, i] {
       while (!quit.load()) e->wait(Clock::now() + std::chrono::seconds(1));
       if (peer != nullptr && peer->alive()) ++alive;
@@ -313,6 +315,37 @@ void idle(int fd, const std::string& address, int engines) {
   posted.notify_all();
   for (auto& t : threads) t.join();
   say(fd, "alive " + std::to_string(alive.load()));
+}
+
+// The main thread drives every engine: progress() on each every `poll`, asleep in between.
+void idle_polled(int fd, const std::string& address, int engines, std::chrono::milliseconds poll) {
+  auto ctx = context(fd);
+  std::vector<std::unique_ptr<Engine>> all;
+  std::vector<Peer*> peers;
+  Connects connects;
+  for (int i = 0; i < engines; ++i) {
+    all.push_back(engine(fd, *ctx));
+    peers.push_back(connects.connect(*all.back(), address));
+    for (auto& e : all) e->progress();
+  }
+  connects.report(fd);
+  Lines lines(fd);
+  while (true) {
+    auto line = lines.next(Clock::now() + poll);
+    if ((line && *line == "quit") || lines.eof()) break;
+    for (auto& e : all) e->progress();
+  }
+  int alive = 0;
+  for (Peer* p : peers) alive += p != nullptr && p->alive() ? 1 : 0;
+  all.clear();
+  say(fd, "alive " + std::to_string(alive));
+}
+
+}  // namespace
+
+void idle(int fd, const std::string& address, int engines, int poll_ms) {
+  if (poll_ms > 0) idle_polled(fd, address, engines, std::chrono::milliseconds(poll_ms));
+  else idle_threads(fd, address, engines);
   std::_Exit(0);
 }
 

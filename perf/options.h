@@ -40,6 +40,7 @@ struct Options {
   int peers = 100;
   std::vector<int> busy = {1, 8};
   int per_process = 40;
+  int idle_poll = 100;  // ms between an idle process's rounds of progress(); 0: a thread per engine
   int seconds = 5;
 };
 

@@ -88,7 +88,7 @@ class PerfSmoke(unittest.TestCase):
         for word in ("am_lat", "am_bw", "am_submit", "--producers", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
                      "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server", "--mpirun",
-                     "--mpi-timeout", "MPI baseline (--baseline mpi", "--peers", "--busy", "--per-process", "--seconds",
+                     "--mpi-timeout", "MPI baseline (--baseline mpi", "--peers", "--busy", "--per-process", "--idle-poll", "--seconds",
                      "crowd (-t crowd"):
             self.assertIn(word, r.stdout)
 
@@ -246,10 +246,11 @@ class PerfSmoke(unittest.TestCase):
                 self.assertGreater(float(x["lat_us"]), 0, x)
 
     def test_crowd_runs_its_own_server_and_clients(self):
-        # -t crowd, without a launcher: a server, 20 idle clients in two processes (threads), and
-        # the busy ones, 1 then 2 of them; a row per K with sane fields, and no process left.
+        # -t crowd, without a launcher: a server, 20 idle clients in two processes, and the busy
+        # ones, 1 then 2 of them, in two rounds (the idle clients leave and come back); a row per K
+        # with sane fields.
         r = subprocess.run([PERF, "-t", "crowd", "--peers", "20", "--per-process", "10", "--busy", "1,2", "--seconds",
-                            "1", "--format", "csv"], capture_output=True, text=True, timeout=240)
+                            "1", "-r", "2", "--format", "csv"], capture_output=True, text=True, timeout=240)
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = self.check_csv(r.stdout, ["crowd"], mode="cs")
         self.assertEqual([(x["peers"], x["busy"]) for x in rows], [("20", "1"), ("20", "2")])
@@ -258,16 +259,16 @@ class PerfSmoke(unittest.TestCase):
             rate, solo = float(x["rate_per_s"]), float(x["baseline_rate_per_s"])
             self.assertGreater(rate, 0, x)
             self.assertGreater(solo, 0, x)
-            self.assertAlmostEqual(float(x["ratio"]), rate / solo, delta=0.01 * rate / solo)
+            self.assertGreater(float(x["ratio"]), 0, x)  # the median of the rounds' ratios
             self.assertGreater(float(x["lat_p50_us"]), 0, x)
             self.assertTrue(0 < float(x["fairness"]) <= 1.0001, x)
             self.assertTrue(0 < float(x["recv_hwm_ratio"]) <= 1, x)
             self.assertGreater(float(x["connect_s"]), 0, x)
             self.assertGreaterEqual(float(x["server_idle_cpu_pct"]), 0, x)
         self.assertEqual(rows[0]["fairness"], "1.0000", "one busy client is fair to itself")
-        # JSON carries the same columns.
-        r = subprocess.run([PERF, "-t", "crowd", "--peers", "3", "--busy", "1", "--seconds", "1", "--format", "json"],
-                           capture_output=True, text=True, timeout=240)
+        # JSON carries the same columns; with --idle-poll 0 each idle engine has a thread.
+        r = subprocess.run([PERF, "-t", "crowd", "--peers", "3", "--busy", "1", "--seconds", "1", "-r", "1",
+                            "--idle-poll", "0", "--format", "json"], capture_output=True, text=True, timeout=240)
         self.assertEqual(r.returncode, 0, r.stderr)
         data = json.loads(r.stdout)
         self.assertEqual(set(data[0].keys()), set(COLUMNS))
