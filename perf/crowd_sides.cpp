@@ -337,7 +337,12 @@ void idle_polled(int fd, const std::string& address, int engines, std::chrono::m
   }
   int alive = 0;
   for (Peer* p : peers) alive += p != nullptr && p->alive() ? 1 : 0;
-  all.clear();
+  // The orderly closes at once, a thread each: one after another, the engines still open would
+  // go unprogressed for as long as the closes before them take, and the server would find them
+  // silent (SLUICE_PEER_TIMEOUT) before their goodbyes.
+  std::vector<std::thread> closes;
+  for (auto& e : all) closes.emplace_back([e = std::move(e)]() mutable { e.reset(); });
+  for (auto& t : closes) t.join();
   say(fd, "alive " + std::to_string(alive));
 }
 
