@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -141,11 +142,12 @@ absl::StatusOr<BusyRun> Crowd::run_busy(int k, std::size_t size) {
   std::snprintf(cmd, sizeof(cmd), "run %d %zu %d %d", k, size, window(), o_.seconds);
   if (!busy_->say(cmd)) return absl::UnavailableError("the busy clients are gone");
   SLUICE_ASSIGN_OR_RETURN(std::string line, Children::expect(*busy_, "done", std::chrono::seconds(o_.seconds + 60)));
+  // Numbers as strtod reads them: "nan" too (no sampled call, as after a failed peer).
   std::istringstream in(line);
-  BusyRun r;
-  in >> r.errors >> r.p50 >> r.p99 >> r.avg;
-  for (double rate; in >> rate;) r.rates.push_back(rate);
-  if (static_cast<int>(r.rates.size()) != k) return absl::InternalError("the busy clients said '" + line + "'");
+  std::vector<double> v;
+  for (std::string word; in >> word;) v.push_back(std::strtod(word.c_str(), nullptr));
+  if (static_cast<int>(v.size()) != 4 + k) return absl::InternalError("the busy clients said '" + line + "'");
+  BusyRun r{v[0], v[1], v[2], v[3], std::vector<double>(v.begin() + 4, v.end())};
   return r;
 }
 
