@@ -47,6 +47,7 @@ double jain(const std::vector<double>& x) {
 template <typename F>
 double median_over(const std::vector<Round>& rounds, F f) {
   std::vector<double> v;
+  v.reserve(rounds.size());
   for (const Round& r : rounds) v.push_back(f(r));
   return percentile(v, 0.5);
 }

@@ -106,7 +106,7 @@ Measured call_for(Engine& e, Peer& peer, const Run& run) {
     while (calls.inflight < run.window) {
       // Every kSample-th call in the interval is timed: t0 is its start (otherwise zero).
       auto t0 = calls.counting && issued % kSample == 0 ? Clock::now() : Clock::time_point{};
-      Result r = peer.call(kEcho, request, {}, [c = &calls, t0](absl::Status s, Message&) {
+      Result r = peer.call(kEcho, request, {}, [c = &calls, t0](const absl::Status& s, Message&) {
         --c->inflight;
         if (!s.ok()) ++c->m.errors;
         else if (c->counting) ++c->m.calls;
@@ -346,6 +346,7 @@ void idle_polled(int fd, const std::string& address, int engines, std::chrono::m
   // go unprogressed for as long as the closes before them take, and the server would find them
   // silent (SLUICE_PEER_TIMEOUT) before their goodbyes.
   std::vector<std::thread> closes;
+  closes.reserve(all.size());
   for (auto& e : all) closes.emplace_back([e = std::move(e)]() mutable { e.reset(); });
   for (auto& t : closes) t.join();
   say(fd, "alive " + std::to_string(alive));
