@@ -59,6 +59,39 @@ void print_mpi(FILE* out) {
       out);
 }
 
+// The crowd test's flags, in the options section.
+void print_crowd_options(FILE* out) {
+  std::fputs(
+      "  --peers N       crowd: idle clients [100]\n"
+      "  --busy K[,K]    crowd: busy clients, a row each, 1-64 [1,8]\n"
+      "  --per-process P crowd: idle client engines per process [40]\n"
+      "  --idle-poll MS  crowd: an idle process's thread progresses its engines every MS ms;\n"
+      "                  0: a thread per engine, asleep in Engine::wait() [100]\n"
+      "  --seconds S     crowd: each busy run, and the idle CPU measurement [5]\n"
+      "\n",
+      out);
+}
+
+// The crowd test's section.
+void print_crowd(FILE* out) {
+  std::fputs(
+      "\n"
+      "crowd (-t crowd, on its own, without a launcher):\n"
+      "sluice-perf forks a server (one engine listening on 127.0.0.1:0, an echo method), a process\n"
+      "of busy clients (an engine and a thread each) and ceil(N/P) processes of idle clients (P\n"
+      "engines each, progressed every --idle-poll ms). The server and the busy clients are bound\n"
+      "to a CPU each when there are two. Each of -r rounds: per K of --busy (and size), K busy\n"
+      "engines call with WINDOW in flight [32] for --seconds alone (solo); the N idle clients\n"
+      "connect, one after another; the server's CPU is read over --seconds with every client\n"
+      "idle; the K busy engines call again among the idle ones; the idle clients exit. A row per\n"
+      "K: rate_per_s the K busy clients' calls per second among the idle ones, baseline solo,\n"
+      "ratio crowded/solo (the median of the rounds'); in columns of their own N, K, Jain's\n"
+      "fairness index of the K rates, the server's receive-pool high-water mark / its budget\n"
+      "(SLUICE_RECV_POOL_MAX), the N connects' total seconds and the idle server's CPU (% of a\n"
+      "core). Every process dies with sluice-perf (PR_SET_PDEATHSIG).\n",
+      out);
+}
+
 }  // namespace
 
 void usage(FILE* out) {
@@ -68,6 +101,8 @@ void usage(FILE* out) {
       "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
       "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
       "                   [--mpirun PATH] [--mpi-timeout SECONDS]\n"
+      "       sluice-perf -t crowd [--peers N] [--busy K[,K...]] [--per-process P] [--idle-poll MS]\n"
+      "                   [--seconds S] [-s SIZES] [-W WINDOW] [--format table|csv|json]\n"
       "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
       "ucx_perftest; with --baseline, raw UCX, Open MPI (or Sluice's bounce mode) runs the\n"
       "same pattern interleaved with it, and each row prints the ratio. Run it under a\n"
@@ -86,7 +121,8 @@ void usage(FILE* out) {
       out);
   print_window(out);
   std::fputs(
-      "  -r REPEATS      repetitions, Sluice and baseline alternating; medians are shown [5]\n"
+      "  -r REPEATS      repetitions, Sluice and baseline alternating (crowd: rounds); medians\n"
+      "                  are shown [5]\n"
       "  --baseline B    ucx: raw UCX tag matching doing the same bytes; bounce: Sluice with\n"
       "                  SLUICE_RNDV=n; mpi: Open MPI, pml ob1 and pml ucx (below); none [none]\n"
       "  --rpc MODE      zero: replies without copies (into a reply buffer above the eager\n"
@@ -102,9 +138,9 @@ void usage(FILE* out) {
       "  --connect H:P   cs: this process is the client of the server at H:P, without a launcher\n"
       "  --mpirun PATH   --baseline mpi: the mpirun that starts its jobs [mpirun, on PATH]\n"
       "  --mpi-timeout SECONDS\n"
-      "                  --baseline mpi: a job still running after SECONDS is killed [120]\n"
-      "\n",
+      "                  --baseline mpi: a job still running after SECONDS is killed [120]\n",
       out);
+  print_crowd_options(out);
   std::fputs("ratio (Sluice / baseline of each test's headline figure, by what the test measures):\n", out);
   print_ratios(out, "");
   std::fputs("\nbaselines (the baseline column: --baseline's, or a test's own whatever --baseline says):\n", out);
@@ -133,6 +169,7 @@ void usage(FILE* out) {
       "without its raw-UCX part.\n",
       out);
   print_mpi(out);
+  print_crowd(out);
 }
 
 namespace {
@@ -141,7 +178,8 @@ namespace {
 bool parse_tests(const std::string& v, Options* o) {
   for (const auto& t : split(v)) {
     if (t == "all") {
-      for (const Test& test : tests()) o->tests.emplace_back(test.name);
+      for (const Test& test : tests())
+        if (!test.alone) o->tests.emplace_back(test.name);
     } else if (find_test(t) != nullptr) {
       o->tests.push_back(t);
     } else {
@@ -164,6 +202,21 @@ bool parse_sizes(const std::string& v, Options* o) {
     o->sizes.push_back(*n);
   }
   return true;
+}
+
+// --busy's list into o->busy: 1 to 64 busy clients per row.
+bool parse_busy(const std::string& v, Options* o) {
+  o->busy.clear();
+  for (const auto& k : split(v)) {
+    char* end = nullptr;
+    long n = std::strtol(k.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > 64) {
+      std::fprintf(stderr, "sluice-perf: --busy %s: need numbers from 1 to 64\n", v.c_str());
+      return false;
+    }
+    o->busy.push_back(static_cast<int>(n));
+  }
+  return !o->busy.empty();
 }
 
 // "a, b or c".
@@ -190,7 +243,21 @@ bool parse_address(const std::string& flag, const std::string& v, std::string* o
   return ok;
 }
 
-// The flags that belong together: cs mode's, and --offset's range.
+// -t crowd runs alone, and its flags need it.
+const char* check_crowd(const Options& o) {
+  Options defaults;
+  bool crowd = std::find(o.tests.begin(), o.tests.end(), "crowd") != o.tests.end();
+  if (crowd && o.tests.size() > 1) return "-t crowd runs on its own (it starts its own processes)";
+  if (crowd && (o.baseline != "none" || o.server || !o.connect.empty() || !o.listen.empty()))
+    return "-t crowd starts its own server and clients, and its baseline is their solo run: no --baseline, "
+           "--server, --listen or --connect";
+  if (!crowd && (o.peers != defaults.peers || o.busy != defaults.busy || o.per_process != defaults.per_process ||
+                 o.idle_poll != defaults.idle_poll || o.seconds != defaults.seconds))
+    return "--peers, --busy, --per-process, --idle-poll and --seconds need -t crowd";
+  return nullptr;
+}
+
+// The flags that belong together: cs mode's, crowd's, and --offset's range.
 bool check(const Options& o) {
   const char* what = nullptr;
   if (o.mode != "cs" && (o.server || !o.listen.empty() || !o.connect.empty()))
@@ -201,6 +268,7 @@ bool check(const Options& o) {
     what = "--baseline mpi runs in rank mode: its MPI jobs are two ranks on rank 0's host (sluice-run -n 2)";
   else if (o.server && !o.connect.empty()) what = "--server or --connect, not both";
   else if (!o.listen.empty() && !o.connect.empty()) what = "--listen is the server's, --connect the client's: not both";
+  else what = check_crowd(o);
   if (what != nullptr) std::fprintf(stderr, "sluice-perf: %s\n", what);
   if (o.offset > 4095) std::fprintf(stderr, "sluice-perf: --offset %d: need 0 to 4095\n", o.offset);
   if (o.producers > 64) std::fprintf(stderr, "sluice-perf: --producers %d: need 1 to 64\n", o.producers);
@@ -263,6 +331,11 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--connect") ok = (v = value()) && parse_address(a, *v, &o.connect);
     else if (a == "--mpirun") ok = (v = value()) && !(o.mpirun = *v).empty();
     else if (a == "--mpi-timeout") ok = number(1, &o.mpi_timeout);
+    else if (a == "--peers") ok = number(1, &o.peers);
+    else if (a == "--busy") ok = (v = value()) && parse_busy(*v, &o);
+    else if (a == "--per-process") ok = number(1, &o.per_process);
+    else if (a == "--idle-poll") ok = number(0, &o.idle_poll);
+    else if (a == "--seconds") ok = number(1, &o.seconds);
     else if (a == "-h" || a == "--help") {
       usage(stdout);
       std::exit(0);

@@ -35,6 +35,13 @@ struct Options {
   // --baseline mpi: the mpirun that starts each job, and how long a job may take (mpi_baseline.h).
   std::string mpirun = "mpirun";
   int mpi_timeout = 120;
+  // crowd (crowd.h): idle clients, the busy ones of each row, idle engines per process, and
+  // how long each busy run and the idle CPU measurement take.
+  int peers = 100;
+  std::vector<int> busy = {1, 8};
+  int per_process = 40;
+  int idle_poll = 100;  // ms between an idle process's rounds of progress(); 0: a thread per engine
+  int seconds = 5;
 };
 
 void usage(FILE* out);

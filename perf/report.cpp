@@ -25,6 +25,24 @@ std::string fmt_ratio(double v) {
   return buf;
 }
 
+// crowd's columns, each after `sep`, empty (CSV) or null (JSON) in other tests' rows; JSON's
+// each `"name": ` when `quote` is a quote mark.
+std::string crowd_columns(const Row& r, const char* sep, const char* quote) {
+  const CrowdFigures& c = r.crowd;
+  bool json = *quote != '\0';
+  std::string none = json ? "null" : "";
+  auto num = [&](double v, int prec) { return std::isnan(v) ? none : fmt(v, prec); };
+  auto count = [&](int n) { return n > 0 ? std::to_string(n) : none; };
+  const std::pair<const char*, std::string> columns[] = {
+      {"peers", count(c.peers)},          {"busy", count(c.busy)},
+      {"fairness", num(c.fairness, 4)},   {"recv_hwm_ratio", num(c.recv_hwm, 4)},
+      {"connect_s", num(c.connect_s, 3)}, {"server_idle_cpu_pct", num(c.server_cpu, 3)},
+  };
+  std::string out;
+  for (const auto& [name, value] : columns) out += sep + (json ? std::string(quote) + name + quote + ": " : "") + value;
+  return out;
+}
+
 }  // namespace
 
 double percentile(std::vector<double> v, double p) {
@@ -100,6 +118,19 @@ std::string submit_note(const Row&, const Options& o) {
          " through submit(); baseline: the engine thread sending alone";
 }
 
+std::string crowd_note(const Row& r, const Options&) {
+  const CrowdFigures& c = r.crowd;
+  char note[512];
+  std::snprintf(note, sizeof(note),
+                "%d busy among %d idle: %s of solo, fairness %s; recv pool high-water %s of budget; %d connects in "
+                "%s s (slowest %s s, %d failed); idle server %s%% of a core, idle clients %s%%; %d of %d idle "
+                "still alive; %d failed calls",
+                c.busy, c.peers, fmt_ratio(r.ratio).c_str(), fmt(c.fairness).c_str(), fmt_ratio(c.recv_hwm).c_str(),
+                c.peers, fmt(c.connect_s, 2).c_str(), fmt(c.connect_max_s).c_str(), c.failed_connects,
+                fmt(c.server_cpu, 2).c_str(), fmt(c.idle_clients_cpu, 1).c_str(), c.alive, c.peers, c.errors);
+  return note;
+}
+
 std::string mixed_note(const Row& r, const Options&) {
   return "small-RPC p99 " + fmt(r.sluice.lat_p99_us) + " us while 2 MiB streams run, " + fmt(r.base.lat_p99_us) +
          " us without";
@@ -109,7 +140,8 @@ void print_header(const Options& o, const std::string& sides) {
   if (o.format == "csv") {
     std::printf(
         "test,size,iters,window,lat_p50_us,lat_p99_us,lat_avg_us,bw_MBps,rate_per_s,baseline,"
-        "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio,mode\n");
+        "baseline_lat_p50_us,baseline_bw_MBps,baseline_rate_per_s,ratio,mode,peers,busy,fairness,recv_hwm_ratio,"
+        "connect_s,server_idle_cpu_pct\n");
   } else if (o.format == "table") {
     std::printf("# ratio = Sluice / baseline of each test's headline figure:\n");
     print_ratios(stdout, "# ");
@@ -123,11 +155,11 @@ void print_header(const Options& o, const std::string& sides) {
 
 void print_row(const Row& r, const Options& o) {
   if (o.format == "csv") {
-    std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.test.c_str(), r.size, r.iters, r.window,
+    std::printf("%s,%zu,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s%s\n", r.test.c_str(), r.size, r.iters, r.window,
                 fmt(r.sluice.lat_p50_us).c_str(), fmt(r.sluice.lat_p99_us).c_str(), fmt(r.sluice.lat_avg_us).c_str(),
                 fmt(r.sluice.bw_mbps, 1).c_str(), fmt(r.sluice.rate, 0).c_str(), r.baseline.c_str(),
                 fmt(r.base.lat_p50_us).c_str(), fmt(r.base.bw_mbps, 1).c_str(), fmt(r.base.rate, 0).c_str(),
-                fmt_ratio(r.ratio).c_str(), r.mode.c_str());
+                fmt_ratio(r.ratio).c_str(), r.mode.c_str(), crowd_columns(r, ",", "").c_str());
   } else if (o.format == "table") {
     std::printf("%-9s %9s %7d %4d | %9s %9s %9s %10s %11s | %-8s %9s %10s %11s | %7s %s%s\n", r.test.c_str(),
                 sluice::format_size(r.size).c_str(), r.iters, r.window, fmt(r.sluice.lat_p50_us).c_str(),
@@ -149,12 +181,12 @@ void print_json(const std::vector<Row>& rows, const Options& o) {
         "  {\"test\": \"%s\", \"size\": %zu, \"iters\": %d, \"window\": %d, \"lat_p50_us\": %s, "
         "\"lat_p99_us\": %s, \"lat_avg_us\": %s, \"bw_MBps\": %s, \"rate_per_s\": %s, "
         "\"baseline\": \"%s\", \"baseline_lat_p50_us\": %s, \"baseline_bw_MBps\": %s, "
-        "\"baseline_rate_per_s\": %s, \"ratio\": %s, \"mode\": \"%s\"}%s\n",
+        "\"baseline_rate_per_s\": %s, \"ratio\": %s, \"mode\": \"%s\"%s}%s\n",
         r.test.c_str(), r.size, r.iters, r.window, num(r.sluice.lat_p50_us).c_str(), num(r.sluice.lat_p99_us).c_str(),
         num(r.sluice.lat_avg_us).c_str(), num(r.sluice.bw_mbps).c_str(), num(r.sluice.rate).c_str(), r.baseline.c_str(),
         num(r.base.lat_p50_us).c_str(), num(r.base.bw_mbps).c_str(), num(r.base.rate).c_str(),
         (std::isnan(r.ratio) ? std::string("null") : fmt_ratio(r.ratio)).c_str(), r.mode.c_str(),
-        i + 1 < rows.size() ? "," : "");
+        crowd_columns(r, ", ", "\"").c_str(), i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");
 }

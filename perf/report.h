@@ -21,6 +21,19 @@ struct Figures {
   double recv_hwm = NAN, recv_budget = NAN, waiting = NAN, waiting_bytes = NAN;
 };
 
+// crowd's figures beside the usual ones (crowd.h); NAN and 0 in every other test's row.
+struct CrowdFigures {
+  int peers = 0, busy = 0;  // --peers N idle clients, K busy ones
+  double fairness = NAN;    // Jain's index of the K busy clients' rates among the idle ones
+  double recv_hwm = NAN;    // the server's receive pool: high-water mark / budget
+  double connect_s = NAN;   // the N idle clients' connects, one after another: their sum
+  double server_cpu = NAN;  // the server's CPU time with every client idle, % of one core
+  // For the note: the slowest connect, the idle clients' own CPU (% of a core, all of them),
+  // how many idle clients' peers were still alive at the end, and failed calls and connects.
+  double connect_max_s = NAN, idle_clients_cpu = NAN;
+  int alive = 0, errors = 0, failed_connects = 0;
+};
+
 struct Row {
   std::string test;
   std::size_t size;
@@ -30,6 +43,7 @@ struct Row {
   double ratio = NAN;
   std::string note;
   std::string mode = "rank";  // Options::mode: rank or cs
+  CrowdFigures crowd;
 };
 
 double percentile(std::vector<double> v, double p);
@@ -48,6 +62,7 @@ double headline_ratio(const Test& t, const Row& r);
 std::string fanin_note(const Row& r, const Options& o);
 std::string mixed_note(const Row& r, const Options& o);
 std::string submit_note(const Row& r, const Options& o);
+std::string crowd_note(const Row& r, const Options& o);
 // Table and CSV: the header, then each row as it is measured. JSON: the document at the end.
 // The table's header names the mode and `sides` (who runs against whom); CSV and JSON carry the
 // mode in each row.

@@ -24,6 +24,7 @@ std::string baseline_name(const Test& t, const Options& o) {
     case Baseline::kEngineAlone: return "engine";
     case Baseline::kIdle: return "idle";
     case Baseline::kBudget: return "budget";
+    case Baseline::kSolo: return "solo";
   }
   return o.baseline;
 }
@@ -32,7 +33,7 @@ std::string baseline_name(const Test& t, const Options& o) {
 Row plan(const Options& o, const Test& t, std::size_t size) {
   int iters = o.iters ? o.iters : default_iters(t, size);
   int window = t.takes_window && o.window ? o.window : t.window;
-  return Row{t.name, size, iters, window, {}, {}, baseline_name(t, o), NAN, "", o.mode};
+  return Row{t.name, size, iters, window, {}, {}, baseline_name(t, o), NAN, "", o.mode, {}};
 }
 
 // What runs the baseline of `t`'s row, with `c` the Sluice run's command; false: nothing.
@@ -42,6 +43,7 @@ bool baseline_cmd(const Options& o, const Test& t, Cmd* c) {
     case Baseline::kIdle: std::snprintf(c->test, sizeof(c->test), "rpc_lat"); return true;
     case Baseline::kEngineAlone: c->mode = RunOn::kEngineAlone; return true;
     case Baseline::kBudget: c->mode = RunOn::kRaw; return o.baseline == "ucx" && t.raw != nullptr;
+    case Baseline::kSolo: return false;  // crowd's own (crowd.cpp)
     case Baseline::kChosen:
       c->mode = o.baseline == "ucx" ? RunOn::kRaw : RunOn::kBounce;
       return o.baseline == "ucx" || o.baseline == "bounce";

@@ -15,6 +15,7 @@
 
 #include "bench.h"
 #include "connect.h"
+#include "crowd.h"
 #include "options.h"
 #include "report.h"
 #include "rows.h"
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   Options& o = *opts;
+  // crowd starts its own processes, before this one has any UCX state (crowd.h).
+  if (o.tests.size() == 1 && o.tests[0] == "crowd") return run_crowd(o);
   auto ctx = sluice::Context::create();
   if (!ctx.ok()) {
     std::fprintf(stderr, "sluice-perf: %s\n", ctx.status().ToString().c_str());

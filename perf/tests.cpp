@@ -120,6 +120,16 @@ const Test kTests[] = {
      .run = &Bench::fanin,
      .raw = &RawUcx::run_fanin,
      .note = &fanin_note},
+    {.name = "crowd",
+     .mode = Mode::kRate,
+     .measures = "on its own: K busy clients' calls per second among --peers idle ones, against alone",
+     .sides = "0: K busy engines call as rpc_rate does, N idle ones sit connected; 1 replies",
+     .baseline = Baseline::kSolo,
+     .alone = true,
+     .min_sides = 1,
+     .window = 32,
+     .takes_window = true,
+     .note = &crowd_note},
 };
 
 }  // namespace
@@ -171,6 +181,7 @@ void print_baselines(FILE* out, const char* prefix) {
       {Baseline::kEngineAlone, "engine", "the engine thread sending the same messages alone"},
       {Baseline::kIdle, "idle", "the same calls without the other traffic"},
       {Baseline::kBudget, "budget", "the receive budget (with --baseline ucx, raw UCX's run is described beside)"},
+      {Baseline::kSolo, "solo", "the same busy clients before any idle one connects, in the same run"},
   };
   for (const auto& b : kOwn)
     for (const Test& t : kTests)

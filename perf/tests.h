@@ -39,6 +39,7 @@ enum class Baseline {
   kEngineAlone,  // the engine thread sending the same messages itself, whatever --baseline says
   kIdle,         // the same calls without the other traffic, whatever --baseline says
   kBudget,       // the receive budget; with --baseline ucx, raw UCX's run is reported beside
+  kSolo,         // crowd: the busy clients' calls before any idle client connects
 };
 
 // What Open MPI's baseline of a test runs (--baseline mpi; sluice-perf-mpi's patterns): the
@@ -64,6 +65,7 @@ struct Test {
   const char* sides;     // which side does what (0: rank 0 or the client; 1: rank 1 or the server)
   Baseline baseline = Baseline::kChosen;
   bool by_default = false;  // runs without -t
+  bool alone = false;       // runs on its own (crowd, its own processes): -t NAME, not in -t all
   int min_sides = 2;        // fewer sides: the row is skipped
   // Operations in flight: `window` unless -W applies (`takes_window`) and is given.
   int window = 1;
@@ -73,7 +75,7 @@ struct Test {
   std::size_t bytes_per_rep = std::size_t{256} << 20;  // -n's default moves about this much per repetition
   bool until_done = false;    // the answering sides serve until the driver says the test is over
   bool driver_holds = false;  // the driver holds what arrives from the first message on (fanin)
-  Figures (Bench::*run)(Engine& e, const Cmd& c) = nullptr;          // Sluice, on every side
+  Figures (Bench::*run)(Engine& e, const Cmd& c) = nullptr;          // Sluice, on every side; crowd: none
   Figures (RawUcx::*raw)(const Cmd& c, const Link& link) = nullptr;  // raw UCX's; nullptr: none
   MpiPattern mpi = MpiPattern::kNone;                                // Open MPI's
   std::string (*note)(const Row& r, const Options& o) = nullptr;     // the row's words; nullptr: none

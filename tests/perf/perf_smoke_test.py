@@ -16,9 +16,11 @@ RUN = os.path.join(BUILD, "apps/sluice-run")
 PERF = os.path.join(BUILD, "perf/sluice-perf")
 COMPARE = os.path.join(os.path.dirname(__file__), "../../scripts/compare")
 COLUMNS = ["test", "size", "iters", "window", "lat_p50_us", "lat_p99_us", "lat_avg_us", "bw_MBps", "rate_per_s",
-           "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio", "mode"]
+           "baseline", "baseline_lat_p50_us", "baseline_bw_MBps", "baseline_rate_per_s", "ratio", "mode", "peers", "busy",
+           "fairness", "recv_hwm_ratio", "connect_s", "server_idle_cpu_pct"]
+CROWD = COLUMNS[-6:]
 POINT_TO_POINT = ["am_lat", "am_bw", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw"]
-ALL_TESTS = POINT_TO_POINT + ["am_submit", "mixed", "fanin"]
+ALL_TESTS = POINT_TO_POINT + ["am_submit", "mixed", "fanin", "crowd"]
 
 
 def perf(ranks, *args, env=None):
@@ -35,6 +37,8 @@ class PerfSmoke(unittest.TestCase):
         for r in rows:
             int(r["size"]), int(r["iters"]), int(r["window"])
             self.assertEqual(r["mode"], mode, r)
+            if r["test"] != "crowd":
+                self.assertEqual([r[c] for c in CROWD], [""] * len(CROWD), r)
         return rows
 
     def test_point_to_point_tests_with_each_baseline(self):
@@ -84,7 +88,8 @@ class PerfSmoke(unittest.TestCase):
         for word in ("am_lat", "am_bw", "am_submit", "--producers", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
                      "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server", "--mpirun",
-                     "--mpi-timeout", "MPI baseline (--baseline mpi"):
+                     "--mpi-timeout", "MPI baseline (--baseline mpi", "--peers", "--busy", "--per-process", "--idle-poll", "--seconds",
+                     "crowd (-t crowd"):
             self.assertIn(word, r.stdout)
 
     def test_every_test_of_the_table_is_taken_by_t_and_described_in_help(self):
@@ -240,10 +245,40 @@ class PerfSmoke(unittest.TestCase):
             if x["test"] == "am_lat":
                 self.assertGreater(float(x["lat_us"]), 0, x)
 
+    def test_crowd_runs_its_own_server_and_clients(self):
+        # -t crowd, without a launcher: a server, 20 idle clients in two processes, and the busy
+        # ones, 1 then 2 of them, in two rounds (the idle clients leave and come back); a row per K
+        # with sane fields.
+        r = subprocess.run([PERF, "-t", "crowd", "--peers", "20", "--per-process", "10", "--busy", "1,2", "--seconds",
+                            "1", "-r", "2", "--format", "csv"], capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = self.check_csv(r.stdout, ["crowd"], mode="cs")
+        self.assertEqual([(x["peers"], x["busy"]) for x in rows], [("20", "1"), ("20", "2")])
+        for x in rows:
+            self.assertEqual((x["baseline"], x["size"], x["window"]), ("solo", "8", "32"), x)
+            rate, solo = float(x["rate_per_s"]), float(x["baseline_rate_per_s"])
+            self.assertGreater(rate, 0, x)
+            self.assertGreater(solo, 0, x)
+            self.assertGreater(float(x["ratio"]), 0, x)  # the median of the rounds' ratios
+            self.assertGreater(float(x["lat_p50_us"]), 0, x)
+            self.assertTrue(0 < float(x["fairness"]) <= 1.0001, x)
+            self.assertTrue(0 < float(x["recv_hwm_ratio"]) <= 1, x)
+            self.assertGreater(float(x["connect_s"]), 0, x)
+            self.assertGreaterEqual(float(x["server_idle_cpu_pct"]), 0, x)
+        self.assertEqual(rows[0]["fairness"], "1.0000", "one busy client is fair to itself")
+        # JSON carries the same columns; with --idle-poll 0 each idle engine has a thread.
+        r = subprocess.run([PERF, "-t", "crowd", "--peers", "3", "--busy", "1", "--seconds", "1", "-r", "1",
+                            "--idle-poll", "0", "--format", "json"], capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        data = json.loads(r.stdout)
+        self.assertEqual(set(data[0].keys()), set(COLUMNS))
+        self.assertEqual((data[0]["peers"], data[0]["busy"], data[0]["fairness"]), (3, 1, 1.0))
+
     def test_bad_flags_exit_2_with_usage(self):
         for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpich"], ["--format", "xml"], ["-n", "0"], ["--what"],
                      ["-m", "tcp"], ["--producers", "0"], ["--producers", "65"], ["--server"], ["-m", "cs", "--connect", "nohost"],
-                     ["-m", "cs", "--server", "--connect", "127.0.0.1:1"]):
+                     ["-m", "cs", "--server", "--connect", "127.0.0.1:1"], ["--peers", "5"], ["-t", "crowd,am_lat"],
+                     ["-t", "crowd", "--busy", "0"], ["-t", "crowd", "--busy", "65"], ["-t", "crowd", "--baseline", "ucx"]):
             r = perf(2, *args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn("usage", r.stderr)
