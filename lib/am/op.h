@@ -151,6 +151,30 @@ struct Completion {
   std::uint64_t tag;
 };
 
+// The completions queued for drain_completions(), in order: a vector whose push is inline
+// while there is room and grows out of line (std::vector's growth, inlined into the
+// transport's callback, cost it 16 instructions per message in saved registers).
+class Completions {
+ public:
+  void push_back(const Completion& c) {
+    if (size_ == capacity_) [[unlikely]]
+      return push_growing(c);
+    items_[size_++] = c;
+  }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  const Completion& operator[](std::size_t i) const { return items_[i]; }
+  const Completion& back() const { return items_[size_ - 1]; }
+  void pop_back() { --size_; }
+  void clear() { size_ = 0; }
+
+ private:
+  void push_growing(const Completion& c);  // op.cpp
+  std::unique_ptr<Completion[]> items_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
 // A message waiting for credits (or for the handshake) in a peer's send queue.
 struct Pending {
   Op* header;   // packed eager message or rendezvous announcement
