@@ -156,11 +156,17 @@ struct Completion {
 // transport's callback, cost it 16 instructions per message in saved registers).
 class Completions {
  public:
-  void push_back(const Completion& c) {
+  // The fields are written in place (no Completion built on the stack and copied).
+  void push(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
     if (size_ == capacity_) [[unlikely]]
-      return push_growing(c);
-    items_[size_++] = c;
+      return push_growing({op, code, length, tag});
+    Completion& c = items_[size_++];
+    c.op = op;
+    c.code = code;
+    c.length = length;
+    c.tag = tag;
   }
+  void push_back(const Completion& c) { push(c.op, c.code, c.length, c.tag); }
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   const Completion& operator[](std::size_t i) const { return items_[i]; }

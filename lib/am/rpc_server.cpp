@@ -76,6 +76,20 @@ Result RpcServer::not_answerable(const Message& m) {
   engine().c_.rpc_replies->add();
 }
 
+namespace {
+// The reply to `m`, as its parts.
+Outgoing reply_message(const Message& m, std::uint8_t flags, std::span<const std::byte> header,
+                       std::span<const std::byte> payload, std::uint16_t status) {
+  return {.flags = flags,
+          .handler = state(m).handler,
+          .header = header,
+          .payload = payload,
+          .rpc_id = state(m).rpc_id,
+          .aux = 0,
+          .status = status};
+}
+}  // namespace
+
 // reply()'s sending, its checks passed: inline when it can, else packed (and queued).
 // Inlined into reply() and reply_own(), the latter with its constants folded in.
 [[gnu::always_inline]] inline Result RpcServer::send_reply(PeerData& p, Message& m, std::uint8_t flags,
@@ -83,18 +97,14 @@ Result RpcServer::not_answerable(const Message& m) {
                                                            std::span<const std::byte> payload, std::uint16_t status,
                                                            PayloadCopy copy, SendCallback&& on_done, void* memh,
                                                            Op** last_out) {
-  Outgoing out{.flags = flags,
-               .handler = state(m).handler,
-               .header = header,
-               .payload = payload,
-               .rpc_id = state(m).rpc_id,
-               .aux = 0,
-               .status = status};
-  if (engine().sender_.send_inline(p, out)) [[likely]] {
+  // The inline send takes a temporary of its own: inlined whole, it lives in registers, where
+  // `out` below, which the out-of-line paths take by reference, lives in memory.
+  if (engine().sender_.send_inline(p, reply_message(m, flags, header, payload, status))) [[likely]] {
     answered(p, m, true, status);  // its send is complete already
     engine().sender_.complete_inline(p.id(), std::move(on_done));
     return Result::kOk;
   }
+  Outgoing out = reply_message(m, flags, header, payload, status);
   if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
     answered(p, m, false, status);
     return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).in_window);
