@@ -56,14 +56,21 @@ Peer* Message::peer() const {
   return s_.anchor->core->peers().handle_of(s_.peer);
 }
 
+namespace {
+// An answer on a Message that has no engine: logged (out of line, off the answers' path).
+[[gnu::cold, gnu::noinline]] void no_engine_to_answer(const char* what) {
+  SLUICE_LOG_RATE_LIMITED(kWarn, "api",
+                          "%s on an empty, released or moved-from Message (or one whose engine is gone): "
+                          "kInvalidArgument",
+                          what);
+}
+}  // namespace
+
 // The engine a Message's answer goes through, or nullptr (logged) when it has none or is
-// called from a thread that does not drive it.
-detail::EngineCore* Message::answering(const char* what) const {
+// called from a thread that does not drive it. Inline: every answer passes here.
+[[gnu::always_inline]] inline detail::EngineCore* Message::answering(const char* what) const {
   if (!valid()) [[unlikely]] {
-    SLUICE_LOG_RATE_LIMITED(kWarn, "api",
-                            "%s on an empty, released or moved-from Message (or one whose engine is gone): "
-                            "kInvalidArgument",
-                            what);
+    no_engine_to_answer(what);
     return nullptr;
   }
   detail::EngineCore* core = s_.anchor->core;

@@ -169,9 +169,15 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   state(m).lender = lender;
   if (!p->landings.blocked() && !early && p->rx.window_.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
+    // An eager request goes straight to the RPC server (what process() and finish_incoming()
+    // would decide for it).
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
-    if ((h.flags & kNotPlain) == 0 && !engine().shutting_down_) [[likely]] {
+    constexpr std::uint8_t kNotEager = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagReply;
+    bool closing = engine().shutting_down_;
+    if ((h.flags & kNotPlain) == 0 && !closing) [[likely]] {
       engine().handlers_.dispatch(m);
+    } else if ((h.flags & kNotEager) == 0 && !closing) {
+      engine().rpc_server_.on_request(*p, m);
     } else {
       process(*p, m, h);
     }
@@ -286,21 +292,10 @@ void Delivery::own_bytes(Message& m) {
   state(m).payload = std::span<std::byte>(d + hl, pl);
 }
 
-void Delivery::release_handled(PeerData& p, Message& m) {
+// Inlined into on_rx: every plain message its handler let go of passes here.
+[[gnu::always_inline]] inline void Delivery::release_handled(PeerData& p, Message& m) {
   detach(m);  // the caller destroys it next: nothing else of it needs resetting
   return_credit(p, state(m).epoch);
-}
-
-void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
-  // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
-  // dead peer's messages are still counted down: its index is reused only when none is left.
-  if (p.epoch() != epoch) [[unlikely]]
-    return;
-  --p.rx.unreleased_;
-  if (p.state() != PeerState::kReady) [[unlikely]]
-    return;
-  p.rx.owed_.released();
-  engine().sender_.maybe_return_credits(p);
 }
 
 void Delivery::release(Message& m) {

@@ -156,7 +156,7 @@ class EngineCore final {
   std::unique_ptr<LiveStats> live_;                // SLUICE_STATS_TRIGGER set
   Clock::time_point last_line_at_ = Clock::now();  // the last live-stats line (its rates' interval)
   OpPool ops_{this, &EngineCore::on_transport};
-  std::vector<Completion> done_;
+  Completions done_;
   bool draining_ = false;
   FaultTrigger fault_;          // SLUICE_FAULT_AT (fault tests)
   bool closing_ = false;        // shutting down: receives are not re-posted
@@ -241,6 +241,17 @@ inline void Delivery::detach(Message& m) {
   state(m).anchor = nullptr;
   anchor->held.store(anchor->held.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
+inline void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
+  // A handler may have progressed the engine, and the peer failed or restarted meanwhile. A
+  // dead peer's messages are still counted down: its index is reused only when none is left.
+  if (p.epoch() != epoch) [[unlikely]]
+    return;
+  --p.rx.unreleased_;
+  if (p.state() != PeerState::kReady) [[unlikely]]
+    return;
+  p.rx.owed_.released();
+  engine().sender_.maybe_return_credits(p);
+}
 inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }
 inline EngineCore& Landings::engine() const { return EngineCore::of(this); }
 inline EngineCore& LinkControl::engine() const { return EngineCore::of(this); }
@@ -250,6 +261,10 @@ inline EngineCore& RankBarrier::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcClient::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcServer::engine() const { return EngineCore::of(this); }
 inline EngineCore& Sender::engine() const { return EngineCore::of(this); }
+inline void Sender::maybe_return_credits(PeerData& p) {
+  if (p.state() == PeerState::kReady && p.rx.owed().explicit_due()) [[unlikely]]
+    return_credits(p);
+}
 
 // The status code carried on the wire (absl codes fit in 16 bits).
 inline absl::StatusCode code_from_wire(std::uint16_t v) {

@@ -15,7 +15,7 @@ namespace sluice::detail {
 
 void EngineCore::on_transport(TransportOp* t, absl::StatusCode code, std::size_t length, Tag tag) {
   Op* op = static_cast<Op*>(t);
-  op->engine->done_.push_back({op, code, length, tag});
+  op->engine->done_.push(op, code, length, tag);
 }
 
 void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {

@@ -1,7 +1,18 @@
 // The operation pool (op.h).
 #include "am/op.h"
 
+#include <algorithm>
+
 namespace sluice::detail {
+
+void Completions::push_growing(const Completion& c) {
+  std::size_t capacity = capacity_ == 0 ? 64 : 2 * capacity_;
+  std::unique_ptr<Completion[]> items(new Completion[capacity]);
+  std::copy(items_.get(), items_.get() + size_, items.get());
+  items_ = std::move(items);
+  capacity_ = capacity;
+  items_[size_++] = c;
+}
 
 Op* OpPool::take(OpKind kind, std::uint32_t peer) {
   Op* op = free_;

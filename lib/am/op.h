@@ -151,6 +151,36 @@ struct Completion {
   std::uint64_t tag;
 };
 
+// The completions queued for drain_completions(), in order: a vector whose push is inline
+// while there is room and grows out of line (std::vector's growth, inlined into the
+// transport's callback, cost it 16 instructions per message in saved registers).
+class Completions {
+ public:
+  // The fields are written in place (no Completion built on the stack and copied).
+  void push(Op* op, absl::StatusCode code, std::size_t length, std::uint64_t tag) {
+    if (size_ == capacity_) [[unlikely]]
+      return push_growing({op, code, length, tag});
+    Completion& c = items_[size_++];
+    c.op = op;
+    c.code = code;
+    c.length = length;
+    c.tag = tag;
+  }
+  void push_back(const Completion& c) { push(c.op, c.code, c.length, c.tag); }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  const Completion& operator[](std::size_t i) const { return items_[i]; }
+  const Completion& back() const { return items_[size_ - 1]; }
+  void pop_back() { --size_; }
+  void clear() { size_ = 0; }
+
+ private:
+  void push_growing(const Completion& c);  // op.cpp
+  std::unique_ptr<Completion[]> items_;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+};
+
 // A message waiting for credits (or for the handshake) in a peer's send queue.
 struct Pending {
   Op* header;   // packed eager message or rendezvous announcement

@@ -36,10 +36,10 @@ void Receives::post_waiting() {
     if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
-    PostResult r = engine().worker_->post_recv(p.ep(), op, slot_data(op->slot), slot_size(op->slot), p.posted.tag_,
-                                               kFullMask, slot_memh(op->slot));
-    if (r.kind == Post::kError) {
-      SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r.code));
+    absl::StatusCode r = engine().worker_->post_recv_exact(p.ep(), op, slot_data(op->slot), slot_size(op->slot),
+                                                           p.posted.tag_, slot_memh(op->slot));
+    if (r != absl::StatusCode::kOk) [[unlikely]] {
+      SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r));
       op->slot.release();
       return;
     }

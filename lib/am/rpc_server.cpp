@@ -20,34 +20,38 @@ void RpcServer::answer_error(Message& m, absl::StatusCode code, std::string_view
 
 void RpcServer::on_request(PeerData& p, Message& m) {
   bool timed = engine().methods_.start(MethodCounters::kServer, state(m).handler);
-  RequestWindow& window = p.requests.window_;
-  if (!window.try_admit()) [[unlikely]] {
-    // Beyond the window granted: refused before any work is done.
-    engine().c_.rpc_window_refused->add();
-    SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its RPC window of %u requests; request refused", p.name(),
-                            window.capacity());
-    answer_error(
-        m, absl::StatusCode::kResourceExhausted,
-        absl::StrFormat("the client exceeded the RPC window of %u requests the server granted it", window.capacity()));
+  if (!p.requests.window_.try_admit()) [[unlikely]] {
+    refuse(p, m);
     return;
   }
   state(m).in_window = true;
   if (timed) [[unlikely]]
     state(m).timed_since = Clock::now().time_since_epoch().count();
-  switch (engine().handlers_.invoke(m)) {
-    case Handlers::Invoke::kDone: break;
-    case Handlers::Invoke::kNoHandler:
-      answer_error(m, absl::StatusCode::kUnimplemented,
-                   absl::StrFormat("no method %d is registered on the server", state(m).handler));
-      break;
-    case Handlers::Invoke::kThrew:
-      // The caller learns why; the server goes on.
-      if (m.valid() && !state(m).replied) {
-        std::string what = engine().handlers_.take_error();
-        what.resize(std::min<std::size_t>(what.size(), 512));
-        answer_error(m, absl::StatusCode::kInternal, what);
-      }
-      break;
+  Handlers::Invoke done = engine().handlers_.invoke(m);
+  if (done != Handlers::Invoke::kDone) [[unlikely]]
+    not_done(m, done);
+}
+
+void RpcServer::refuse(PeerData& p, Message& m) {
+  // Beyond the window granted: refused before any work is done.
+  RequestWindow& window = p.requests.window_;
+  engine().c_.rpc_window_refused->add();
+  SLUICE_LOG_RATE_LIMITED(kWarn, "rpc", "%s exceeded its RPC window of %u requests; request refused", p.name(),
+                          window.capacity());
+  answer_error(
+      m, absl::StatusCode::kResourceExhausted,
+      absl::StrFormat("the client exceeded the RPC window of %u requests the server granted it", window.capacity()));
+}
+
+void RpcServer::not_done(Message& m, Handlers::Invoke done) {
+  if (done == Handlers::Invoke::kNoHandler) {
+    answer_error(m, absl::StatusCode::kUnimplemented,
+                 absl::StrFormat("no method %d is registered on the server", state(m).handler));
+  } else if (m.valid() && !state(m).replied) {
+    // The handler threw: the caller learns why; the server goes on.
+    std::string what = engine().handlers_.take_error();
+    what.resize(std::min<std::size_t>(what.size(), 512));
+    answer_error(m, absl::StatusCode::kInternal, what);
   }
 }
 
@@ -72,38 +76,35 @@ Result RpcServer::not_answerable(const Message& m) {
   engine().c_.rpc_replies->add();
 }
 
-Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
-                        std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
-  if (!state(m).request || state(m).replied) [[unlikely]]
-    return not_answerable(m);
-  PeerData& p = engine().peers_.at(state(m).peer);
-  if (p.state() == PeerState::kDead || p.epoch() != state(m).epoch) {
-    state(m).replied = true;
-    return Result::kUnavailable;
-  }
-  if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message)
-    return engine().guard_.invalid(absl::StrFormat(
-        "reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
-        "SLUICE_MAX_MESSAGE)",
-        state(m).handler, p.name(), header.size(), kMaxUserHeader, payload.size(), engine().config_.max_message));
-  if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) [[unlikely]]
-    return reply_too_large(m, payload.size(), std::move(on_done), last_out);
-  if (state(m).reply_buf && status == 0 && !payload.empty())
-    return reply_into_buffer(p, m, header, payload, copy, std::move(on_done), memh, last_out);
-  std::uint8_t flags = wire::kFlagReply;
-  if (state(m).reply_buf && status == 0) flags |= wire::kFlagReplyBuf;
-  Outgoing out{.flags = flags,
-               .handler = state(m).handler,
-               .header = header,
-               .payload = payload,
-               .rpc_id = state(m).rpc_id,
-               .aux = 0,
-               .status = status};
-  if (engine().sender_.send_inline(p, out)) [[likely]] {
+namespace {
+// The reply to `m`, as its parts.
+Outgoing reply_message(const Message& m, std::uint8_t flags, std::span<const std::byte> header,
+                       std::span<const std::byte> payload, std::uint16_t status) {
+  return {.flags = flags,
+          .handler = state(m).handler,
+          .header = header,
+          .payload = payload,
+          .rpc_id = state(m).rpc_id,
+          .aux = 0,
+          .status = status};
+}
+}  // namespace
+
+// reply()'s sending, its checks passed: inline when it can, else packed (and queued).
+// Inlined into reply() and reply_own(), the latter with its constants folded in.
+[[gnu::always_inline]] inline Result RpcServer::send_reply(PeerData& p, Message& m, std::uint8_t flags,
+                                                           std::span<const std::byte> header,
+                                                           std::span<const std::byte> payload, std::uint16_t status,
+                                                           PayloadCopy copy, SendCallback&& on_done, void* memh,
+                                                           Op** last_out) {
+  // The inline send takes a temporary of its own: inlined whole, it lives in registers, where
+  // `out` below, which the out-of-line paths take by reference, lives in memory.
+  if (engine().sender_.send_inline(p, reply_message(m, flags, header, payload, status))) [[likely]] {
     answered(p, m, true, status);  // its send is complete already
     engine().sender_.complete_inline(p.id(), std::move(on_done));
     return Result::kOk;
   }
+  Outgoing out = reply_message(m, flags, header, payload, status);
   if (header.size() + payload.size() > engine().eager_limit_ && !engine().config_.rndv) {
     answered(p, m, false, status);
     return engine().sender_.send_fragmented(p, out, std::move(on_done), state(m).in_window);
@@ -118,6 +119,33 @@ Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span
   last->send.ends_reply = state(m).in_window;
   if (last_out != nullptr) *last_out = last;
   return engine().sender_.enqueue(p, header_op, payload_op);
+}
+
+Result RpcServer::reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload,
+                        std::uint16_t status, PayloadCopy copy, SendCallback&& on_done, void* memh, Op** last_out) {
+  if (!state(m).request || state(m).replied) [[unlikely]]
+    return not_answerable(m);
+  PeerData& p = engine().peers_.at(state(m).peer);
+  if (p.state() == PeerState::kDead || p.epoch() != state(m).epoch) {
+    state(m).replied = true;
+    return Result::kUnavailable;
+  }
+  if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message)
+    return too_large(m, p, header.size(), payload.size());
+  if (state(m).reply_buf && status == 0 && payload.size() > state(m).reply_capacity) [[unlikely]]
+    return reply_too_large(m, payload.size(), std::move(on_done), last_out);
+  if (state(m).reply_buf && status == 0 && !payload.empty())
+    return reply_into_buffer(p, m, header, payload, copy, std::move(on_done), memh, last_out);
+  std::uint8_t flags = wire::kFlagReply;
+  if (state(m).reply_buf && status == 0) flags |= wire::kFlagReplyBuf;
+  return send_reply(p, m, flags, header, payload, status, copy, std::move(on_done), memh, last_out);
+}
+
+Result RpcServer::too_large(const Message& m, const PeerData& p, std::size_t header, std::size_t payload) {
+  return engine().guard_.invalid(
+      absl::StrFormat("reply to method %d from %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
+                      "SLUICE_MAX_MESSAGE)",
+                      state(m).handler, p.name(), header, kMaxUserHeader, payload, engine().config_.max_message));
 }
 
 Result RpcServer::reply_too_large(Message& m, std::size_t payload, SendCallback&& on_done, Op** last_out) {
@@ -160,25 +188,40 @@ Result RpcServer::reply_into_buffer(PeerData& p, Message& m, std::span<const std
 Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
   if (!state(m).request || state(m).replied) [[unlikely]]
     return not_answerable(m);
-  if (!state(m).reply_buf && header.size() + state(m).payload.size() <= engine().eager_limit_) [[likely]] {
-    // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
-    // that borrows a coalesced receive would copy its bytes first.
-    if (header.size() > kMaxUserHeader)
-      return engine().guard_.invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)",
-                                                     state(m).handler, header.size(), kMaxUserHeader));
+  std::span<const std::byte> payload = state(m).payload;
+  if (state(m).reply_buf || header.size() + payload.size() > engine().eager_limit_) [[unlikely]]
+    return reply_own_held(m, header, std::move(on_done));
+  // Packed into the reply at once (inline or eager): nothing to hold, and moving a Message
+  // that borrows a coalesced receive would copy its bytes first.
+  if (header.size() > kMaxUserHeader) [[unlikely]]
+    return engine().guard_.invalid(absl::StrFormat("reply to method %d: header of %u bytes (at most %u)",
+                                                   state(m).handler, header.size(), kMaxUserHeader));
+  PeerData& p = engine().peers_.at(state(m).peer);
+  Result r;
+  if (p.epoch() == state(m).epoch && p.state() == PeerState::kReady) [[likely]] {
     // The request's receive slot is released right after the reply is packed, so the reply
     // itself carries its credit: a caller with as many calls in flight as credits gets its
     // next call's credit with this reply, not one reply later.
-    PeerData& p = engine().peers_.at(state(m).peer);
-    if (state(m).credit && p.epoch() == state(m).epoch && p.state() == PeerState::kReady) [[likely]] {
+    if (state(m).credit) [[likely]] {
       state(m).credit = false;
       Delivery::credit_freed(p);
     }
-    Result r = reply(m, header, state(m).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
-    m.release();
-    engine().sender_.maybe_return_credits(p);  // a queued reply carries it later
-    return r;
+    // reply()'s checks, passed: the peer is live, the header within bounds, no reply
+    // buffer; the payload, within the eager limit, only against SLUICE_MAX_MESSAGE.
+    if (payload.size() > engine().config_.max_message) [[unlikely]]
+      r = too_large(m, p, header.size(), payload.size());
+    else
+      r = send_reply(p, m, wire::kFlagReply, header, payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr,
+                     nullptr);
+  } else {
+    r = reply(m, header, payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
   }
+  engine().delivery_.release(m);             // valid: answering() checked it (Message::release's test)
+  engine().sender_.maybe_return_credits(p);  // a queued reply carries it later
+  return r;
+}
+
+Result RpcServer::reply_own_held(Message& m, std::span<const std::byte> header, SendCallback&& on_done) {
   Message held = std::move(m);  // the request's memory; the handler's Message is left empty
   Op* last = nullptr;
   Result r = reply(held, header, state(held).payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, &last);

@@ -9,6 +9,7 @@
 
 #include <sluice/engine.h>
 
+#include "am/handlers.h"
 #include "am/op.h"
 #include "flow/flow.h"
 
@@ -44,6 +45,10 @@ class RpcServer {
   void reply_sent(PeerData& p);
 
  private:
+  // on_request()'s uncommon ends, out of line: a request beyond the window, refused; one whose
+  // handler is not registered (kNoHandler) or threw (kThrew), answered with an error.
+  void refuse(PeerData& p, Message& m);
+  void not_done(Message& m, Handlers::Invoke done);
   // kInvalidArgument, logged: `m` is not a request, or was answered already.
   Result not_answerable(const Message& m);
   // The reply to `m` is handed over: its place in the window is free for the caller's next
@@ -53,6 +58,15 @@ class RpcServer {
   // A reply whose payload does not fit the caller's reply buffer: OutOfRange, saying so (out
   // of line: the text's string stays off the reply's path).
   Result reply_too_large(Message& m, std::size_t payload, SendCallback&& on_done, Op** last_out);
+  // kInvalidArgument, logged: a reply's header or payload beyond its bound.
+  Result too_large(const Message& m, const PeerData& p, std::size_t header, std::size_t payload);
+  // reply() once its checks passed and no reply buffer takes the payload: inline, or packed.
+  Result send_reply(PeerData& p, Message& m, std::uint8_t flags, std::span<const std::byte> header,
+                    std::span<const std::byte> payload, std::uint16_t status, PayloadCopy copy, SendCallback&& on_done,
+                    void* memh, Op** last_out);
+  // reply_own() of a payload that leaves by rendezvous or into the caller's reply buffer: the
+  // request's memory is held until the reply's last operation completes.
+  Result reply_own_held(Message& m, std::span<const std::byte> header, SendCallback&& on_done);
   Result reply_into_buffer(PeerData& p, Message& m, std::span<const std::byte> header,
                            std::span<const std::byte> payload, PayloadCopy copy, SendCallback&& on_done, void* memh,
                            Op** last_out);

@@ -63,12 +63,10 @@ void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
   }
 }
 
-void Sender::maybe_return_credits(PeerData& p) {
-  if (p.state() == PeerState::kReady && p.rx.owed().explicit_due()) {
-    engine().fault_.pass(FaultPoint::kCreditReturn);
-    engine().c_.credit_msgs->add();
-    send_ctrl(p, wire::kCredit, {});
-  }
+void Sender::return_credits(PeerData& p) {
+  engine().fault_.pass(FaultPoint::kCreditReturn);
+  engine().c_.credit_msgs->add();
+  send_ctrl(p, wire::kCredit, {});
 }
 
 void Sender::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {

@@ -75,8 +75,7 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
   if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
   std::size_t total = encode_next(p, m, buf);
-  PostResult r = p.ep().send_now(buf, total, p.tx.tag_);
-  if (r.kind != Post::kDone) return false;
+  if (p.ep().send_now(buf, total, p.tx.tag_) != absl::StatusCode::kOk) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);
   engine().c_.sent_inline->add();

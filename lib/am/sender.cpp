@@ -106,12 +106,25 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   return Result::kOk;
 }
 
-// Inlined into EngineCore::send, its one caller.
+// Inlined into Peer::send and EngineCore::send, its callers: the inline send, and nothing
+// else that needs registers kept across it (send_queued() is the rest, out of line).
 [[gnu::always_inline]] inline Result Sender::send(PeerData& p, HandlerId h, std::span<const std::byte> header,
                                                   std::span<const std::byte> payload, SendCallback&& cb,
                                                   PayloadCopy copy, void* memh) {
   if (p.state() == PeerState::kDead) [[unlikely]]
     return Result::kUnavailable;
+  bool plain = header.size() <= kMaxUserHeader && payload.size() <= engine().config_.max_message &&
+               p.tx.queued_ < engine().config_.send_queue_max && p.tx.queue_.empty();
+  if (plain && send_inline(p, plain_message(h, header, payload))) [[likely]] {
+    complete_inline(p.id(), std::move(cb));
+    return Result::kOk;
+  }
+  return send_queued(p, h, header, payload, std::move(cb), copy, memh, plain);
+}
+
+Result Sender::send_queued(PeerData& p, HandlerId h, std::span<const std::byte> header,
+                           std::span<const std::byte> payload, SendCallback&& cb, PayloadCopy copy, void* memh,
+                           bool tried_inline) {
   if (header.size() > kMaxUserHeader || payload.size() > engine().config_.max_message) [[unlikely]]
     return engine().guard_.invalid(
         absl::StrFormat("send(handler %d) to %s: header of %u bytes (at most %u) or payload of %u (at most %u, "
@@ -123,7 +136,7 @@ Result Sender::prepare_payload(Op* op, std::span<const std::byte> payload, Paylo
   }
   Outgoing m = plain_message(h, header, payload);
   if (p.tx.queue_.empty()) [[likely]] {
-    if (send_inline(p, m)) [[likely]] {
+    if (!tried_inline && send_inline(p, m)) {
       complete_inline(p.id(), std::move(cb));
       return Result::kOk;
     }
@@ -361,7 +374,7 @@ bool Sender::send_packed_now(PeerData& p, Op* header) {
   std::byte* bytes = slot_data(header->slot);
   wire::patch_seq(bytes, p.tx.next_seq_);
   wire::patch_piggyback(bytes, static_cast<std::uint16_t>(p.rx.owed().owed()), p.rx.window().delivered());
-  if (p.ep().send_now(bytes, header->send.message_len, p.tx.tag_).kind != Post::kDone) return false;
+  if (p.ep().send_now(bytes, header->send.message_len, p.tx.tag_) != absl::StatusCode::kOk) return false;
   count_sent_now(p, header->send.message_len);
   engine().c_.sent_inline->add();
   engine().ops_.give(header);

@@ -63,6 +63,10 @@ class Sender {
   // Peer::send and EngineCore::send, its callers (sender.cpp).
   Result send(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendCallback&& cb, PayloadCopy copy, void* memh = nullptr);
+  // send() beyond the inline send (out of line): its refusals, a send packed into a slot,
+  // queued, coalesced or fragmented. `tried_inline`: send() tried the inline send already.
+  Result send_queued(PeerData& p, HandlerId h, std::span<const std::byte> header, std::span<const std::byte> payload,
+                     SendCallback&& cb, PayloadCopy copy, void* memh, bool tried_inline);
   // Sends a small message at once when nothing has to wait (see kInlineMax). False when it
   // cannot, with nothing changed: the caller takes the ordinary path, which queues, or meets
   // and reports the transport's error.
@@ -92,7 +96,8 @@ class Sender {
   // ---- control messages and credits (send_control.cpp)
   void send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux = 0);
   void on_ctrl_done(Op* op, absl::StatusCode code);
-  // Returns owed credits in a CREDIT message once enough are due.
+  // Returns owed credits in a CREDIT message once enough are due (the test inline, in
+  // engine_core.h: every released message asks).
   void maybe_return_credits(PeerData& p);
   // The peer's HELLO: our tag to it and the credits it granted.
   void connect(PeerData& p, std::uint64_t tag, std::uint32_t credits);
@@ -152,6 +157,9 @@ class Sender {
   void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool end_replies);
   void post_message(PeerData& p, Op* header);
+
+  // maybe_return_credits()'s CREDIT message, due.
+  void return_credits(PeerData& p);
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::size_t inflight_ = 0;

@@ -80,9 +80,11 @@ PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len
   return fake::send(static_cast<FakeEp*>(ep_), op, buf, len, tag);
 }
 
-PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
-  if (len > fake::kEagerMax) return {Post::kError, absl::StatusCode::kResourceExhausted};
-  return fake::send(static_cast<FakeEp*>(ep_), nullptr, buf, len, tag);
+absl::StatusCode Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
+  if (len > fake::kEagerMax) return absl::StatusCode::kResourceExhausted;
+  PostResult r = fake::send(static_cast<FakeEp*>(ep_), nullptr, buf, len, tag);
+  if (r.kind == Post::kDone) return absl::StatusCode::kOk;
+  return r.code != absl::StatusCode::kOk ? r.code : absl::StatusCode::kResourceExhausted;  // never pending here
 }
 
 std::string Endpoint::transports() const { return ep_ != nullptr ? "fake" : ""; }
@@ -184,6 +186,11 @@ PostResult Worker::post_recv(const Endpoint&, TransportOp* op, void* buf, std::s
   op->request = op;
   w->posted.push_back({op, buf, len, tag, mask});
   return {Post::kPending};
+}
+
+absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag,
+                                         void* memh) {
+  return post_recv(from, op, buf, len, tag, kFullMask, memh).code;
 }
 
 Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {

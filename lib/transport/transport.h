@@ -132,11 +132,12 @@ class Endpoint {
   bool closed_by_peer() const;
 
   PostResult post_send(TransportOp* op, const void* buf, std::size_t len, Tag tag, void* memh) const;
-  // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kDone when UCX took the
-  // bytes (the buffer is free again, no callback follows); kError otherwise, with
+  // Sends at once or not at all (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL): kOk when UCX took the
+  // bytes (the buffer is free again, no callback follows); otherwise the error, with
   // kResourceExhausted when it could not right now (too large for UCX's inline send, or the
-  // transport's queue is full) and nothing was sent.
-  PostResult send_now(const void* buf, std::size_t len, Tag tag) const;
+  // transport's queue is full) and nothing was sent. (A code, not a PostResult: it comes back
+  // in a register.)
+  absl::StatusCode send_now(const void* buf, std::size_t len, Tag tag) const;
   // Starts closing: with `force`, cancels what is outstanding (peer is dead); otherwise flushes.
   // Returns a request to wait for with Worker::wait_request, or nullptr when done.
   void* start_close(bool force);
@@ -198,6 +199,11 @@ class Worker {
   // connection; for any other (a UCX one, or none yet) UCX matches whatever arrives.
   PostResult post_recv(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag, Tag mask,
                        void* memh);
+  // post_recv() on an exact tag (the full mask), its result as a code: kOk when posted (a
+  // receive never completes in place), else the error. The re-post of every consumed receive
+  // takes it: one argument fewer, and the result comes back in a register.
+  absl::StatusCode post_recv_exact(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag,
+                                   void* memh);
   // A message that arrived with no posted receive to take it, removed from UCX's unexpected
   // queue by take_unexpected (ucp_tag_probe_nb), to be received with post_recv_message.
   struct Unexpected {

@@ -51,12 +51,14 @@ void send_trampoline(void* request, ucs_status_t status, void* user_data) {
 void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   probe::stamp(probe::kRxCallback);
   auto* op = static_cast<TransportOp*>(user_data);
-  // `info` lives in the request: read it before freeing.
+  // `info` lives in the request: read it before freeing. The request goes back after the
+  // completion is handed on (which only queues it): one register kept across that call, not
+  // four, and the free is a tail call.
   std::size_t length = status == UCS_OK ? info->length : 0;
   Tag tag = status == UCS_OK ? info->sender_tag : 0;
   op->request = nullptr;
-  ucp_request_free(request);
   op->on_complete(op, status == UCS_OK ? absl::StatusCode::kOk : ucx_status_code(status), length, tag);
+  ucp_request_free(request);
 }
 
 PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
@@ -184,23 +186,22 @@ PostResult Endpoint::post_send(TransportOp* op, const void* buf, std::size_t len
   return from_status_ptr(ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p), op);
 }
 
-PostResult Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
+absl::StatusCode Endpoint::send_now(const void* buf, std::size_t len, Tag tag) const {
   if (stream_ != nullptr) [[unlikely]]
-    return stream_->send_now(buf, len, tag);
+    return stream_->send_now(buf, len, tag).code;
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   probe::round_end();
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep_of(ep_), buf, len, tag, &p);
   if (r == nullptr) [[likely]]
-    return {Post::kDone};
-  if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
+    return absl::StatusCode::kOk;
+  if (UCS_PTR_IS_ERR(r)) return ucx_status_code(UCS_PTR_STATUS(r));
   // Not reached in 1.13.1 (FORCE_IMM_CMPL never returns a request); should a later UCX
   // return one, the caller's buffer is on its stack: finish the send before returning.
   ucs_status_t st;
   while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) ucp_worker_progress(worker_of(worker_));
   ucp_request_free(r);
-  if (st == UCS_OK) return {Post::kDone};
-  return {Post::kError, ucx_status_code(st)};
+  return st == UCS_OK ? absl::StatusCode::kOk : ucx_status_code(st);
 }
 
 std::string Endpoint::transports() const {
@@ -323,6 +324,22 @@ PostResult Worker::post_recv(const Endpoint& from, TransportOp* op, void* buf, s
   ucp_request_param_t p = recv_param(op, memh);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, mask, &p);
   return from_recv_status_ptr(r, op);
+}
+
+absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag,
+                                         void* memh) {
+  if (from.stream_ != nullptr) [[unlikely]]
+    return from.stream_->post_recv(op, buf, len, tag, kFullMask).code;
+  ucp_request_param_t p = recv_param(op, memh);
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, kFullMask, &p);
+  if (UCS_PTR_IS_ERR(r)) [[unlikely]] {
+    op->request = nullptr;
+    return ucx_status_code(UCS_PTR_STATUS(r));
+  }
+  // As from_recv_status_ptr: completed inside the call (the callback cleared the mark), or
+  // pending with its request. (NO_IMM_CMPL: never nullptr.)
+  if (op->request != nullptr) op->request = r;
+  return absl::StatusCode::kOk;
 }
 
 Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {
