@@ -178,9 +178,12 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   sender_.drop_queued(p, status);
   rpc_client_.drop_waiting(p, status);
   // In-flight sends complete through the force close (their callbacks see an error), after a
-  // flush that lets UCX finish the endpoint's wire-up (Worker::close_failed)...
+  // flush that lets UCX finish the endpoint's wire-up (Worker::close_failed) when the peer is
+  // alive (refused, closing): one dead or silent would hold the flush, and the engine, for
+  // its whole bound, and answers no crossed wire-up request anyway...
   if (p.ep().valid()) {
-    void* req = worker_->close_failed(p.ep(), std::chrono::seconds(1));
+    bool alive = code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded;
+    void* req = worker_->close_failed(p.ep(), alive ? Duration(std::chrono::seconds(1)) : Duration::zero());
     if (req != nullptr)
       LinkControl::close_pending(
           p.link, absl::IsDeadlineExceeded(worker_->wait_request(req, Clock::now() + std::chrono::seconds(1))));

@@ -238,7 +238,8 @@ class Worker {
   // its id; the peer's request, handled after the destruction, is answered by a new internal
   // endpoint with another id, and the peer aborts (ucp_ep.inl:215, remote_id ==
   // remote_ep_id). The flush completes only once the wire-up is done: the peer's request
-  // then reached this endpoint. A peer silent past the bound is closed on regardless.
+  // then reached this endpoint. A peer silent past the bound is closed on regardless; a zero
+  // bound (a peer known dead) skips the flush.
   void* close_failed(Endpoint& ep, std::chrono::steady_clock::duration flush_bound);
 
  private:

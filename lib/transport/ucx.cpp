@@ -408,7 +408,8 @@ absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time
 void* Worker::close_failed(Endpoint& ep, std::chrono::steady_clock::duration flush_bound) {
   // A flush that does not end in time (a silent peer) is cancelled and freed by wait_request;
   // the force close then purges it with the rest.
-  (void)wait_request(ep.start_flush(), std::chrono::steady_clock::now() + flush_bound);
+  if (flush_bound > std::chrono::steady_clock::duration::zero())
+    (void)wait_request(ep.start_flush(), std::chrono::steady_clock::now() + flush_bound);
   return ep.start_close(true);
 }
 
