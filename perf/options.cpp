@@ -64,7 +64,7 @@ void print_crowd_options(FILE* out) {
   std::fputs(
       "  --peers N       crowd: idle clients [100]\n"
       "  --busy K[,K]    crowd: busy clients, a row each, 1-64 [1,8]\n"
-      "  --per-process P crowd: idle client engines per process [40]\n"
+      "  --per-process P  crowd: idle client engines per process [40]\n"
       "  --idle-poll MS  crowd: an idle process's thread progresses its engines every MS ms;\n"
       "                  0: a thread per engine, asleep in Engine::wait() [100]\n"
       "  --seconds S     crowd: each busy run, and the idle CPU measurement [5]\n"
