@@ -256,7 +256,8 @@ class SLUICE_API Engine {
   // Connects to a listening engine and completes both handshakes, sleeping on the socket and
   // progressing this engine meanwhile (at most SLUICE_CONNECT_TIMEOUT). Unavailable at once
   // when nothing listens there (naming the address), or when the server closes or cannot
-  // admit us; PermissionDenied when the keys do not match or one side requires a key the
+  // admit us (a close before the server's first frame, which a door under a flood does, is
+  // dialed again at once, at most 8 times); PermissionDenied when the keys do not match or one side requires a key the
   // other lacks (naming SLUICE_AUTH_KEY_FILE); DeadlineExceeded when the server does not
   // answer in time; InvalidArgument for a bad address (an IPv6 one without its brackets,
   // "::1:13337", is one). One connect() at a time per engine.

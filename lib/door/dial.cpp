@@ -36,20 +36,52 @@ absl::Status Dialer::start(const std::string& host, int port, std::uint32_t our_
         absl::StrFormat("our UCX worker address has %u bytes, more than the %u the handshake carries",
                         options_.worker_address.size(), door::kMaxAddress));
   }
-  SLUICE_ASSIGN_OR_RETURN(int fd, tcp_start_connect(host, port));
+  host_ = host;
+  port_ = port;
+  redials_ = 0;
+  our_index_ = our_index;
+  limit_ = std::move(limit);
+  result_.reset();
+  return connect(deadline);
+}
+
+absl::Status Dialer::connect(Clock::time_point deadline) {
+  SLUICE_ASSIGN_OR_RETURN(int fd, tcp_start_connect(host_, port_));
   no_delay(fd);
   conn_ = std::make_unique<DoorConn>();
   conn_->id = kDialId;
   conn_->fd = fd;
   conn_->step = DoorConn::Step::kConnecting;
   conn_->deadline = deadline;
-  conn_->name = format_host_port(host, port);
+  conn_->name = format_host_port(host_, port_);
   conn_->want_out = true;
   watch(epoll_fd_, fd, kConnTag | kDialId, EPOLLOUT, true);
-  our_index_ = our_index;
-  limit_ = std::move(limit);
-  result_.reset();
   return absl::OkStatus();
+}
+
+bool Dialer::before_hello() const {
+  return conn_->step == DoorConn::Step::kConnecting ||
+         (conn_->step == DoorConn::Step::kWantServerHello && conn_->in.empty());
+}
+
+void Dialer::closed(const std::string& why) {
+  if (redial()) return;
+  std::string dials = before_hello() ? absl::StrFormat(" (%d dials, each closed before its hello)", redials_ + 1) : "";
+  end(absl::UnavailableError(absl::StrFormat("server %s %s during the handshake%s", conn_->name, why, dials)));
+}
+
+bool Dialer::redial() {
+  if (!before_hello() || redials_ >= kMaxRedials) return false;
+  DoorConn& c = *conn_;
+  ++redials_;
+  SLUICE_LOG_RATE_LIMITED(kInfo, "door", "server %s closed our connection before its hello (busy): dialing again",
+                          c.name);
+  Clock::time_point deadline = c.deadline;
+  ::close(c.fd);
+  conn_.reset();
+  absl::Status s = connect(deadline);
+  if (!s.ok()) result_ = s;
+  return true;
 }
 
 Clock::time_point Dialer::deadline() const { return conn_ ? conn_->deadline : Clock::time_point::max(); }
@@ -79,14 +111,13 @@ void Dialer::on_event(std::uint32_t events) {
   DoorConn& c = *conn_;
   if (c.step == DoorConn::Step::kConnecting) return connected();
   if ((events & EPOLLOUT) && !c.out.empty() && !flush(c, epoll_fd_)) {
-    return end(absl::UnavailableError(absl::StrFormat("server %s closed the connection during the handshake", c.name)));
+    return closed("closed the connection");
   }
   if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
   std::string why;
   switch (read_frame(c, &why)) {
     case FrameRead::kMore: return;
-    case FrameRead::kClosed:
-      return end(absl::UnavailableError(absl::StrFormat("server %s %s during the handshake", c.name, why)));
+    case FrameRead::kClosed: return closed(why);
     case FrameRead::kBad:
       bad_frames_->add();
       return end(absl::UnavailableError(absl::StrFormat(
@@ -105,6 +136,7 @@ void Dialer::connected() {
   int err = 0;
   socklen_t len = sizeof(err);
   ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == ECONNRESET) return closed("reset the connection");  // accepted, then closed at once
   if (err != 0) {
     std::string why = err == ECONNREFUSED ? "connection refused (nothing listens there)" : std::strerror(err);
     return end(absl::UnavailableError(absl::StrFormat("cannot connect to %s: %s", c.name, why)));
@@ -117,7 +149,7 @@ void Dialer::connected() {
   c.step = DoorConn::Step::kWantServerHello;
   c.want_out = false;
   watch(epoll_fd_, c.fd, kConnTag | kDialId, EPOLLIN, false);
-  if (!flush(c, epoll_fd_)) end(absl::UnavailableError(absl::StrFormat("server %s closed the connection", c.name)));
+  if (!flush(c, epoll_fd_)) closed("closed the connection");
 }
 
 void Dialer::malformed(door::Parse p) {

@@ -35,7 +35,15 @@ class Dialer {
   std::uint32_t our_index() const { return our_index_; }
 
  private:
+  absl::Status connect(Clock::time_point deadline);
   void connected();
+  // A server that resets or closes the connection before any byte of its SERVER_HELLO has not
+  // taken our hello (a door sheds connections without one under a flood): dials again, at most
+  // kMaxRedials times within the deadline. False when it may not, and the dial is to end.
+  bool redial();
+  bool before_hello() const;  // nothing of the server's hello has come
+  // Redials, or ends the dial: the server `why` ("closed the connection") during the handshake.
+  void closed(const std::string& why);
   void frame();
   void server_hello();
   void answer();
@@ -49,6 +57,10 @@ class Dialer {
   Counter* bad_frames_;
   Counter* refused_auth_;
   std::unique_ptr<DoorConn> conn_;  // the dial under way
+  std::string host_;                // where it goes
+  int port_ = 0;
+  int redials_ = 0;
+  static constexpr int kMaxRedials = 8;
   std::uint32_t our_index_ = 0;
   std::string limit_;  // what its deadline is called
   std::optional<absl::StatusOr<Door::Dialed>> result_;

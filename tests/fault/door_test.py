@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 import unittest
@@ -597,6 +598,76 @@ class ServerRestart(unittest.TestCase):
         self.assertEqual(r["old_block"], "NOT_FOUND", "nothing of the old incarnation reached the new one")
         self.assertEqual(r["new_block"], "ok")
         self.assertRegex(err, r"server 127\.0\.0\.1:%d" % port, "the client names the server by its address")
+
+
+class SheddingListener:
+    """A listener on loopback that closes its first `shed` connections at once, unread (as a door
+    under a flood closes one whose hello has not come yet), and joins each later one to `to`
+    (host, port), byte for byte both ways; None closes them all."""
+
+    def __init__(self, shed, to):
+        self.shed, self.to, self.accepted = shed, to, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.to is None or self.accepted <= self.shed:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                c.close()
+                continue
+            s = socket.create_connection(self.to)
+            for a, b in ((c, s), (s, c)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+class ClientRedial(unittest.TestCase):
+    """A client whose connection is closed before the server's hello dials again (the door closes
+    connections without a hello under a flood), a bounded number of times within its deadline."""
+
+    def test_a_connection_closed_before_the_servers_hello_is_dialed_again(self):
+        server, port = serve_blockstore(self, "127.0.0.1", os.environ)
+        door = SheddingListener(3, ("127.0.0.1", port))
+        self.addCleanup(door.close)
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % door.port, "1"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(door.accepted, 4, "three shed, the fourth served")
+        self.assertIsNone(server.poll())
+
+    def test_a_server_that_always_closes_fails_the_client_after_eight_more_dials(self):
+        door = SheddingListener(0, None)
+        self.addCleanup(door.close)
+        t0 = time.monotonic()
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % door.port, "1"], capture_output=True, text=True,
+                           timeout=60)
+        took = time.monotonic() - t0
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("during the handshake (9 dials, each closed before its hello)", r.stderr)
+        self.assertEqual(door.accepted, 9, "the first dial and eight more")
+        self.assertLess(took, 10.0, "no wait for the connect timeout")
 
 
 class ManyClientsAtOnce(unittest.TestCase):
