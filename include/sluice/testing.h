@@ -21,6 +21,9 @@ SLUICE_API std::size_t outstanding_sends(const Engine& engine);
 // Receives posted for rendezvous and reply-buffer payloads that have not completed (not the
 // receives kept posted for each peer's eager messages).
 SLUICE_API std::size_t posted_exact_receives(const Engine& engine);
+// Peers whose timers the engine visits on every tick (traffic, a handshake, a queue, messages
+// held); the others sleep until their next heartbeat or silence deadline.
+SLUICE_API std::size_t watched_peers(const Engine& engine);
 // The UCX memory handle (ucp_mem_h) that registers `slot`'s memory; nullptr for an empty Slot
 // or one kept past its engine. Sends from a Slot use it on their own (Peer::send's Slot form).
 SLUICE_API void* memh(const Slot& slot);

@@ -282,6 +282,12 @@ std::size_t posted_exact_receives(const Engine& engine) {
     return 0;
   return detail::EngineAccess::posted_exact_receives(*core);
 }
+std::size_t watched_peers(const Engine& engine) {
+  detail::EngineCore* core = &detail::EngineAccess::core(engine);
+  if (!core->guard().engine_thread("testing::watched_peers")) [[unlikely]]
+    return 0;
+  return detail::EngineAccess::watched_peers(*core);
+}
 void* memh(const Slot& slot) { return slot ? detail::slot_memh(slot) : nullptr; }
 }  // namespace testing
 

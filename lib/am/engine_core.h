@@ -64,6 +64,12 @@
 
 namespace sluice::detail {
 
+// The timers' tick: a quarter heartbeat, between 1 and 50 ms.
+inline Duration timer_tick(const Config& c) {
+  return std::max<Duration>(std::min<Duration>(c.heartbeat / 4, std::chrono::milliseconds(50)),
+                            std::chrono::milliseconds(1));
+}
+
 class EngineCore final {
  public:
   EngineCore(const Config& config, const Topology* topo, const TransportContext* ucx, Bootstrap* boot, int engine_id);
@@ -119,9 +125,9 @@ class EngineCore final {
   // Every kTimerEvery-th progress call: the clock, the door, timers, first contacts,
   // stragglers. Out of line, so progress() keeps its registers for the common pass.
   [[gnu::noinline]] bool check_clock();
-  // A peer began connecting or became ready: timers tick from now on, where an engine with
-  // nothing to watch checked them once a second.
-  void watch_timers() { next_timer_ = std::min(next_timer_, now_); }
+  // A peer is watched (LinkControl::watch): timers tick from the next tick on, where an engine
+  // with nothing to watch checks them at its sleepers' deadlines, at least once a second.
+  void watch_timers() { next_timer_ = std::min(next_timer_, now_ + timer_tick(config_)); }
   // Sleeps until the worker, the front door or `until` wakes it (no progress call).
   void sleep_until(Clock::time_point until);
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping (at most a

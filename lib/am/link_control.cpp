@@ -19,7 +19,7 @@ void LinkControl::start_handshake(PeerData& p) {
 
 void LinkControl::connecting(PeerData& p, Clock::time_point deadline) {
   p.link.state_ = PeerState::kConnecting;
-  engine().watch_timers();
+  watch(p.link, p.id());
   p.link.hello_deadline_ = deadline;
 }
 
@@ -232,7 +232,7 @@ void LinkControl::close_after_bye(PeerData& p) {
 void LinkControl::maybe_ready(PeerData& p) {
   if (p.state() != PeerState::kConnecting || !p.link.hello_sent_ || !p.link.hello_received_) return;
   p.link.state_ = PeerState::kReady;
-  engine().watch_timers();
+  watch(p.link, p.id());
   p.link.last_heard_ = Clock::now();
   p.link.early_since_ = {};
   SLUICE_LOG(kDebug, "am", "%s ready: %u credits each way granted/received %u/%u; transports %s", p.name(),

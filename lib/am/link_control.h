@@ -10,8 +10,10 @@
 #include <span>
 #include <string>
 
+#include <absl/functional/function_ref.h>
 #include <sluice/engine.h>
 
+#include "flow/visits.h"
 #include "wire/wire.h"
 
 namespace sluice::detail {
@@ -43,6 +45,8 @@ class LinkState {
   bool lost() const { return lost_at_ != Clock::time_point::max(); }
   // Its endpoint's force close did not finish: the transport may still call back for it.
   bool close_pending() const { return close_pending_; }
+  // Visited on every timer tick (LinkControl::tick); false while it sleeps until a deadline.
+  bool watched() const { return watched_; }
 
  private:
   friend class LinkControl;
@@ -61,6 +65,7 @@ class LinkState {
   std::uint64_t bye_seq_ = 0;
   std::string fail_reason_;
   bool close_pending_ = false;
+  bool watched_ = false;
   // Client/server: when its front-door link closed (its process ended, or it is closing: its
   // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
   Clock::time_point lost_at_ = Clock::time_point::max();
@@ -88,7 +93,24 @@ class LinkControl {
   // Refuses the connection: REJECT with the reason, then the peer fails (ResourceExhausted).
   void reject(PeerData& p, const std::string& why);
 
-  // ---- timers (link_timers.cpp), per peer on each timer tick
+  // ---- timers (link_timers.cpp)
+  // A peer with something for the timers (traffic, a handshake, a queue, a closed link) is
+  // watched: visited on every tick. A quiet one sleeps until its next heartbeat or its silence
+  // ends it, so a tick costs the watched peers, not all of them.
+  void watch(LinkState& l, std::uint32_t index) {
+    if (l.watched_) return;
+    l.watched_ = true;
+    watch_index(index);
+  }
+  // Runs the watched peers' timers and the sleepers' whose deadline came: the link's own
+  // (expired), then, for a ready peer, `visit`, which does the rest and says whether the peer is
+  // quiet (nothing owed, held or queued). A quiet, ready link goes to sleep.
+  void tick(Clock::time_point now, bool away, absl::FunctionRef<bool(PeerData&)> visit);
+  // Some peer is watched (the next tick comes at the tick interval); the earliest sleeper's
+  // deadline otherwise.
+  bool busy() const { return visits_.busy(); }
+  Clock::time_point next_due() const { return visits_.next_due(); }
+  std::size_t watched() const { return visits_.watched(); }
   // Ends the link when its time is up: no handshake by its deadline, data that waited a
   // heartbeat for a HELLO, a closed link's grace, silence (`away`: nobody progressed this
   // engine for a while, which is no silence of the peer's). True when the peer is done for
@@ -98,8 +120,13 @@ class LinkControl {
   void keep_alive(PeerData& p, Clock::time_point now);
 
   // ---- what others learn and tell
-  // A message from the peer arrived (every message passes here).
-  static void heard(LinkState& l, Clock::time_point now) { l.last_heard_ = now; }
+  // A message from the peer at `index` arrived (every message passes here): its timers are
+  // watched again.
+  void heard(LinkState& l, std::uint32_t index, Clock::time_point now) {
+    l.last_heard_ = now;
+    if (!l.watched_) [[unlikely]]
+      watch(l, index);
+  }
   // Data of a connecting peer waits for its HELLO (since `now`, unless it waited already).
   static void early(LinkState& l, Clock::time_point now) {
     if (l.early_since_ == Clock::time_point{}) l.early_since_ = now;
@@ -130,8 +157,12 @@ class LinkControl {
   void on_pong(PeerData& p);
   // Drops what waited for a HELLO that did not come.
   void drop_early(PeerData& p);
+  // A quiet link's next deadline: its heartbeat, or its silence's end.
+  Clock::time_point quiet_until(const LinkState& l) const;
+  [[gnu::noinline]] void watch_index(std::uint32_t index);
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
+  VisitSchedule visits_;
 };
 
 }  // namespace sluice::detail

@@ -80,7 +80,38 @@ bool LinkControl::link_lost(PeerData& p, const std::string& why, Clock::time_poi
   p.link.fail_reason_ = why;
   if (p.state() != PeerState::kReady) return false;
   p.link.lost_at_ = now;  // its BYE may still be on its way
+  watch(p.link, p.id());
   return true;
+}
+
+void LinkControl::watch_index(std::uint32_t index) {
+  visits_.watch(index);
+  engine().watch_timers();
+}
+
+void LinkControl::tick(Clock::time_point now, bool away, absl::FunctionRef<bool(PeerData&)> visit) {
+  visits_.tick(now, [&](std::uint32_t index) {
+    PeerData* p = engine().peers_.by_index(index);
+    if (p == nullptr) return VisitSchedule::kForget;
+    bool done = expired(*p, now, away);
+    bool quiet = !done && p->state() == PeerState::kReady && visit(*p);
+    if (p->state() == PeerState::kDead) {
+      p->link.watched_ = false;
+      return VisitSchedule::kForget;
+    }
+    if (!quiet || p->state() != PeerState::kReady || p->link.lost() || p->link.early_since_ != Clock::time_point{})
+      return VisitSchedule::kWatch;
+    p->link.watched_ = false;  // a message, a queue or a lost link watches it again
+    return quiet_until(p->link);
+  });
+}
+
+Clock::time_point LinkControl::quiet_until(const LinkState& l) const {
+  const Config& c = engine().config_;
+  Clock::time_point due = l.last_heard_ + c.heartbeat;
+  if (l.ping_outstanding_) due = std::max(due, l.ping_sent_ + c.heartbeat);
+  if (c.peer_timeout != kInfinite) due = std::min(due, l.last_heard_ + c.peer_timeout);
+  return due;
 }
 
 void LinkControl::failed(LinkState& l, const std::string& reason) {

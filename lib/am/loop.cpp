@@ -144,27 +144,17 @@ void EngineCore::post(absl::AnyInvocable<void()> fn) {
 // ---- timers: heartbeats, liveness, handshake and call deadlines -------------------------
 
 void EngineCore::timers(Clock::time_point now) {
-  Duration tick = std::max<Duration>(std::min<Duration>(config_.heartbeat / 4, std::chrono::milliseconds(50)),
-                                     std::chrono::milliseconds(1));
-  // With nothing to watch (no peer connecting or connected, no call waiting), an idle engine
-  // need not wake for timers more than once a second.
-  bool watching = !rpc_client_.idle();
-  watching = watching || peers_.any([](const PeerData& p) {
-    return p.state() == PeerState::kConnecting || p.state() == PeerState::kReady;
-  });
-  next_timer_ = now + (watching ? tick : Duration(std::chrono::seconds(1)));
+  Duration tick = timer_tick(config_);
+  next_timer_ = now + tick;  // a callback that progresses the engine meanwhile does not tick again
   // Nobody progressed this engine for a while (a blocking fence, a busy application): what
   // its peers sent meanwhile was not heard, so that time does not count as their silence.
   bool away = now - last_timers_ > std::max<Duration>(2 * config_.heartbeat, std::chrono::seconds(2));
   last_timers_ = now;
   if (live_) [[unlikely]] {
     if (const char* why = live_->due(now)) live_->write(stats_line(why));
-    next_timer_ = std::min(next_timer_, live_->next_due());
   }
-  // A completion callback run from fail_peer may progress the engine, and a client admitted
-  // meanwhile grows the table (for_each() goes by index).
-  peers_.for_each([&](PeerData& p) {
-    if (link_.expired(p, now, away) || p.state() != PeerState::kReady) return;
+  // The watched peers and the quiet ones whose heartbeat or silence came (LinkControl::tick).
+  link_.tick(now, away, [&](PeerData& p) {
     delivery_.watch_held(p, now);
     sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
@@ -174,8 +164,15 @@ void EngineCore::timers(Clock::time_point now) {
       sender_.send_ctrl(p, wire::kCredit, {});
     }
     link_.keep_alive(p, now);
+    return p.rx.unreleased() == 0 && p.rx.owed().owed() == 0 && p.tx.queued() == 0;
   });
   rpc_client_.expire(now);
+  // Nothing watched and no call waiting: the next tick is the earliest sleeper's deadline, at
+  // least a tick and at most a second away.
+  if (!link_.busy() && rpc_client_.idle())
+    next_timer_ = std::clamp(link_.next_due(), now + tick, now + std::chrono::seconds(1));
+  if (live_) [[unlikely]]
+    next_timer_ = std::min(next_timer_, live_->next_due());
 }
 
 }  // namespace sluice::detail

@@ -242,6 +242,7 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
   if (p.state() == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   p.tx.queue_.push_back({header, payload});
   engine().c_.queue_hwm->update(++p.tx.queued_);
+  engine().link_.watch(p.link, p.id());  // its starved-sends watch ticks
   return Result::kOk;
 }
 

@@ -11,6 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sluice/testing.h>
+
 #include "unit/am/rogue.h"
 
 namespace sluice::detail {
@@ -197,6 +199,30 @@ TEST_F(LinkTimersTest, APeerSilentBeyondThePeerTimeoutFails) {
   bool pinged = false;
   for (const auto& r : rogue_.heartbeats()) pinged = pinged || r.header.handler == wire::kPing;
   EXPECT_TRUE(pinged);
+}
+
+TEST_F(LinkTimersTest, AQuietPeerSleepsBetweenItsHeartbeatsATimeItsMessagesWakeIt) {
+  std::vector<std::size_t> watched_in_handler;
+  ASSERT_TRUE(engine_
+                  ->register_handler(
+                      6, [&](Message&) { watched_in_handler.push_back(sluice::testing::watched_peers(*engine_)); })
+                  .ok());
+  ready(4);
+  // Nothing owed, held or queued: no tick visits it; it sleeps until its heartbeat.
+  ASSERT_TRUE(pump([&] { return sluice::testing::watched_peers(*engine_) == 0; }));
+  rogue_.data(1, 6, 7);
+  ASSERT_TRUE(pump([&] { return watched_in_handler.size() == 1; }));
+  EXPECT_EQ(watched_in_handler[0], 1u) << "its message woke its timers";
+  ASSERT_TRUE(pump([&] { return sluice::testing::watched_peers(*engine_) == 0; })) << "asleep again";
+  // Asleep, it is still pinged at each heartbeat, and its silence still ends it.
+  rogue_.heartbeats().clear();
+  std::string log;
+  ASSERT_TRUE(until_dead(&log));
+  std::size_t pings = 0;
+  for (const auto& r : rogue_.heartbeats()) pings += r.header.handler == wire::kPing ? 1 : 0;
+  EXPECT_GE(pings, 2u) << "a 400 ms silence at a 50 ms heartbeat";
+  EXPECT_THAT(log, HasSubstr("SLUICE_PEER_TIMEOUT=400ms"));
+  EXPECT_EQ(sluice::testing::watched_peers(*engine_), 0u) << "a dead peer is forgotten";
 }
 
 }  // namespace
