@@ -184,7 +184,7 @@ PostResult Worker::post_recv(const Endpoint&, TransportOp* op, void* buf, std::s
     }
   }
   op->request = op;
-  w->posted.push_back({op, buf, len, tag, mask});
+  w->posted.push({op, buf, len, tag, mask});
   return {Post::kPending};
 }
 
@@ -218,13 +218,9 @@ void Worker::cancel(TransportOp* op) {
   FabricState& f = fabric();
   std::lock_guard lock(f.mu);
   FakeWorker* w = worker_of(worker_);
-  for (auto r = w->posted.begin(); r != w->posted.end(); ++r) {
-    if (r->op == op) {
-      w->posted.erase(r);
-      op->request = nullptr;
-      op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);  // as UCX: inside the call
-      return;
-    }
+  if (w->posted.cancel(op)) {
+    op->request = nullptr;
+    op->on_complete(op, absl::StatusCode::kCancelled, 0, 0);  // as UCX: inside the call
   }
 }
 
@@ -260,14 +256,11 @@ bool Worker::progress() {
     MsgPtr m = std::move(w->inbox.front());
     w->inbox.pop_front();
     any = true;
-    auto r = std::find_if(w->posted.begin(), w->posted.end(),
-                          [&](const PostedRecv& p) { return matches(m->tag, p.tag, p.mask); });
-    if (r == w->posted.end()) {
+    PostedRecv got{};
+    if (!w->posted.take(m->tag, &got)) {
       w->unexpected.push_back(std::move(m));
       continue;
     }
-    PostedRecv got = *r;
-    w->posted.erase(r);
     take(f, std::move(m), got.op, got.buf, got.len);
   }
   return any;
