@@ -334,7 +334,11 @@ Figures Bench::run_one(const Cmd& c) {
 }
 
 // Never inlined: scripts/instructions cuts rank 1's profile where it returns.
-[[gnu::noinline]] Figures Bench::run_raw(const Test& t, const Cmd& c) { return (raw_->*t.raw)(c, link_); }
+[[gnu::noinline]] Figures Bench::run_raw(const Test& t, const Cmd& c) {
+  Figures f = (raw_->*t.raw)(c, link_);
+  raw_->settle(link_);
+  return f;
+}
 
 // The driver waits for the job reading its output, progressing its engine every 10 ms (its
 // peers go on hearing from it); the other sides sleep in theirs, as long as a job may take.
@@ -371,7 +375,11 @@ void Bench::serve() {
     have_cmd_ = false;
     Cmd c = pending_cmd_;
     if (c.mode == RunOn::kQuit) return;
-    send_spin(main_, 0, kReady, {});
+    // Sent before the test's own traffic begins: a raw or MPI run does not progress this
+    // engine, and a kReady still queued for a credit would never leave.
+    bool ready_sent = false;
+    send_spin(main_, 0, kReady, {}, {}, [&](const absl::Status&) { ready_sent = true; });
+    wait_for([&] { return ready_sent; }, "our kReady to leave");
     if (is_mpi(c.mode)) {
       sleep_until_done();
     } else {

@@ -22,6 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr ucp_tag_t kData = 0xd0;
 constexpr ucp_tag_t kAck = 0xac;
+constexpr ucp_tag_t kSettle = 0x5e;
 
 #ifndef SLUICE_PROBES
 #define SLUICE_PROBES 0
@@ -331,6 +332,17 @@ double RawUcx::pingpong_window(int peer, std::size_t size, int iters, int window
   }
   for (auto& q : ss) im.wait(q);
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void RawUcx::settle(const Link& link) {
+  if (link.role() > 1) return;
+  Impl& im = *impl_;
+  std::byte in{}, out{};
+  Req r, s;
+  im.recv(&in, 1, kSettle, &r);
+  im.send(link.raw_peer(), &out, 1, kSettle, &s);
+  im.wait(r);
+  im.wait(s);
 }
 
 Figures RawUcx::round_trips(const Cmd& c, const Link& link, std::size_t there, std::size_t back, bool echo,

@@ -41,6 +41,10 @@ class RawUcx {
   Held fanin(int ranks, std::size_t size, int iters, int window, std::chrono::milliseconds hold, bool receiver);
   // `window` ping-pongs in flight at once; returns seconds for `iters` round trips.
   double pingpong_window(int peer, std::size_t size, int iters, int window, bool initiator);
+  // The two sides of `link` trade a last message, each progressing until it has the other's:
+  // a send whose completion waits on the other side's progress (a rendezvous's acknowledgement)
+  // is done before either goes back to its engine, which does not progress this worker.
+  void settle(const Link& link);
   // One run of a row's baseline (sluice-perf's Cmd), a function per pattern (the tests' table
   // names them), between the sides of `link`; the driver's returns the figures. Sides beyond
   // the first two take part in fanin only.
