@@ -41,23 +41,42 @@ void ep_error_trampoline(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   h->fn(h->arg, static_cast<int>(status));
 }
 
+// UCX's own name for a failed send or receive (the engine sees only its status code); a
+// cancelled one is the engine's doing and goes unsaid.
+[[gnu::noinline, gnu::cold]] void log_failed(const char* what, ucs_status_t status) {
+  if (status == UCS_ERR_CANCELED) return;
+  SLUICE_LOG_RATE_LIMITED(kWarn, "transport", "a %s failed in UCX: %s", what, ucs_status_string(status));
+}
+
 void send_trampoline(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<TransportOp*>(user_data);
   op->request = nullptr;
   ucp_request_free(request);
+  if (status != UCS_OK) [[unlikely]]
+    log_failed("send", status);
   op->on_complete(op, ucx_status_code(status), 0, 0);
+}
+
+// A receive that failed: UCX's reason logged, the op completed with its status code.
+[[gnu::noinline, gnu::cold]] void recv_failed(void* request, ucs_status_t status, TransportOp* op) {
+  log_failed("receive", status);
+  op->request = nullptr;
+  op->on_complete(op, ucx_status_code(status), 0, 0);
+  ucp_request_free(request);
 }
 
 void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   probe::stamp(probe::kRxCallback);
   auto* op = static_cast<TransportOp*>(user_data);
+  if (status != UCS_OK) [[unlikely]]
+    return recv_failed(request, status, op);
   // `info` lives in the request: read it before freeing. The request goes back after the
   // completion is handed on (which only queues it): one register kept across that call, not
   // four, and the free is a tail call.
-  std::size_t length = status == UCS_OK ? info->length : 0;
-  Tag tag = status == UCS_OK ? info->sender_tag : 0;
+  std::size_t length = info->length;
+  Tag tag = info->sender_tag;
   op->request = nullptr;
-  op->on_complete(op, status == UCS_OK ? absl::StatusCode::kOk : ucx_status_code(status), length, tag);
+  op->on_complete(op, absl::StatusCode::kOk, length, tag);
   ucp_request_free(request);
 }
 
