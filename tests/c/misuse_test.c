@@ -2,6 +2,7 @@
  * and flags, the wrong order, and calls that are not allowed inside a callback. Each must
  * return its documented status (with a detail) and not crash; then a real engine shows the
  * same calls working on its own peer (rank 0 of a one-rank job). */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -186,6 +187,42 @@ static void sends(slc_engine_t* eng, slc_peer_t* self) {
   expect("run_until deadline", slc_engine_run_until(eng, replied, &(int32_t){SLC_IN_PROGRESS}, 1000), SLC_ERR_DEADLINE);
 }
 
+/* Another thread: posts work to the engine, and its own failure's detail stays its own. */
+struct poster {
+  slc_engine_t* eng;
+  int32_t posted;
+  volatile int ran;
+  char detail[160];
+};
+
+static void work(void* user_data) { ((struct poster*)user_data)->ran = 1; }
+
+static void* post_from_thread(void* arg) {
+  struct poster* p = arg;
+  p->posted = slc_engine_post(p->eng, work, p);
+  slc_send(NULL, 1, NULL, 0, NULL);
+  snprintf(p->detail, sizeof p->detail, "%s", slc_last_error());
+  return NULL;
+}
+
+static int32_t work_ran(void* user_data) { return ((struct poster*)user_data)->ran; }
+
+static void posts(slc_engine_t* eng) {
+  struct poster p = {eng, SLC_ERR_UNKNOWN, 0, ""};
+  pthread_t t;
+  expect("a failure on this thread", slc_engine_stat(eng, "am.no_such", 10, NULL), SLC_ERR_INVALID);
+  if (pthread_create(&t, NULL, post_from_thread, &p) != 0) {
+    expect("pthread_create", SLC_ERR_INTERNAL, SLC_OK);
+    return;
+  }
+  pthread_join(t, NULL);
+  expect("post from another thread", p.posted, SLC_OK);
+  expect("posted work ran", slc_engine_run_until(eng, work_ran, &p, INT64_C(10000000000)), SLC_OK);
+  same("the other thread's detail is its own", strstr(p.detail, "slc_send") != NULL, 1);
+  same("this thread's detail is its own", strstr(slc_last_error(), "slc_engine_stat") != NULL, 1);
+  expect("post without fn", slc_engine_post(eng, NULL, NULL), SLC_ERR_INVALID);
+}
+
 int main(void) {
   slc_context_t* ctx = NULL;
   slc_engine_t* eng = NULL;
@@ -202,6 +239,7 @@ int main(void) {
   expect("peer 1 of a one-rank job", slc_engine_peer(eng, 1, &self), SLC_ERR_INVALID);
   expect("peer 0", slc_engine_peer(eng, 0, &self), SLC_OK);
   if (eng != NULL && self != NULL) sends(eng, self);
+  if (eng != NULL) posts(eng);
   slc_engine_destroy(eng);
   slc_context_destroy(ctx);
   if (failures == 0) printf("misuse: every call refused or answered as documented\n");
