@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C names (slc_*, SLC_*), not the C++ house names: clang-tidy's naming check is off here. */
+/* NOLINTBEGIN(readability-identifier-naming) */
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -313,5 +315,6 @@ SLC_API int32_t slc_engine_stat(slc_engine_t* engine, const char* name, size_t l
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+/* NOLINTEND(readability-identifier-naming) */
 
 #endif /* SLUICE_SLUICE_C_H */

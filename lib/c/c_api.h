@@ -14,7 +14,7 @@
 #include <sluice/message.h>
 #include <sluice/sluice_c.h>
 
-struct slc_msg {
+struct slc_msg {  // NOLINT(readability-identifier-naming): the C API's name for it
   sluice::Message* m;
   std::uint32_t kind;  // kBorrowedMsg or kKeptMsg
 };

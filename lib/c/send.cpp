@@ -25,7 +25,7 @@ constexpr std::uint32_t kSendFlags = SLC_SEND_FLAG_COPY | SLC_SEND_FLAG_IMMEDIAT
 // A send's or reply's completion as a C callback (empty without one).
 SendCallback completion(const slc_send_params_t& params) {
   if (!(params.field_mask & SLC_SEND_PARAM_CALLBACK) || params.callback == nullptr) return {};
-  return [cb = params.callback, user_data = params.user_data](absl::Status status) {
+  return [cb = params.callback, user_data = params.user_data](const absl::Status& status) {
     CallbackScope scope;
     cb(status.ok() ? SLC_OK : from_status(status), user_data);
   };
@@ -56,7 +56,7 @@ std::int32_t send_with(Peer* p, std::uint16_t handler, std::span<const std::byte
 }
 
 ReplyCallback reply_callback(slc_reply_fn fn, void* user_data) {
-  return [fn, user_data](absl::Status status, Message& reply) {
+  return [fn, user_data](const absl::Status& status, Message& reply) {
     CallbackScope scope;
     if (!status.ok()) {
       fn(from_status(status), nullptr, user_data);
