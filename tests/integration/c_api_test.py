@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The C API's and the Fortran module's examples as real jobs: ping (C, Fortran) and rpc (C)
-under sluice-run -n 2 and under mpirun; rpc in client/server mode (listen, connect); and the C,
-Fortran and C++ pings as the two ranks of one job in every pairing, since they speak one protocol.
+under sluice-run -n 2 and under mpirun; rpc in client/server mode (listen, connect) with the C
+and the Fortran client; the Fortran client of the C server as the two ranks of one job; and the
+C, Fortran and C++ pings as the two ranks of one job in every pairing (they speak one protocol).
 Every process runs under a watchdog (timeout)."""
 import os
 import re
@@ -14,6 +15,7 @@ RUN = os.path.join(BUILD, "apps/sluice-run")
 EXAMPLES = os.path.join(BUILD, "apps/examples")
 PING = {name: os.path.join(EXAMPLES, exe) for name, exe in (("c", "ping_c"), ("cpp", "ping"), ("fortran", "ping_f"))}
 RPC = os.path.join(EXAMPLES, "rpc_c")
+RPC_F = os.path.join(EXAMPLES, "rpc_client_f")
 WATCHDOG = 120
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -33,7 +35,7 @@ def by_rank(rank0, rank1, *args):
 
 class Examples(unittest.TestCase):
     def setUp(self):
-        for path in list(PING.values()) + [RPC, RUN]:
+        for path in list(PING.values()) + [RPC, RPC_F, RUN]:
             if not os.path.exists(path):
                 self.skipTest(f"{path} is not built (no C or Fortran compiler?)")
 
@@ -59,7 +61,17 @@ class Examples(unittest.TestCase):
         # The server held two requests until the stop and answered them: nothing left behind.
         self.assertNotIn("still holds", r.stderr)
 
+    def test_fortran_client_of_the_c_server_under_sluice_run(self):
+        r = run([RUN, "-n", "2"] + by_rank(RPC, RPC_F))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("rpc_client_f: 101 calls answered, error and unknown method as expected", r.stdout)
+
     def test_c_rpc_client_server(self):
+        for client in (RPC, RPC_F):
+            with self.subTest(client=os.path.basename(client)):
+                self.client_server(client)
+
+    def client_server(self, client):
         server = subprocess.Popen([RPC, "listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
         with server:
@@ -67,7 +79,7 @@ class Examples(unittest.TestCase):
                 line = server.stdout.readline()
                 m = re.match(r"listening on (\d+)", line)
                 self.assertIsNotNone(m, line)
-                r = run([RPC, "connect", "127.0.0.1:" + m.group(1)])
+                r = run([client, "connect", "127.0.0.1:" + m.group(1)])
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
                 self.assertIn("101 calls answered", r.stdout)
                 _, err = server.communicate(timeout=WATCHDOG)
