@@ -117,6 +117,10 @@ class SLUICE_API Peer {
   // stays valid for the engine's life and answers kUnavailable.
   std::uint32_t id() const { return id_; }
   bool alive() const;
+  // Whether a message sent now leaves without waiting for a credit or behind queued messages
+  // (a peer not contacted yet counts as ready: the message starts its handshake and waits only
+  // for that). Engine thread; false from another (logged). The C API's SLC_SEND_FLAG_IMMEDIATE.
+  bool can_send_now() const;
 
   // Sends an active message to `handler` on the peer. `header` (at most kMaxUserHeader bytes)
   // is copied at once. A message whose user header and payload together fit the eager limit

@@ -6,7 +6,9 @@ C++20, and runs under the installed sluice-run (every installed example builds),
 points); pkg-config needs no UCX, hwloc, libsodium or OpenSSL .pc file; the first program of
 getting-started.md, as a reader copies it, runs alone and with two and three ranks; every link
 of the installed documents leads to an installed file; a different abseil is refused at
-configure time, by name."""
+configure time, by name. The C API: the installed C and Fortran examples build with
+pkg-config's sluice-c (without abseil's .pc files) and with CMake's Sluice::sluice_c and run;
+getting-started.md's C first program runs; the slc_ symbols carry the version node SLUICE_C_0."""
 import json
 import os
 import re
@@ -261,6 +263,80 @@ class Installed(unittest.TestCase):
             command = json.load(f)[0]["command"]
         self.assertRegex(command, r"-std=(gnu|c)\+\+(23|2b)")
         self.assertNotIn("-std=c++20", command)
+
+    def c_program(self, source, out, compiler, flags):
+        r = run([compiler, source, "-o", out, "-Wl,-rpath," + self.libdir] + flags)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
+
+    def test_c_and_fortran_programs_built_with_pkg_config(self):
+        # sluice-c.pc: the C header and Fortran module's directories and -lsluice; no C++ flag
+        # and no abseil package needed. The installed C and Fortran examples build and run.
+        env = {k: v for k, v in ENV.items() if not k.startswith("PKG_CONFIG")}
+        env["PKG_CONFIG_LIBDIR"] = self.pkgconfig  # nothing else: not even abseil's .pc files
+        r = run(["pkg-config", "--cflags", "--libs", "sluice-c"], env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        flags = r.stdout.split()
+        self.assertNotIn("-std=c++20", flags)
+        examples = os.path.dirname(self.example)
+        strict = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"] + flags
+        self.check_ping(self.c_program(os.path.join(examples, "c/ping.c"), os.path.join(self.tmp, "ping-c"), "cc", strict))
+        rpc = self.c_program(os.path.join(examples, "c/rpc.c"), os.path.join(self.tmp, "rpc-c"), "cc", strict)
+        r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", rpc])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("101 calls answered", r.stdout)
+        if not os.path.exists(os.path.join(self.prefix, "include/sluice/fortran/sluice.mod")):
+            self.skipTest("built without a Fortran compiler")
+        ping_f = self.c_program(os.path.join(examples, "fortran/ping.f90"), os.path.join(self.tmp, "ping-f"), "gfortran",
+                                ["-std=f2018"] + flags)
+        self.check_ping(ping_f)
+
+    def test_c_and_fortran_programs_built_with_cmake(self):
+        src = os.path.join(self.tmp, "cmake-c-src")
+        os.makedirs(src, exist_ok=True)
+        examples = os.path.dirname(self.example)
+        shutil.copy(os.path.join(examples, "c/ping.c"), src)
+        fortran = os.path.exists(os.path.join(self.prefix, "include/sluice/fortran/sluice.mod"))
+        with open(os.path.join(src, "CMakeLists.txt"), "w") as f:
+            f.write("cmake_minimum_required(VERSION 3.16)\nproject(ping C%s)\nfind_package(Sluice 0.1 REQUIRED)\n"
+                    "add_executable(ping_c ping.c)\ntarget_link_libraries(ping_c PRIVATE Sluice::sluice_c)\n"
+                    % (" Fortran" if fortran else ""))
+            if fortran:
+                shutil.copy(os.path.join(examples, "fortran/ping.f90"), src)
+                f.write("add_executable(ping_f ping.f90)\ntarget_link_libraries(ping_f PRIVATE Sluice::sluice_c)\n")
+        out = os.path.join(self.tmp, "cmake-c-build")
+        r = run(["cmake", "-S", src, "-B", out, "-DCMAKE_PREFIX_PATH=" + self.prefix, "-DCMAKE_BUILD_RPATH=" + self.libdir])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = run(["cmake", "--build", out])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for exe in ["ping_c"] + (["ping_f"] if fortran else []):
+            self.check_ping(os.path.join(out, exe))
+
+    def test_the_c_first_program_runs_alone_and_with_two_ranks(self):
+        with open(os.path.join(self.docs, "docs/getting-started.md")) as f:
+            m = re.search(r"^<!-- first\.c: .*?-->\n```c\n(.*?)^```$", f.read(), re.M | re.S)
+        self.assertIsNotNone(m, "getting-started.md has no block marked first.c")
+        src = os.path.join(self.tmp, "first.c")
+        with open(src, "w") as f:
+            f.write(m.group(1))
+        flags = run(["pkg-config", "--cflags", "--libs", "sluice-c"], env=dict(ENV, PKG_CONFIG_PATH=self.pkgconfig))
+        first = self.c_program(src, os.path.join(self.tmp, "first-c"), "cc",
+                               ["-std=c99", "-Wall", "-Wextra", "-Werror"] + flags.stdout.split())
+        for n in (1, 2):
+            cmd = [first] if n == 1 else [os.path.join(self.bin, "sluice-run"), "-n", str(n), first]
+            r = run(cmd, timeout=120)
+            self.assertEqual(r.returncode, 0, "%d ranks: %s%s" % (n, r.stdout, r.stderr))
+            self.assertEqual(sorted(r.stdout.splitlines()),
+                             ["first_c: rank %d of %d got 64 bytes from rank %d" % (i, n, (i + n - 1) % n)
+                              for i in range(n)])
+
+    def test_the_c_symbols_carry_their_version_node(self):
+        r = run(["readelf", "--dyn-syms", "-W", os.path.join(self.libdir, "libsluice.so")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        c = re.findall(r" (slc_\w+)(@*\S*)$", r.stdout, re.M)
+        self.assertGreater(len(c), 30)
+        self.assertEqual([n for n, v in c if v != "@@SLUICE_C_0"], [])
+        self.assertNotIn("@@SLUICE_C_0", "".join(l for l in r.stdout.splitlines() if " slc_" not in l))
 
     def test_another_abseil_is_refused_by_name(self):
         # A stand-in abseil of another release ahead on the search path.

@@ -1,0 +1,96 @@
+/* The C API's ABI, pinned: every public struct's size and field offsets (LP64), the status
+ * codes' values and the flag bits. A change here breaks programs built against an older
+ * header: it needs a new major version (docs/c-api.md), not an edit of this test. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include <sluice/sluice_c.h>
+
+static int failures;
+
+static void pin(const char* what, size_t got, size_t want) {
+  if (got == want) return;
+  fprintf(stderr, "layout: %s is %zu, pinned at %zu\n", what, got, want);
+  ++failures;
+}
+
+#define PIN_OFFSET(type, field, want) pin(#type "." #field, offsetof(type, field), want)
+#define PIN_VALUE(name, want) pin(#name, (size_t)(long long)(name), (size_t)(long long)(want))
+
+int main(void) {
+  if (sizeof(void*) != 8) {
+    printf("layout: pinned for LP64 only; skipped\n");
+    return 77;
+  }
+  pin("sizeof(slc_context_params_t)", sizeof(slc_context_params_t), 24);
+  PIN_OFFSET(slc_context_params_t, field_mask, 0);
+  PIN_OFFSET(slc_context_params_t, config, 8);
+  PIN_OFFSET(slc_context_params_t, config_length, 16);
+
+  pin("sizeof(slc_engine_params_t)", sizeof(slc_engine_params_t), 16);
+  PIN_OFFSET(slc_engine_params_t, field_mask, 0);
+  PIN_OFFSET(slc_engine_params_t, numa_node, 8);
+
+  pin("sizeof(slc_handler_params_t)", sizeof(slc_handler_params_t), 32);
+  PIN_OFFSET(slc_handler_params_t, field_mask, 0);
+  PIN_OFFSET(slc_handler_params_t, sink, 8);
+  PIN_OFFSET(slc_handler_params_t, sink_release, 16);
+  PIN_OFFSET(slc_handler_params_t, unordered, 24);
+
+  pin("sizeof(slc_send_params_t)", sizeof(slc_send_params_t), 48);
+  PIN_OFFSET(slc_send_params_t, field_mask, 0);
+  PIN_OFFSET(slc_send_params_t, header, 8);
+  PIN_OFFSET(slc_send_params_t, header_size, 16);
+  PIN_OFFSET(slc_send_params_t, callback, 24);
+  PIN_OFFSET(slc_send_params_t, user_data, 32);
+  PIN_OFFSET(slc_send_params_t, flags, 40);
+
+  pin("sizeof(slc_call_params_t)", sizeof(slc_call_params_t), 56);
+  PIN_OFFSET(slc_call_params_t, field_mask, 0);
+  PIN_OFFSET(slc_call_params_t, header, 8);
+  PIN_OFFSET(slc_call_params_t, header_size, 16);
+  PIN_OFFSET(slc_call_params_t, timeout_ns, 24);
+  PIN_OFFSET(slc_call_params_t, reply_buffer, 32);
+  PIN_OFFSET(slc_call_params_t, reply_buffer_size, 40);
+  PIN_OFFSET(slc_call_params_t, flags, 48);
+
+  PIN_VALUE(SLC_OK, 0);
+  PIN_VALUE(SLC_IN_PROGRESS, 1);
+  PIN_VALUE(SLC_ERR_WOULD_BLOCK, -1);
+  PIN_VALUE(SLC_ERR_INVALID, -2);
+  PIN_VALUE(SLC_ERR_UNAVAILABLE, -3);
+  PIN_VALUE(SLC_ERR_DEADLINE, -4);
+  PIN_VALUE(SLC_ERR_CANCELLED, -5);
+  PIN_VALUE(SLC_ERR_REFUSED, -6);
+  PIN_VALUE(SLC_ERR_UNIMPLEMENTED, -7);
+  PIN_VALUE(SLC_ERR_INTERNAL, -8);
+  PIN_VALUE(SLC_ERR_OUT_OF_RANGE, -9);
+  PIN_VALUE(SLC_ERR_PERMISSION, -10);
+  PIN_VALUE(SLC_ERR_PRECONDITION, -11);
+  PIN_VALUE(SLC_ERR_DATA_LOSS, -12);
+  PIN_VALUE(SLC_ERR_NO_MEMORY, -13);
+  PIN_VALUE(SLC_ERR_VERSION, -14);
+  PIN_VALUE(SLC_ERR_NOT_FOUND, -15);
+  PIN_VALUE(SLC_ERR_ALREADY_EXISTS, -16);
+  PIN_VALUE(SLC_ERR_NOT_INITIALIZED, -17);
+  PIN_VALUE(SLC_ERR_UNKNOWN, -18);
+  PIN_VALUE(SLC_TIMEOUT_INFINITE, -1);
+  PIN_VALUE(SLC_MAX_HEADER, 1024);
+  PIN_VALUE(SLC_MAX_HANDLERS, 1024);
+  PIN_VALUE(SLC_CONTEXT_PARAM_CONFIG, 1);
+  PIN_VALUE(SLC_ENGINE_PARAM_NUMA_NODE, 1);
+  PIN_VALUE(SLC_HANDLER_PARAM_SINK, 1);
+  PIN_VALUE(SLC_HANDLER_PARAM_SINK_RELEASE, 2);
+  PIN_VALUE(SLC_HANDLER_PARAM_UNORDERED, 4);
+  PIN_VALUE(SLC_SEND_PARAM_HEADER, 1);
+  PIN_VALUE(SLC_SEND_PARAM_CALLBACK, 2);
+  PIN_VALUE(SLC_SEND_PARAM_FLAGS, 4);
+  PIN_VALUE(SLC_SEND_FLAG_COPY, 1);
+  PIN_VALUE(SLC_SEND_FLAG_IMMEDIATE, 2);
+  PIN_VALUE(SLC_CALL_PARAM_HEADER, 1);
+  PIN_VALUE(SLC_CALL_PARAM_TIMEOUT, 2);
+  PIN_VALUE(SLC_CALL_PARAM_REPLY_BUFFER, 4);
+  PIN_VALUE(SLC_CALL_PARAM_FLAGS, 8);
+  if (failures == 0) printf("layout: 5 structs and every constant as pinned\n");
+  return failures == 0 ? 0 : 1;
+}
