@@ -120,6 +120,12 @@ bool Peer::alive() const {
   return data_->state() != detail::PeerState::kDead;
 }
 
+bool Peer::can_send_now() const {
+  if (!engine_->guard().engine_thread("Peer::can_send_now")) [[unlikely]]
+    return false;
+  return data_->can_send_now() || (data_->state() == detail::PeerState::kNew && !data_->has_waiting());
+}
+
 // Peer::send(h, header, payload, on_done) is in sender.cpp, with the send path inlined.
 
 Result Peer::send(HandlerId h, std::span<const std::byte> header, const Slot& payload, std::size_t length,

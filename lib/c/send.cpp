@@ -1,18 +1,5 @@
 // The C API's sends, calls and replies over Peer::send/call and Message::reply.
-#include "am/engine_core.h"
-#include "am/peer_data.h"
 #include "c/c_api.h"
-
-namespace sluice {
-
-// Declared in engine.h for the C API's SLC_SEND_FLAG_IMMEDIATE; here so that the C layer owns it.
-bool Peer::can_send_now() const {
-  if (!engine_->guard().engine_thread("Peer::can_send_now")) [[unlikely]]
-    return false;
-  return data_->can_send_now() || (data_->state() == detail::PeerState::kNew && !data_->has_waiting());
-}
-
-}  // namespace sluice
 
 namespace sluice::capi {
 namespace {
