@@ -1,6 +1,7 @@
 // The front door's server side: listening, accepting, and a client's pre-handshake up to its
 // ACCEPT or REFUSE.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -51,9 +52,21 @@ absl::StatusOr<int> Door::listen(const std::string& host, int port, bool share_p
   return l.port;
 }
 
+namespace {
+
+bool connection_waiting(int listen_fd) {
+  pollfd p{listen_fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+}  // namespace
+
 void Door::accept_all(Clock::time_point now) {
   for (int i = 0; i < 64; ++i) {
     while (pending() >= options_.max_pending) {
+      // Room is made only for a connection that waits: the newest place may be a client whose
+      // hello is still on its way, accepted in this very loop.
+      if (!connection_waiting(listen_fd_)) return;
       if (close_before_hello(now, nullptr, 0, Duration::zero()) == Room::kMade) continue;
       // Every place is held by a client that sent its hello: the new ones wait in the kernel's
       // backlog until one of these finishes (poll() listens again), none is closed for them.
@@ -99,15 +112,15 @@ void Door::accept_all(Clock::time_point now) {
     accept_order_.push_back(c->id);
     next_deadline_ = std::min(next_deadline_, c->deadline);
     std::uint64_t id = c->id;
-    std::string source = c->source;
     conns_.emplace(id, std::move(c));
     on_conn_event(id, EPOLLIN, now);  // its hello is usually there already
     // Still without it: its address keeps at most a quarter of the places before a hello. Its
-    // oldest such past kHelloGrace makes room; when all are younger, the newcomer goes.
+    // oldest such past kHelloGrace makes room (never the newcomer, younger than that); when
+    // all are younger, the newcomer goes.
     auto it = conns_.find(id);
     if (it != conns_.end() && it->second->step == Conn::Step::kWantClientHello &&
-        close_before_hello(now, &source, std::max<std::size_t>(1, options_.max_pending / 4) + 1, kHelloGrace) ==
-            Room::kNone) {
+        close_before_hello(now, &it->second->source, std::max<std::size_t>(1, options_.max_pending / 4) + 1,
+                           kHelloGrace) == Room::kNone) {
       evict(*it->second, "its address holds a quarter of the places in handshake, none old enough to close");
     }
   }

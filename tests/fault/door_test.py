@@ -469,6 +469,27 @@ class FrontDoorPlaces(unittest.TestCase):
             s.close()
         self.assertIsNone(self.server.poll())
 
+    def test_the_last_free_place_goes_to_a_slow_hello_when_nobody_else_waits(self):
+        # Three of four places past their hello; the fourth connection sends its hello 300 ms
+        # after its connect. With nobody else at the door, it keeps its place (the door once
+        # closed the newest place as soon as it filled the last one).
+        self.serve(SLUICE_HANDSHAKE_MAX="4", SLUICE_HANDSHAKE_TIMEOUT="5s")
+        stalled = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(client_hello(os.urandom(32)))
+            self.assertEqual(recv_frame(s)[0], SERVER_HELLO)
+            stalled.append(s)
+        slow = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        time.sleep(0.3)
+        slow.sendall(client_hello(os.urandom(32)))
+        frame = recv_frame(slow)
+        self.assertIsNotNone(frame, "the slow hello's connection was closed")
+        self.assertEqual(frame[0], SERVER_HELLO)
+        for s in stalled + [slow]:
+            s.close()
+        self.assertIsNone(self.server.poll())
+
     def test_when_every_place_is_past_its_hello_new_clients_wait_and_none_is_closed(self):
         # Four places, taken by connections that sent a whole hello and then stall: a real client
         # waits in the listener's backlog until one expires at SLUICE_HANDSHAKE_TIMEOUT, then
