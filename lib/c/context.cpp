@@ -27,7 +27,7 @@ absl::StatusOr<Config> config_from_lines(std::string_view text) {
     std::size_t eq = line.find('=');
     if (eq == std::string_view::npos || !line.starts_with("SLUICE_")) {
       return absl::InvalidArgumentError("slc_context_params.config: \"" + std::string(line) +
-                                        "\" is not a SLUICE_NAME=VALUE line");
+                                        "\" is not a NAME=VALUE line for a SLUICE_* variable");
     }
     overrides.push_back(
         std::make_unique<ScopedConfigOverride>(std::string(line.substr(0, eq)), std::string(line.substr(eq + 1))));
