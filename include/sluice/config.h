@@ -73,6 +73,7 @@ struct SLUICE_API Config {
   std::size_t max_message = std::size_t{1} << 30;
   // flow
   std::uint32_t credits = 32;
+  std::uint32_t credits_max = 128;  // a peer's grant grows by demand up to max(this, credits)
   std::uint32_t rx_posted = 8;
   std::uint32_t send_queue_max = 4096;
   std::uint32_t rpc_window = 32;

@@ -87,6 +87,11 @@ struct EngineCounters {
   Counter* rpc_overdue;
   Counter* messages_outlived;
   Counter* unclaimed_dropped;
+  Counter* credits_lent;
+  Counter* credits_reclaimed;
+  Counter* credit_asks;
+  Counter* credits_refused;
+  Counter* peers_recalled;
 
   // The traffic counters and a peer's share of them (live stats), counted together.
   void sent(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {

@@ -59,7 +59,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
       std::string why = absl::StrFormat("wire protocol mismatch (%s); this side speaks version %d", wire::to_string(pr),
                                         wire::kVersion);
       if (p->ep().valid() || engine().peers_.ensure_endpoint(*p).ok())
-        engine().sender_.send_ctrl(*p, wire::kReject,
+        engine().control_.send(*p, wire::kReject,
                                    std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
       engine().fail_peer(*p, absl::StatusCode::kUnavailable, why);
     }

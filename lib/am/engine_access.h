@@ -12,7 +12,9 @@ namespace sluice::detail {
 
 struct EngineAccess {
   static EngineCore& core(const Engine& e) { return *e.core_; }
-  static std::size_t outstanding_sends(const EngineCore& core) { return core.sender_.inflight(); }
+  static std::size_t outstanding_sends(const EngineCore& core) {
+    return core.sender_.inflight() + core.control_.inflight();
+  }
   static std::size_t posted_exact_receives(const EngineCore& core) { return core.exact_posted_; }
   static std::size_t watched_peers(const EngineCore& core) { return core.link_.watched(); }
 };

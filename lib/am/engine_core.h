@@ -7,8 +7,11 @@
 //   link_control.cpp LinkControl: HELLO, BYE, REJECT, control messages received (link_control.h;
 //                   link_timers.cpp: handshake deadlines, silence, heartbeats)
 //   sender.cpp      Sender: packing, the send queue, coalescing, credits spent (sender.h;
-//                   send_now.h: the inline path; send_control.cpp: control messages)
+//                   send_now.h: the inline path; send_control.cpp: credits, loans, a failed
+//                   peer's sends)
+//   control.cpp     Control: control messages out, explicit credit returns (control.h)
 //   receives.cpp    Receives: posted receives, first contact, stragglers (receives.h)
+//   credit_bank.cpp CreditBank: grants from the receive budget, loans, reclaims (credit_bank.h)
 //   delivery.cpp    Delivery: parsing, ordering, dispatch, release (delivery.h)
 //   handlers.cpp    Handlers: the handler table, calls (invoke.h), unclaimed messages
 //   landings.cpp    Landings: rendezvous landings, payloads waiting for memory, bounce mode
@@ -38,7 +41,9 @@
 #include "am/barrier.h"
 #include "am/call.h"
 #include "am/connections.h"
+#include "am/control.h"
 #include "am/counters.h"
+#include "am/credit_bank.h"
 #include "am/delivery.h"
 #include "am/handlers.h"
 #include "am/landings.h"
@@ -172,7 +177,9 @@ class EngineCore final {
   MessageAnchor* anchor_ = new MessageAnchor{this};
   LinkControl link_{*this};
   Sender sender_{*this};
+  Control control_{*this};
   Receives receives_{*this};
+  CreditBank bank_{*this};
   RpcClient rpc_client_{*this};
   RpcServer rpc_server_{*this};
   Landings landings_{*this};
@@ -202,6 +209,8 @@ class EngineCore final {
 #pragma GCC diagnostic ignored "-Winvalid-offsetof"  // conditionally supported; GCC and Clang do
     if constexpr (std::is_same_v<Part, ApiGuard>) at = offsetof(EngineCore, guard_);
     else if constexpr (std::is_same_v<Part, Connections>) at = offsetof(EngineCore, connections_);
+    else if constexpr (std::is_same_v<Part, Control>) at = offsetof(EngineCore, control_);
+    else if constexpr (std::is_same_v<Part, CreditBank>) at = offsetof(EngineCore, bank_);
     else if constexpr (std::is_same_v<Part, Delivery>) at = offsetof(EngineCore, delivery_);
     else if constexpr (std::is_same_v<Part, Handlers>) at = offsetof(EngineCore, handlers_);
     else if constexpr (std::is_same_v<Part, Landings>) at = offsetof(EngineCore, landings_);
@@ -230,11 +239,15 @@ class EngineCore final {
   friend class ApiGuard;
   friend class RankBarrier;
   friend class Connections;
+  friend class CreditBank;
+  friend class Control;
 };
 
 // Each component reaches its engine at a constant offset from itself.
 inline EngineCore& ApiGuard::engine() const { return EngineCore::of(this); }
 inline EngineCore& Connections::engine() const { return EngineCore::of(this); }
+inline EngineCore& CreditBank::engine() const { return EngineCore::of(this); }
+inline EngineCore& Control::engine() const { return EngineCore::of(this); }
 inline EngineCore& Delivery::engine() const { return EngineCore::of(this); }
 
 inline void Delivery::attach(Message& m) {
@@ -256,7 +269,7 @@ inline void Delivery::return_credit(PeerData& p, std::uint64_t epoch) {
   if (p.state() != PeerState::kReady) [[unlikely]]
     return;
   p.rx.owed_.released();
-  engine().sender_.maybe_return_credits(p);
+  engine().control_.maybe_return_credits(p);
 }
 inline EngineCore& Handlers::engine() const { return EngineCore::of(this); }
 inline EngineCore& Landings::engine() const { return EngineCore::of(this); }
@@ -267,7 +280,7 @@ inline EngineCore& RankBarrier::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcClient::engine() const { return EngineCore::of(this); }
 inline EngineCore& RpcServer::engine() const { return EngineCore::of(this); }
 inline EngineCore& Sender::engine() const { return EngineCore::of(this); }
-inline void Sender::maybe_return_credits(PeerData& p) {
+inline void Control::maybe_return_credits(PeerData& p) {
   if (p.state() == PeerState::kReady && p.rx.owed().explicit_due()) [[unlikely]]
     return_credits(p);
 }

@@ -82,10 +82,10 @@ void Landings::discard_payload(PeerData& p, std::uint64_t seq) {
 
 void Landings::send_declines(PeerData& p) {
   // One DECLINE in flight per peer (control messages have a buffer each); the next when it is sent.
-  if (p.landings.declines_.empty() || p.tx.ctrl_busy(wire::kDecline) || p.state() != PeerState::kReady) return;
+  if (p.landings.declines_.empty() || p.ctrl.busy(wire::kDecline) || p.state() != PeerState::kReady) return;
   const auto& [seq, why] = p.landings.declines_.front();
-  engine().sender_.send_ctrl(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
-  if (p.tx.ctrl_busy(wire::kDecline)) p.landings.declines_.pop_front();
+  engine().control_.send(p, wire::kDecline, std::as_bytes(std::span(why)), seq);
+  if (p.ctrl.busy(wire::kDecline)) p.landings.declines_.pop_front();
 }
 
 void Landings::on_decline(PeerData& p, const wire::Header& h, std::span<const std::byte> body) {

@@ -85,7 +85,12 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("api.invalid_argument"),
                       &s.counter("rpc.overdue"),
                       &s.counter("api.messages_outlived_engine"),
-                      &s.counter("am.unclaimed_dropped")};
+                      &s.counter("am.unclaimed_dropped"),
+                      &s.counter("flow.credits_lent"),
+                      &s.counter("flow.credits_reclaimed"),
+                      &s.counter("flow.credit_asks"),
+                      &s.counter("flow.credits_refused"),
+                      &s.counter("flow.peers_recalled")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {
@@ -201,8 +206,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
   }
   // Calls to this peer complete now (those with a posted reply receive once it is cancelled).
   rpc_client_.end_calls(p, status);
-  std::uint32_t posted = receives_.close(p);
-  if (std::uint32_t granted = Delivery::take_grant(p); granted != 0) recv_pool_->eager().unreserve(granted + posted);
+  bank_.close(p);
   sender_.release_held(p);
   rpc_server_.grant(p, config_.rpc_window);
   peers_.gone(p);
@@ -214,7 +218,7 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   // Orderly close. First what was sent goes out: queued messages (as credits come back) and
   // in-flight ones, rendezvous payloads included, until the deadline...
   auto unsent = [&] {
-    if (sender_.inflight() > 0) return true;
+    if (sender_.inflight() + control_.inflight() > 0) return true;
     // A connecting peer's queue goes out once its HELLO is in.
     return peers_.any([](const PeerData& p) {
       return (p.state() == PeerState::kReady || p.state() == PeerState::kConnecting) && p.tx.waiting();
@@ -232,7 +236,7 @@ void EngineCore::close_peers(Clock::time_point deadline) {
   });
   auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
   auto live = [&] { return peers_.any([](const PeerData& p) { return p.state() == PeerState::kReady; }); };
-  drain_while([&] { return sender_.inflight() > 0 || live(); }, bye_deadline);
+  drain_while([&] { return sender_.inflight() + control_.inflight() > 0 || live(); }, bye_deadline);
   peers_.for_each([&](PeerData& p) {
     if (p.state() != PeerState::kDead) fail_peer(p, absl::StatusCode::kCancelled, "engine shutting down");
   });
@@ -241,8 +245,11 @@ void EngineCore::close_peers(Clock::time_point deadline) {
 void EngineCore::close_transport(Clock::time_point deadline) {
   closing_ = true;
   receives_.cancel_all();
-  drain_while([&] { return sender_.inflight() > 0 || exact_posted_ > 0 || !done_.empty() || receives_.busy(); },
-              deadline);
+  drain_while(
+      [&] {
+        return sender_.inflight() + control_.inflight() > 0 || exact_posted_ > 0 || !done_.empty() || receives_.busy();
+      },
+      deadline);
   // A peer that closes after its BYE wait here ran out answers late: what arrived on a closed
   // connection's tag is received and dropped as a straggler now, not left in UCX's unexpected
   // queue (UCX warns about each such message when the worker goes).
@@ -311,9 +318,11 @@ std::string EngineCore::stats_line(const char* trigger) {
     absl::StrAppendFormat(&line,
                           "%s{\"peer\": \"%s\", \"state\": \"%s\", \"msgs_sent\": %u, \"bytes_sent\": %u, "
                           "\"msgs_received\": %u, \"bytes_received\": %u, \"credit_stalls\": %u, "
-                          "\"msgs_per_s\": %.1f, \"bytes_per_s\": %.1f, \"rtt_us\": ",
+                          "\"credits_granted\": %u, \"credits_in_use\": %u, \"credits_wanted\": %u, "
+                          "\"credits_held\": %u, \"msgs_per_s\": %.1f, \"bytes_per_s\": %.1f, \"rtt_us\": ",
                           i == 0 ? "" : ", ", json_escape(p.name()), to_string(p.state()), t.msgs_sent(),
-                          t.bytes_sent(), t.msgs_received(), t.bytes_received(), t.credit_stalls(),
+                          t.bytes_sent(), t.msgs_received(), t.bytes_received(), t.credit_stalls(), p.rx.granted(),
+                          p.rx.unreleased() + p.rx.owed().owed(), p.loan.wanted(), p.tx.credits().granted(),
                           secs > 0 ? static_cast<double>(t.msgs_since_line()) / secs : 0.0,
                           secs > 0 ? static_cast<double>(recent(&p)) / secs : 0.0);
     if (t.rtt().count() == 0) line += "null}";
@@ -358,13 +367,22 @@ const Stats& EngineCore::stats() {
       stats_.counter(base + ".cross_thread_returns").set(c.cross_thread_returns);
     }
   }
-  stats_.counter("am.tx_inflight").set(sender_.inflight());
+  stats_.counter("am.tx_inflight").set(sender_.inflight() + control_.inflight());
   stats_.counter("api.wrong_thread").set(guard_.wrong_thread_calls());
-  std::size_t held = 0;
+  std::size_t held = 0, granted = 0, in_use = 0, from = 0;
   peers_.for_each([&](const PeerData& p) {
-    held += p.state() == PeerState::kReady && p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
+    if (p.state() != PeerState::kReady) return;
+    held += p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
+    granted += p.rx.granted();
+    in_use += p.rx.unreleased() + p.rx.owed().owed();
+    from += p.tx.credits().granted();
   });
   stats_.counter("flow.peers_held").set(held);
+  stats_.counter("flow.credits_granted").set(granted);
+  stats_.counter("flow.credits_in_use").set(in_use);
+  stats_.counter("flow.credits_held").set(from);
+  stats_.counter("flow.credit_reserve").set(recv_pool_->eager().reservable());
+  stats_.counter("flow.peers_waiting_credits").set(bank_.waiting());
   stats_.counter("peers.table").set(peers_.size());
   stats_.counter("am.rx_exact_posted").set(exact_posted_);
   stats_.counter("am.landings_waiting").set(landings_.waiting());

@@ -30,7 +30,7 @@ Clock::time_point LinkControl::connect_deadline() const {
 
 void LinkControl::reject(PeerData& p, const std::string& why) {
   SLUICE_LOG(kError, "flow", "%s", why);
-  engine().sender_.send_ctrl(
+  engine().control_.send(
       p, wire::kReject,
       std::span(reinterpret_cast<const std::byte*>(why.data()), std::min<std::size_t>(why.size(), 128)));
   engine().fail_peer(p, absl::StatusCode::kResourceExhausted, why);
@@ -41,22 +41,14 @@ bool LinkControl::send_hello(PeerData& p) {
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
   // Besides the slots its credits reserve, min(SLUICE_RX_POSTED, credits) more for the
   // receives posted for it: a handler keeping all its messages never leaves it without one.
-  std::uint32_t grant = engine().config_.credits;
-  auto posted = [&](std::uint32_t g) { return std::min(engine().config_.rx_posted, g); };
-  while (grant >= 2 && !engine().recv_pool_->eager().reserve(grant + posted(grant)).ok()) grant /= 2;
-  if (grant < 2) {
+  std::uint32_t grant = engine().bank_.open(p, Clock::now());
+  if (grant == 0) {
     reject(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "
-                              "receive slots) for %s: receive budget exhausted; raise "
-                              "SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
+                              "receive slots) for %s: receive budget exhausted (every other peer holds "
+                              "its minimum or is busy); raise SLUICE_RECV_POOL_MAX or lower SLUICE_CREDITS",
                               engine().recv_pool_->eager().slot_size(), p.name()));
     return false;
   }
-  if (grant < engine().config_.credits) {
-    SLUICE_LOG(kInfo, "flow", "%s granted %u credits, not %u: receive budget", p.name(), grant,
-               engine().config_.credits);
-  }
-  Delivery::grant_receiving(p, grant);
-  engine().receives_.reserve(p, posted(grant));
   // Reply capacity (the NFSv4.1 backchannel lesson): for an RPC window of W requests, 2·W send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
@@ -90,7 +82,7 @@ bool LinkControl::send_hello(PeerData& p) {
   wire::encode_hello(hello, body.data());
   p.link.hello_sent_ = true;
   engine().fault_.pass(FaultPoint::kHello);
-  engine().sender_.send_ctrl(p, wire::kHello, body, engine().incarnation_);
+  engine().control_.send(p, wire::kHello, body, engine().incarnation_);
   return true;
 }
 
@@ -132,19 +124,32 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     case wire::kDecline: engine().landings_.on_decline(p, h, body); break;
     case wire::kPing:
       engine().sender_.reconcile_credits(p, h.aux);
-      engine().sender_.send_ctrl(p, wire::kPong, {});
+      engine().control_.send(p, wire::kPong, {});
       break;
     case wire::kPong:
       engine().sender_.reconcile_credits(p, h.aux);
       on_pong(p);
       break;
     case wire::kBye: on_bye(p, h); return;
+    case wire::kGrant: {
+      wire::Grant g;
+      wire::Parse pr = wire::decode_grant(body, &g);
+      if (pr != wire::Parse::kOk || !engine().sender_.on_loan(p, g) ||
+          !engine().bank_.on_grant(p, g.given_up, g.waiting)) {
+        engine().c_.parse_errors->add();
+        SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent a GRANT no correct peer sends (%s); ignored", p.name(),
+                                pr != wire::Parse::kOk ? wire::to_string(pr) : "counts out of range");
+        return;
+      }
+      break;
+    }
     default:
       engine().c_.parse_errors->add();
       SLUICE_LOG_RATE_LIMITED(kWarn, "wire", "unknown control kind %d from %s", h.handler, p.name());
       return;
   }
   engine().sender_.flush(p);
+  engine().sender_.settle(p);  // credits back: unspent ones above the target go
 }
 
 void LinkControl::on_pong(PeerData& p) {
@@ -220,7 +225,7 @@ void LinkControl::restart(PeerData& p, const wire::Hello& hello) {
 void LinkControl::send_bye(PeerData& p) {
   if (p.link.bye_sent_) return;
   p.link.bye_sent_ = true;
-  engine().sender_.send_ctrl(p, wire::kBye, {}, p.tx.sent_seq());
+  engine().control_.send(p, wire::kBye, {}, p.tx.sent_seq());
 }
 
 void LinkControl::close_after_bye(PeerData& p) {

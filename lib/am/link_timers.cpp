@@ -32,18 +32,19 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
   if (engine().config_.peer_timeout != kInfinite && silent >= engine().config_.peer_timeout) {
     // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
     PoolClassStats rx = engine().recv_pool_->eager().stats();
-    SLUICE_LOG(
-        kWarn, "am",
-        "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
-        "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-        "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
-        "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
-        p.name(), p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(), p.calls.queued(),
-        p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
-        std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
-        p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved, engine().sender_.inflight(),
-        engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id(), p.posted.key()), kFullMask) ? "yes"
-                                                                                                          : "no");
+    SLUICE_LOG(kWarn, "am",
+               "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
+               "queued; we hold %u of its messages unreleased and owe it %u credits; next "
+               "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
+               "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
+               p.name(), p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(),
+               p.calls.queued(), p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
+               std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
+               p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved,
+               engine().sender_.inflight() + engine().control_.inflight(),
+               engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id(), p.posted.key()), kFullMask)
+                   ? "yes"
+                   : "no");
     engine().fail_peer(p, absl::StatusCode::kUnavailable,
                        absl::StrFormat("silent for %s (SLUICE_PEER_TIMEOUT=%s)",
                                        format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(silent)),
@@ -59,7 +60,7 @@ void LinkControl::keep_alive(PeerData& p, Clock::time_point now) {
     p.link.ping_outstanding_ = true;
     p.link.ping_sent_ = now;
     engine().c_.heartbeats->add();
-    engine().sender_.send_ctrl(p, wire::kPing, {});
+    engine().control_.send(p, wire::kPing, {});
   }
 }
 

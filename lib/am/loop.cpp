@@ -22,7 +22,7 @@ void EngineCore::complete(Op* op, absl::StatusCode code, std::size_t length, std
   switch (op->kind) {
     case OpKind::kSend:
     case OpKind::kSendPayload: sender_.on_send_done(op, code); break;
-    case OpKind::kCtrl: sender_.on_ctrl_done(op, code); break;
+    case OpKind::kCtrl: control_.on_done(op, code); break;
     case OpKind::kRx: delivery_.on_rx(op, code, length, tag); break;
     case OpKind::kRndvRx: landings_.on_rndv_done(op, code, length); break;
     case OpKind::kReplyRx: rpc_client_.on_reply_rx_done(op, code, length); break;
@@ -161,15 +161,16 @@ void EngineCore::timers(Clock::time_point now) {
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
     if (p.rx.owed().owed() != 0) {
       c_.credit_msgs->add();
-      sender_.send_ctrl(p, wire::kCredit, {});
+      control_.send(p, wire::kCredit, {});
     }
     link_.keep_alive(p, now);
     return p.rx.unreleased() == 0 && p.rx.owed().owed() == 0 && p.tx.queued() == 0;
   });
+  bank_.tick(now);
   rpc_client_.expire(now);
   // Nothing watched and no call waiting: the next tick is the earliest sleeper's deadline, at
   // least a tick and at most a second away.
-  if (!link_.busy() && rpc_client_.idle())
+  if (!link_.busy() && rpc_client_.idle() && bank_.waiting() == 0)
     next_timer_ = std::clamp(link_.next_due(), now + tick, now + std::chrono::seconds(1));
   if (live_) [[unlikely]]
     next_timer_ = std::min(next_timer_, live_->next_due());

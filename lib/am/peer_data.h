@@ -15,7 +15,9 @@
 
 #include <sluice/engine.h>
 
+#include "am/control.h"
 #include "am/counters.h"
+#include "am/credit_bank.h"
 #include "am/landings.h"
 #include "am/link_control.h"
 #include "am/op.h"
@@ -76,9 +78,13 @@ struct PeerData {
 
   // What we send it: credits, sequence, the send queue (Sender's).
   SendsTo tx;
+  // Control messages to it (Control's).
+  ControlTo ctrl;
 
   // What we receive from it: credits owed back, ordering (Delivery's).
   ReceiveState rx;
+  // The credits we lent it and want back (CreditBank's).
+  LoanState loan;
   // Receives posted for its EAGER tag (exact, keyed): Receives'.
   PostedFor posted;
 

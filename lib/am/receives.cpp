@@ -69,6 +69,29 @@ void Receives::open(PeerData& p) {
   }
 }
 
+void Receives::resize(PeerData& p, std::uint32_t n) {
+  p.posted.reserved_ = n;
+  if (p.posted.key_ == 0) return;  // opened later, with n
+  while (p.posted.ops_.size() < n) {
+    Op* op = engine().ops_.take(OpKind::kRx, p.id());
+    p.posted.ops_.push_back(op);
+    all_.push_back(op);
+  }
+  for (std::size_t i = 0; i < p.posted.ops_.size(); ++i) {
+    Op* op = p.posted.ops_[i];
+    if (i < n) {
+      op->recv.key = p.posted.key_;
+      if (!op->recv.busy && !op->recv.queued) {
+        op->recv.queued = true;
+        unposted_.push_back(op);
+      }
+    } else if (op->recv.key != 0) {
+      op->recv.key = 0;  // not re-posted when it comes back (post_waiting)
+      if (op->recv.busy) engine().worker_->cancel(op);
+    }
+  }
+}
+
 std::uint32_t Receives::close(PeerData& p) {
   std::uint32_t reserved = std::exchange(p.posted.reserved_, 0);
   if (p.posted.key_ == 0) return reserved;

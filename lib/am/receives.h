@@ -51,6 +51,9 @@ class Receives {
   // stragglers purged for a while) and returns how many slots were reserved for them.
   void reserve(PeerData& p, std::uint32_t n);
   void open(PeerData& p);
+  // The peer's grant changed: `n` receives from now on (slots reserved by the caller). Added
+  // ones are posted; ones beyond `n` are cancelled (a message that lands first is delivered).
+  void resize(PeerData& p, std::uint32_t n);
   std::uint32_t close(PeerData& p);
   // An index reused for a new client keeps the old one's receive operations.
   static void carry(PeerData& from, PeerData& to);

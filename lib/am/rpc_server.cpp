@@ -217,7 +217,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
     r = reply(m, header, payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
   }
   engine().delivery_.release(m);             // valid: answering() checked it (Message::release's test)
-  engine().sender_.maybe_return_credits(p);  // a queued reply carries it later
+  engine().control_.maybe_return_credits(p);  // a queued reply carries it later
   return r;
 }
 

@@ -1,73 +1,10 @@
-// The sender's control side: CREDIT, PING/PONG, BYE, REJECT, DECLINE and HELLO leave through
-// here (link control decides when); credits granted and returned; a failed peer's sends end.
+// The sender's credits: granted, returned, lent and given back; a failed peer's sends end.
 #include <absl/strings/str_format.h>
 
 #include "am/engine_core.h"
 #include "core/log.h"
 
 namespace sluice::detail {
-
-void Sender::send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux) {
-  if (!p.ep().valid()) return;
-  if (p.tx.ctrl_busy_[kind]) {
-    if (kind == wire::kCredit) p.tx.credit_again_ = true;  // resend when the previous completes
-    return;
-  }
-  std::byte* buf = p.tx.ctrl_buf_[kind].data();
-  wire::Header h;
-  h.flags = wire::kFlagCtrl;
-  h.handler = kind;
-  h.user_header_len = static_cast<std::uint16_t>(body.size());
-  h.credits = p.state() == PeerState::kReady || kind == wire::kCredit ? Delivery::take_owed(p.rx) : 0;
-  h.ack = p.rx.window().delivered();
-  // Heartbeats carry the credits returned in all, this one's included: the peer recovers
-  // returns that were lost (SendCredits::reconcile).
-  h.aux = kind == wire::kPing || kind == wire::kPong ? p.rx.owed().returned() : aux;
-  wire::encode(h, buf);
-  if (!body.empty()) std::memcpy(buf + wire::kHeaderSize, body.data(), body.size());
-  Op* op = engine().ops_.take(OpKind::kCtrl, p.id());
-  op->send.ctrl_kind = kind;
-  op->epoch = p.epoch();
-  p.tx.ctrl_busy_[kind] = true;
-  engine().c_.ctrl_sent->add();
-  ++inflight_;
-  // On the peer's EAGER tag (in order with data, taken by a posted receive) once its HELLO
-  // is here; before that it has no receive for us, and a CTRL-class message is found by probing.
-  std::uint64_t tag = p.link.hello_received() ? p.tx.tag_ : wire::make_tag(wire::kCtrl, p.remote_index(), 0);
-  PostResult r = p.ep().post_send(op, buf, wire::kHeaderSize + body.size(), tag, nullptr);
-  if (r.kind == Post::kDone) engine().done_.push_back({op, absl::StatusCode::kOk, 0, 0});
-  else if (r.kind == Post::kError) engine().done_.push_back({op, r.code, 0, 0});
-}
-
-void Sender::on_ctrl_done(Op* op, absl::StatusCode code) {
-  --inflight_;
-  PeerData& p = engine().peers_.at(op->peer);
-  p.tx.ctrl_busy_[op->send.ctrl_kind] = false;
-  std::uint16_t kind = op->send.ctrl_kind;
-  bool stale = op->epoch != p.epoch();
-  engine().ops_.give(op);
-  if (stale) return;
-  if (code != absl::StatusCode::kOk) {
-    if (p.state() != PeerState::kDead)
-      engine().connections_.transfer_failed(
-          p, absl::StrFormat("control message failed: %s", absl::StatusCodeToString(code)));
-    return;
-  }
-  if (kind == wire::kDecline) engine().landings_.send_declines(p);
-  if (kind == wire::kCredit && p.tx.credit_again_ && p.state() == PeerState::kReady) {
-    p.tx.credit_again_ = false;
-    if (p.rx.owed().owed() != 0) {
-      engine().c_.credit_msgs->add();
-      send_ctrl(p, wire::kCredit, {});
-    }
-  }
-}
-
-void Sender::return_credits(PeerData& p) {
-  engine().fault_.pass(FaultPoint::kCreditReturn);
-  engine().c_.credit_msgs->add();
-  send_ctrl(p, wire::kCredit, {});
-}
 
 void Sender::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   std::int64_t d = p.tx.credits_.reconcile(peer_returned);
@@ -83,7 +20,31 @@ void Sender::reconcile_credits(PeerData& p, std::uint64_t peer_returned) {
   }
 }
 
+bool Sender::on_loan(PeerData& p, const wire::Grant& g) {
+  std::uint64_t lent = p.tx.credits_.lent();
+  if (!p.tx.credits_.loan(g.lent, g.target)) return false;
+  if (p.tx.credits_.lent() != lent) p.tx.asked_ = false;  // lent more: ask again if still short
+  settle(p);
+  return true;
+}
+
+void Sender::settle(PeerData& p) {
+  if (!p.tx.credits_.above_target()) [[likely]]
+    return;
+  // The queue's next tagged message may need several credits: never give up below those.
+  std::uint32_t keep = p.tx.queue_.empty() ? 0 : p.tx.queue_.front().header->send.batch_count;
+  if (p.tx.credits_.settle(keep) != 0) engine().control_.send_grant(p);
+}
+
+void Sender::ask(PeerData& p) {
+  if (p.tx.asked_ || p.state() != PeerState::kReady) return;
+  p.tx.asked_ = true;
+  engine().control_.send_grant(p);
+}
+
 void Sender::watch_starved(PeerData& p, Clock::time_point now) {
+  p.tx.asked_ = false;  // at most one ask per tick
+  settle(p);
   if (p.tx.queue_.empty()) [[likely]] {
     p.tx.starved_since_ = {};
     p.tx.starved_logged_ = false;

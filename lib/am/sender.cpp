@@ -239,9 +239,12 @@ Result Sender::enqueue(PeerData& p, Op* header, Op* payload) {
     if (payload) engine().ops_.give(payload);
     return Result::kUnavailable;
   }
-  if (p.state() == PeerState::kReady) engine().c_.credit_stall(p.traffic);
   p.tx.queue_.push_back({header, payload});
   engine().c_.queue_hwm->update(++p.tx.queued_);
+  if (p.state() == PeerState::kReady) {
+    engine().c_.credit_stall(p.traffic);
+    ask(p);
+  }
   engine().link_.watch(p.link, p.id());  // its starved-sends watch ticks
   return Result::kOk;
 }
@@ -336,7 +339,10 @@ bool Sender::append_queued(PeerData& p, HandlerId h, std::span<const std::byte> 
     chain(head, op);
   }
   engine().c_.coalesced->add();
-  if (p.state() == PeerState::kReady) engine().c_.credit_stall(p.traffic);
+  if (p.state() == PeerState::kReady) {
+    engine().c_.credit_stall(p.traffic);
+    ask(p);
+  }
   return true;
 }
 
@@ -394,7 +400,10 @@ void Sender::flush(PeerData& p) {
     transmit(p, m, coalesce);
   }
   post_batch(p, &open);
-  if (!p.tx.queue_.empty()) engine().c_.credit_stall(p.traffic);  // waits for the peer to return credits
+  if (!p.tx.queue_.empty()) {  // waits for the peer to return credits, or to lend more
+    engine().c_.credit_stall(p.traffic);
+    ask(p);
+  }
 }
 
 void Sender::on_send_done(Op* op, absl::StatusCode code) {

@@ -25,13 +25,14 @@ struct PeerData;
 class SendsTo {
  public:
   const SendCredits& credits() const { return credits_; }
+  // Our EAGER tag to it (its index for us, the key its HELLO gave).
+  std::uint64_t tag() const { return tag_; }
   // The last sequence handed to the transport (BYE carries it).
   std::uint64_t sent_seq() const { return sent_seq_; }
   // Messages waiting in the send queue (an entry may carry several), and its entries.
   std::size_t queued() const { return queued_; }
   std::size_t entries() const { return queue_.size(); }
   bool waiting() const { return !queue_.empty(); }
-  bool ctrl_busy(std::uint16_t kind) const { return ctrl_busy_[kind]; }
 
  private:
   friend class Sender;
@@ -42,9 +43,7 @@ class SendsTo {
   std::deque<Pending> queue_;
   std::size_t queued_ = 0;
   std::uint32_t reply_reserved_ = 0;  // send slots held back for replies to it (2 x its RPC window)
-  std::array<std::array<std::byte, wire::kHeaderSize + wire::kHelloSize + 128>, 8> ctrl_buf_{};
-  std::array<bool, 8> ctrl_busy_{};
-  bool credit_again_ = false;
+  bool asked_ = false;                // we asked for credits (GRANT with waiting) since the last tick or loan
   // Since when messages wait in the queue for credits the peer holds (logged once per such
   // stretch when it lasts a heartbeat interval), and the credit stalls then.
   Clock::time_point starved_since_{};
@@ -93,12 +92,7 @@ class Sender {
   void flush(PeerData& p);
   void on_send_done(Op* op, absl::StatusCode code);
 
-  // ---- control messages and credits (send_control.cpp)
-  void send_ctrl(PeerData& p, std::uint16_t kind, std::span<const std::byte> body, std::uint64_t aux = 0);
-  void on_ctrl_done(Op* op, absl::StatusCode code);
-  // Returns owed credits in a CREDIT message once enough are due (the test inline, in
-  // engine_core.h: every released message asks).
-  void maybe_return_credits(PeerData& p);
+  // ---- credits and a failed peer's sends (send_control.cpp)
   // The peer's HELLO: our tag to it and the credits it granted.
   void connect(PeerData& p, std::uint64_t tag, std::uint32_t credits);
   // `n` send slots held back for replies to the peer (taken from the send budget by the caller).
@@ -108,6 +102,12 @@ class Sender {
   static bool credits_back(SendsTo& tx, std::uint16_t n) { return tx.credits_.give_back(n); }
   // A heartbeat's count of the credits the peer returned in all, against ours (flow.h).
   void reconcile_credits(PeerData& p, std::uint64_t peer_returned);
+  // Loans (docs/flow-control.md): the peer's GRANT (false: a grant past SendCredits::kMaxGrant);
+  // unspent credits above its target given back (then a GRANT says so); our queue waits
+  // for credits: a GRANT asks for more, once per tick or loan.
+  bool on_loan(PeerData& p, const wire::Grant& g);
+  void settle(PeerData& p);
+  void ask(PeerData& p);
   // Logs, once per stretch of a heartbeat interval or longer, that our messages wait for
   // credits the peer holds.
   void watch_starved(PeerData& p, Clock::time_point now);
@@ -120,7 +120,7 @@ class Sender {
   void drop_queue(PeerData& p, std::deque<Pending>& q, const absl::Status& status);
   void complete_stuck(PeerData& p, const absl::Status& status);
   void release_held(PeerData& p);
-  // Sends (and control messages) handed to the transport and not completed.
+  // Sends handed to the transport and not completed.
   std::size_t inflight() const { return inflight_; }
 
  private:
@@ -157,9 +157,6 @@ class Sender {
   void post_batch(PeerData& p, Op** open);
   void complete_coalesced(Op* head, const absl::Status& status, bool end_replies);
   void post_message(PeerData& p, Op* header);
-
-  // maybe_return_credits()'s CREDIT message, due.
-  void return_credits(PeerData& p);
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::size_t inflight_ = 0;

@@ -222,10 +222,17 @@ std::vector<Field> flow_vars() {
   return {
       int_var<std::uint32_t>(
           "SLUICE_CREDITS", "flow", "32",
-          "Eager credits granted to each peer: messages it may have in "
-          "flight to this engine, each backed by a reserved receive slot. "
+          "Eager credits granted to each peer at its handshake: messages it may have in "
+          "flight to this engine, each backed by a reserved receive slot (fewer when the "
+          "receive budget is short, at least 2; more by demand: SLUICE_CREDITS_MAX). "
           "Also sizes UCX's shared-memory FIFOs (UCX_SYSV_FIFO_SIZE and UCX_POSIX_FIFO_SIZE, unless one of those or UCX_MM_FIFO_SIZE is set).",
           &Config::credits, 2, 65535),
+      int_var<std::uint32_t>("SLUICE_CREDITS_MAX", "flow", "128",
+                             "Most credits one peer may hold: a peer whose messages wait for credits "
+                             "is lent more, up to this (never less than SLUICE_CREDITS), from the "
+                             "receive budget that other peers leave unused; idle peers give theirs "
+                             "back down to 2 when another peer waits for them.",
+                             &Config::credits_max, 2, 65535),
       int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
                              "Receives kept posted for each connected peer (exact tag; at most "
                              "its credits), each with a receive slot reserved beside the credits'. "

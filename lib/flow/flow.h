@@ -13,12 +13,18 @@
 
 namespace sluice::detail {
 
-// Credits a sender may spend towards one peer. Never negative, never above the grant.
+// Credits a sender may spend towards one peer. Never negative, never above the grant. The
+// receiver lends more and asks some back (its GRANT: what it lent in all, the target): a
+// credit above the target is given up as soon as it is unspent, never while in use.
 class SendCredits {
  public:
+  static constexpr std::uint32_t kNoTarget = UINT32_MAX;
   void grant(std::uint32_t n) {
     granted_ = available_ = n;
     returned_ = 0;
+    lent_ = n;
+    given_up_ = 0;
+    target_ = kNoTarget;
   }
   // Spends `n` credits, all or none.
   bool try_consume(std::uint32_t n = 1) {
@@ -46,13 +52,45 @@ class SendCredits {
     else available_ -= static_cast<std::uint32_t>(std::min<std::uint64_t>(available_, static_cast<std::uint64_t>(-d)));
     return d;
   }
+  // The peer's GRANT: `lent` credits in all since its HELLO, of which we may keep `target`.
+  // Counts are absolute: a repeated or older one adds nothing. False (nothing changes) when
+  // the grant would pass kMaxGrant, which no receiver lends.
+  static constexpr std::uint32_t kMaxGrant = 1u << 16;
+  bool loan(std::uint64_t lent, std::uint32_t target) {
+    std::uint64_t more = lent > lent_ ? lent - lent_ : 0;
+    if (granted_ + more > kMaxGrant) return false;
+    granted_ += static_cast<std::uint32_t>(more);
+    available_ += static_cast<std::uint32_t>(more);
+    lent_ += more;
+    target_ = target;
+    return true;
+  }
+  // Gives up unspent credits above the target, keeping at least `keep` (what the send queue's
+  // next tagged message needs); returns how many went.
+  std::uint32_t settle(std::uint32_t keep) {
+    std::uint32_t floor = std::max(target_, keep);
+    if (granted_ <= floor) return 0;
+    std::uint32_t n = std::min(available_, granted_ - floor);
+    granted_ -= n;
+    available_ -= n;
+    given_up_ += n;
+    return n;
+  }
+  bool above_target() const { return granted_ > target_; }
   std::uint32_t available() const { return available_; }
   std::uint32_t granted() const { return granted_; }
+  // Credits granted in all (the HELLO's and the loans since), and given up in all.
+  std::uint64_t lent() const { return lent_; }
+  std::uint64_t given_up() const { return given_up_; }
+  std::uint32_t target() const { return target_; }
 
  private:
   std::uint32_t granted_ = 0;
   std::uint32_t available_ = 0;
   std::uint64_t returned_ = 0;  // credits given back since the grant
+  std::uint64_t lent_ = 0;
+  std::uint64_t given_up_ = 0;
+  std::uint32_t target_ = kNoTarget;
 };
 
 // Credits a receiver owes back to a peer as it releases that peer's messages.

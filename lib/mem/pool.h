@@ -117,6 +117,12 @@ class PoolClass final : public SlotOwner {
   absl::Status reserve(std::size_t n);
   void unreserve(std::size_t n);
   std::size_t reserved() const { return reserved_; }
+  // How many more slots reserve() would accept now.
+  std::size_t reservable() const {
+    std::size_t others = budget_->mapped - mapped_bytes();
+    std::size_t fit = budget_->max > others ? (budget_->max - others) / slot_size_ : 0;
+    return fit > reserved_ ? fit - reserved_ : 0;
+  }
   // try_get that may use held-back capacity (and ordinary capacity once that is used up).
   Result try_get_reserved(Slot* out);
 

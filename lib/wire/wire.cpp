@@ -84,4 +84,24 @@ Parse decode_hello(std::span<const std::byte> bytes, Hello* out) {
   return Parse::kOk;
 }
 
+void encode_grant(const Grant& g, std::byte* out) {
+  put<std::uint64_t>(out + 0, g.lent);
+  put<std::uint64_t>(out + 8, g.given_up);
+  put<std::uint32_t>(out + 16, g.target);
+  put<std::uint32_t>(out + 20, g.waiting);
+}
+
+Parse decode_grant(std::span<const std::byte> bytes, Grant* out) {
+  if (bytes.size() != kGrantSize) return Parse::kBadLength;
+  const std::byte* p = bytes.data();
+  out->lent = get<std::uint64_t>(p + 0);
+  out->given_up = get<std::uint64_t>(p + 8);
+  out->target = get<std::uint32_t>(p + 16);
+  out->waiting = get<std::uint32_t>(p + 20);
+  // A grant never goes below the 2 credits every peer keeps (given_up is checked by its
+  // receiver, against what it lent).
+  if (out->target < 2 || out->lent < 2) return Parse::kBadField;
+  return Parse::kOk;
+}
+
 }  // namespace sluice::detail::wire

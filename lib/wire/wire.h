@@ -81,7 +81,9 @@ enum CtrlKind : std::uint16_t {
   kBye = 5,
   kReject = 6,
   kDecline = 7,
+  kGrant = 8,
 };
+inline constexpr std::size_t kCtrlKinds = 9;  // kinds are below this
 // The longest reason a REJECT or DECLINE carries.
 inline constexpr std::size_t kReasonMax = 128;
 
@@ -134,6 +136,21 @@ struct Hello {
   bool operator==(const Hello&) const = default;
 };
 inline constexpr std::size_t kHelloSize = 40;
+
+// GRANT body: the credit loans between two engines, both ways (docs/flow-control.md). As the
+// receiver of the peer's messages, the sender of a GRANT says how many credits it has granted
+// the peer in all (`lent`, the HELLO's included; never decreases) and how many the peer may
+// keep (`target`); as a sender it says how many of the peer's credits it gave back in all
+// (`given_up`) and how many of its messages wait for the peer's credits (`waiting`). Every
+// count is absolute, so a later GRANT supersedes an earlier one.
+struct Grant {
+  std::uint64_t lent = 0;
+  std::uint64_t given_up = 0;
+  std::uint32_t target = 0;
+  std::uint32_t waiting = 0;
+  bool operator==(const Grant&) const = default;
+};
+inline constexpr std::size_t kGrantSize = 24;
 
 enum class Parse : std::uint8_t {
   kOk,
@@ -278,5 +295,7 @@ Parse for_each_message(std::span<const std::byte> bytes, Fn&& fn) {
 
 void encode_hello(const Hello& h, std::byte* out);  // writes kHelloSize bytes
 Parse decode_hello(std::span<const std::byte> bytes, Hello* out);
+void encode_grant(const Grant& g, std::byte* out);  // writes kGrantSize bytes
+Parse decode_grant(std::span<const std::byte> bytes, Grant* out);
 
 }  // namespace sluice::detail::wire

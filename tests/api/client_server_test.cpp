@@ -19,6 +19,7 @@
 #include <sluice/context.h>
 
 #include "testing/payload.h"
+#include "testing/ranks.h"
 
 namespace sluice {
 namespace {
@@ -31,23 +32,18 @@ const auto kLong = std::chrono::seconds(60);
 
 // A server or client engine. `transport`: "shm" (UCX over shared memory, as for any client on
 // the server's host) or "stream" (Sluice's TCP transport, as for a client on another host).
-struct Node {
+Config node_config(const char* transport, const std::string& key_file, AuthMode auth, Encrypt encrypt) {
+  Config c = *Config::from_env();
+  c.cs_transport = std::string_view(transport) == "stream" ? CsTransport::kStream : CsTransport::kAuto;
+  c.auth_key_file = key_file;
+  c.auth = auth;
+  c.encrypt = encrypt;
+  return c;
+}
+struct Node : testing_support::SingleEngine {
   explicit Node(const char* transport, const std::string& key_file = "", AuthMode auth = AuthMode::kAuto,
-                Encrypt encrypt = Encrypt::kOff) {
-    Config c = *Config::from_env();
-    c.cs_transport = std::string_view(transport) == "stream" ? CsTransport::kStream : CsTransport::kAuto;
-    c.auth_key_file = key_file;
-    c.auth = auth;
-    c.encrypt = encrypt;
-    auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
-    EXPECT_TRUE(ctx.ok()) << ctx.status();
-    context = std::move(*ctx);
-    auto e = context->create_engine();
-    EXPECT_TRUE(e.ok()) << e.status();
-    engine = std::move(*e);
-  }
-  std::unique_ptr<Context> context;
-  std::unique_ptr<Engine> engine;
+                Encrypt encrypt = Encrypt::kOff)
+      : SingleEngine(node_config(transport, key_file, auth, encrypt)) {}
 };
 
 class ClientServer : public ::testing::TestWithParam<const char*> {};

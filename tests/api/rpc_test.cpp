@@ -418,6 +418,7 @@ TEST(Rpc, ReplyGoesOutWhenOneWaySendsHaveUsedUpTheSendPool) {
   c.send_pool_max = 256 << 10;
   c.pool_chunk = 64 << 10;
   c.credits = 4;
+  c.credits_max = 4;  // no loans: the credits let through stay 4
   c.rpc_window = 4;
   c.send_queue_max = 1000;
   RankPair pair(c);

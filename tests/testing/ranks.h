@@ -19,6 +19,21 @@ std::span<const std::byte> bytes_of(const T& v) {
   return std::as_bytes(std::span(&v, 1));
 }
 
+// One engine in a context of its own (a group of one): a server or a client of client/server
+// tests.
+struct SingleEngine {
+  explicit SingleEngine(const Config& c) {
+    auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    context = std::move(*ctx);
+    auto e = context->create_engine();
+    EXPECT_TRUE(e.ok()) << e.status();
+    engine = std::move(*e);
+  }
+  std::unique_ptr<Context> context;
+  std::unique_ptr<Engine> engine;
+};
+
 class RankPair {
  public:
   explicit RankPair(std::optional<Config> config = std::nullopt) : RankPair(config, config) {}

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "flow/flow.h"
 #include "unit/am/rogue.h"
 
 namespace sluice::detail {
@@ -339,6 +340,92 @@ TEST_F(ProtocolTest, AReplyIntoABufferTheCallDidNotGiveFailsTheCallNotTheConnect
   EXPECT_EQ(result->code(), absl::StatusCode::kInternal) << *result;
   EXPECT_EQ(stat("wire.parse_errors"), 1u);
   EXPECT_TRUE(engine_->peer(1)->alive());
+}
+
+TEST_F(ProtocolTest, AnEngineWhoseMessagesWaitAsksForCreditsAndSpendsWhatItIsLent) {
+  expect_hello();  // message 1 is queued at the engine
+  rogue_.hello(4);
+  for (std::uint32_t i = 2; i <= 20; ++i)
+    ASSERT_EQ(engine_->peer(1)->send(5, {}, std::as_bytes(std::span(&i, 1))), Result::kOk);
+  ASSERT_TRUE(pump([&] { return rogue_.received().size() >= 4 && !rogue_.grants().empty(); }));
+  settle();
+  EXPECT_EQ(rogue_.received().size(), 4u);
+  wire::Grant ask = rogue_.last_grant();
+  EXPECT_GT(ask.waiting, 0u) << "the GRANT says that its messages wait";
+  EXPECT_EQ(ask.lent, 32u) << "and what it granted us, unchanged";
+  EXPECT_EQ(ask.given_up, 0u);
+  rogue_.grant(4 + 16, 20);  // 16 more, without returning any
+  ASSERT_TRUE(pump([&] { return rogue_.received().size() >= 20; }));
+  settle();
+  EXPECT_EQ(rogue_.received().size(), 20u) << "all 20 within the 4 granted and the 16 lent";
+  EXPECT_EQ(stat("flow.credits_held"), 20u);
+  EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
+TEST_F(ProtocolTest, AnEngineGivesBackItsUnspentCreditsDownToTheTarget) {
+  ready(32);  // message 1 spent a credit: 31 unspent
+  rogue_.grant(32, 2);
+  ASSERT_TRUE(pump([&] { return rogue_.last_grant().given_up == 30; }));
+  EXPECT_EQ(stat("flow.credits_held"), 2u) << "the one in use and one more";
+  for (std::uint32_t i = 2; i <= 4; ++i)
+    ASSERT_EQ(engine_->peer(1)->send(5, {}, std::as_bytes(std::span(&i, 1))), Result::kOk);
+  pump([&] { return data().size() >= 2; });
+  settle();
+  EXPECT_EQ(data().size(), 2u) << "one credit was left to spend";
+  rogue_.credit(2);
+  ASSERT_TRUE(pump([&] { return data().size() == 4; }));
+}
+
+TEST_F(ProtocolTest, GrantsNoCorrectPeerSendsAreCountedAndChangeNothing) {
+  ready(4);
+  std::uint64_t reserve = stat("flow.credit_reserve");
+  rogue_.grant(4, 1);                               // a target below the floor of 2
+  rogue_.grant(4 + SendCredits::kMaxGrant + 1, 8);  // a loan no receiver makes
+  rogue_.grant(4, 4, 31);                           // 31 of its 32 given back: below the floor
+  rogue_.grant(4, 4, 0, 0, wire::kGrantSize - 1);   // short
+  rogue_.grant(4, 4, 0, 0, wire::kGrantSize + 8);   // long
+  ASSERT_TRUE(pump([&] { return stat("wire.parse_errors") >= 5; }));
+  settle();
+  EXPECT_EQ(stat("wire.parse_errors"), 5u);
+  EXPECT_EQ(stat("flow.credits_granted"), 32u);
+  EXPECT_EQ(stat("flow.credits_held"), 4u);
+  EXPECT_EQ(stat("flow.credit_reserve"), reserve);
+  rogue_.data(1, 5, 42);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 1; })) << "the connection goes on";
+}
+
+TEST_F(ProtocolTest, CreditsAPeerGivesBackReturnToTheReserveAndAnAskIsLentAtLeastTheGrant) {
+  ready(4);
+  std::uint64_t reserve = stat("flow.credit_reserve");
+  rogue_.grant(4, 4, 30);  // gives back 30 of its 32: 2 left, and 6 of 8 posted receives go
+  ASSERT_TRUE(pump([&] { return stat("flow.credits_granted") == 2; }));
+  EXPECT_EQ(stat("flow.credits_reclaimed"), 30u);
+  EXPECT_EQ(stat("flow.credit_reserve"), reserve + 30 + 6);
+  rogue_.grant(4, 4, 30, 50);  // 50 of its messages wait
+  ASSERT_TRUE(pump([&] { return rogue_.last_grant().lent == 32 + 50; }));
+  EXPECT_EQ(rogue_.last_grant().target, 52u);
+  EXPECT_EQ(stat("flow.credits_granted"), 52u);
+  EXPECT_EQ(stat("flow.credits_lent"), 50u);
+  rogue_.grant(4, 4, 30, 500);  // beyond SLUICE_CREDITS_MAX (128)
+  ASSERT_TRUE(pump([&] { return rogue_.last_grant().lent == 32 + 50 + 76; }));
+  EXPECT_EQ(stat("flow.credits_granted"), 128u);
+  // 100 kept: more than SLUICE_CREDITS' receive slots could hold, all within the loan's.
+  keep_ = true;
+  for (std::uint32_t s = 1; s <= 100; ++s) rogue_.data(s, 5, s);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 100; }));
+  EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
+TEST_F(ProtocolTest, APeerWhoseCreditsTheApplicationHoldsIsNotLentMore) {
+  keep_ = true;
+  ready(4);
+  for (std::uint32_t s = 1; s <= 32; ++s) rogue_.data(s, 5, s);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 32; }));
+  rogue_.grant(4, 4, 0, 10);
+  ASSERT_TRUE(pump([&] { return stat("flow.credit_asks") == 1; }));
+  settle();
+  EXPECT_EQ(stat("flow.credits_lent"), 0u) << "a slow receiver: its sender must feel it";
+  EXPECT_EQ(stat("flow.credits_granted"), 32u);
 }
 
 }  // namespace

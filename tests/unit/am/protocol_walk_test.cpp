@@ -61,9 +61,10 @@ class ProtocolWalk : public ProtocolTest, public ::testing::WithParamInterface<s
     kUnknownHandler,
     kCredit,
     kOddFlags,
+    kGrant,
     kKinds
   };
-  static constexpr int kWeights[kKinds] = {30, 12, 8, 3, 6, 10, 2, 3, 5, 3};
+  static constexpr int kWeights[kKinds] = {30, 12, 8, 3, 6, 10, 2, 3, 5, 3, 3};
 
   Kind draw() {
     std::discrete_distribution<int> d(std::begin(kWeights), std::end(kWeights));
@@ -150,6 +151,9 @@ class ProtocolWalk : public ProtocolTest, public ::testing::WithParamInterface<s
         break;
       case kCredit: rogue_.credit(static_cast<std::uint16_t>(below(48))); break;  // control: no credit spent
       case kOddFlags: odd_flags(); break;
+      // An ask for more credits (the walk keeps spending only the HELLO's), or a GRANT with a
+      // target below the floor (counted, nothing changes). Our own grant to the engine stays.
+      case kGrant: rogue_.grant(32, below(2) ? 32 : 1, 0, static_cast<std::uint32_t>(below(64))); break;
       case kKinds: break;
     }
   }

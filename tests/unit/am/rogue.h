@@ -157,6 +157,24 @@ class Rogue {
     send(h, body);
   }
 
+  // A GRANT (wire.h): what we lent the engine in all and its target; what we gave back of its
+  // loan and how many of our messages wait. `size`: the body's length (24 unless it lies).
+  void grant(std::uint64_t lent, std::uint32_t target, std::uint64_t given_up = 0, std::uint32_t waiting = 0,
+             std::size_t size = wire::kGrantSize) {
+    Bytes body(wire::kGrantSize);
+    wire::encode_grant({lent, given_up, target, waiting}, body.data());
+    body.resize(size);
+    ctrl(wire::kGrant, 0, body);
+  }
+  // The last GRANT the engine sent us, decoded.
+  wire::Grant last_grant() {
+    wire::Grant g{};
+    if (!grants_.empty()) {
+      EXPECT_EQ(wire::decode_grant(grants_.back().body, &g), wire::Parse::kOk);
+    }
+    return g;
+  }
+
   void credit(std::uint16_t n) {
     wire::Header h;
     h.flags = wire::kFlagCtrl;
@@ -169,6 +187,8 @@ class Rogue {
   std::deque<Received>& received() { return got_; }
   // The PINGs and PONGs the engine sent (kept apart: they come on its own timer).
   std::deque<Received>& heartbeats() { return beats_; }
+  // The GRANTs the engine sent (kept apart: it asks for credits when its messages wait).
+  std::deque<Received>& grants() { return grants_; }
   // Credits the engine has returned to us so far, piggybacked or explicit.
   std::uint64_t credits_returned() const { return credits_returned_; }
 
@@ -198,8 +218,10 @@ class Rogue {
             m.tag = tag;
             m.batch = rx->self->batches_;
             rx->self->credits_returned_ += h.credits;  // heartbeats carry them too
-            bool heartbeat = (h.flags & wire::kFlagCtrl) && (h.handler == wire::kPing || h.handler == wire::kPong);
-            (heartbeat ? rx->self->beats_ : rx->self->got_).push_back(std::move(m));
+            bool ctrl = (h.flags & wire::kFlagCtrl) != 0;
+            bool heartbeat = ctrl && (h.handler == wire::kPing || h.handler == wire::kPong);
+            if (ctrl && h.handler == wire::kGrant) rx->self->grants_.push_back(std::move(m));
+            else (heartbeat ? rx->self->beats_ : rx->self->got_).push_back(std::move(m));
             return true;
           });
       EXPECT_EQ(pr, wire::Parse::kOk);
@@ -215,6 +237,7 @@ class Rogue {
   Rx rx_[8];
   std::deque<Received> got_;
   std::deque<Received> beats_;
+  std::deque<Received> grants_;
   std::uint64_t batches_ = 0;
   std::uint64_t credits_returned_ = 0;
   std::uint64_t key_ = 0;

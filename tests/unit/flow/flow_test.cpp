@@ -36,6 +36,45 @@ TEST(SendCredits, ATaggedMessageOfSeveralTakesAllItsCreditsOrNone) {
   EXPECT_EQ(c.available(), 0u);
 }
 
+TEST(SendCredits, ALoanAddsWhatIsNewAndARepeatedOneNothing) {
+  SendCredits c;
+  c.grant(4);
+  EXPECT_TRUE(c.try_consume(4));
+  EXPECT_TRUE(c.loan(10, 10));  // 6 more lent: usable at once
+  EXPECT_EQ(c.granted(), 10u);
+  EXPECT_EQ(c.available(), 6u);
+  EXPECT_TRUE(c.loan(10, 10));
+  EXPECT_TRUE(c.loan(7, 10)) << "an older count is no error";
+  EXPECT_EQ(c.granted(), 10u) << "counts are absolute: nothing added twice";
+  EXPECT_FALSE(c.loan(10 + SendCredits::kMaxGrant, 10)) << "past the largest grant any receiver lends";
+  EXPECT_EQ(c.granted(), 10u);
+  EXPECT_EQ(c.lent(), 10u);
+}
+
+TEST(SendCredits, CreditsAboveTheTargetAreGivenUpOnlyWhenUnspent) {
+  SendCredits c;
+  c.grant(32);
+  EXPECT_TRUE(c.try_consume(20));
+  EXPECT_TRUE(c.loan(32, 2));
+  EXPECT_TRUE(c.above_target());
+  EXPECT_EQ(c.settle(0), 12u) << "the 12 unspent go; the 20 in use stay";
+  EXPECT_EQ(c.granted(), 20u);
+  EXPECT_EQ(c.available(), 0u);
+  EXPECT_TRUE(c.give_back(15));
+  EXPECT_EQ(c.settle(4), 15u) << "returned ones go too, down to what the queue's next message needs";
+  EXPECT_EQ(c.granted(), 5u);
+  EXPECT_TRUE(c.give_back(5));
+  EXPECT_EQ(c.settle(0), 3u);
+  EXPECT_EQ(c.granted(), 2u) << "never below the target";
+  EXPECT_EQ(c.settle(0), 0u);
+  EXPECT_EQ(c.given_up(), 30u);
+  EXPECT_FALSE(c.above_target());
+  EXPECT_FALSE(c.give_back(1)) << "a credit given up cannot be returned";
+  EXPECT_TRUE(c.loan(40, 10)) << "lent again: 8 more";
+  EXPECT_EQ(c.granted(), 10u);
+  EXPECT_EQ(c.available(), 10u);
+}
+
 TEST(CreditReturn, ExplicitMessageOnceHalfIsOwed) {
   CreditReturn r;
   r.grant(8);

@@ -283,6 +283,23 @@ TEST(Coalesced, RejectsWhatCannotBeCoalescedOrDoesNotFit) {
             Parse::kBadLength);
 }
 
+TEST(Grant, RoundTripsAndRefusesATargetBelowTheFloor) {
+  Grant g{0x1'0000'0002ULL, 77, 2, 0xffffffffu};
+  std::vector<std::byte> b(kGrantSize);
+  encode_grant(g, b.data());
+  Grant out;
+  EXPECT_EQ(decode_grant(b, &out), Parse::kOk);
+  EXPECT_EQ(out, g);
+  EXPECT_EQ(decode_grant(std::span(b).first(kGrantSize - 1), &out), Parse::kBadLength);
+  g.target = 1;
+  encode_grant(g, b.data());
+  EXPECT_EQ(decode_grant(b, &out), Parse::kBadField) << "no peer keeps fewer than 2 credits";
+  g.target = 2;
+  g.lent = 1;
+  encode_grant(g, b.data());
+  EXPECT_EQ(decode_grant(b, &out), Parse::kBadField) << "no HELLO grants fewer than 2";
+}
+
 TEST(Hello, RoundTripsAndChecksItsSize) {
   Hello h{3, 1, 8192, 32, 16, 3, 0xdeadbeefcafef00dULL, kIdMask};
   std::vector<std::byte> b(kHelloSize);

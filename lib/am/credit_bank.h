@@ -1,0 +1,94 @@
+// The credit bank (internal): how much of the receive budget each peer holds as credits. Every
+// peer keeps a floor of kFloor credits (a request and its reply can always go); our HELLO
+// grants up to SLUICE_CREDITS as the budget allows; beyond that the budget is a reserve lent by
+// demand (a peer's GRANT says how many of its messages wait for credits), up to
+// SLUICE_CREDITS_MAX, and taken back from idle peers while another peer waits for it or the
+// budget cannot hold a full grant: they are asked to come down to the floor (a lower target in
+// our GRANT) and give back what they do not use. docs/flow-control.md, "Credits that follow
+// demand".
+#pragma once
+
+#include <cassert>
+#include <cstdint>
+#include <vector>
+
+#include <sluice/engine.h>
+
+namespace sluice::detail {
+
+class EngineCore;
+struct PeerData;
+
+// A peer's loan: written by CreditBank alone, read by anyone. Its grant, as the receive side
+// counts it (ReceiveState::granted()), is lent() - given_up().
+class LoanState {
+ public:
+  // Credits granted it in all since our HELLO (the HELLO's included), and given back of those.
+  std::uint64_t lent() const { return lent_; }
+  std::uint64_t given_up() const { return given_up_; }
+  // How many it may keep (our GRANTs say so).
+  std::uint32_t target() const { return target_; }
+  // Credits it asked for that the budget could not lend yet (0: none).
+  std::uint32_t wanted() const { return wanted_; }
+
+ private:
+  friend class CreditBank;
+  std::uint64_t lent_ = 0;
+  std::uint64_t given_up_ = 0;
+  std::uint32_t target_ = 0;
+  std::uint32_t wanted_ = 0;
+  // The reclaim walk's view of its traffic: its messages received when it was last seen
+  // sending, and since when it has sent nothing.
+  std::uint64_t seen_msgs_ = 0;
+  Clock::time_point quiet_since_{};
+};
+
+class CreditBank {
+ public:
+  static constexpr std::uint32_t kFloor = 2;
+
+  explicit CreditBank([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
+  CreditBank(const CreditBank&) = delete;
+  CreditBank& operator=(const CreditBank&) = delete;
+
+  // Our HELLO's grant to `p`, reserved with its posted receives: SLUICE_CREDITS when the budget
+  // has room, less when not, at least kFloor; 0 when even that cannot be had (nothing reserved).
+  std::uint32_t open(PeerData& p, Clock::time_point now);
+  // The peer failed: its grant and posted receives go back to the budget.
+  void close(PeerData& p);
+  // The receive side of its GRANT: credits of ours it gave back in all, messages of its that
+  // wait for credits. False for a count no correct peer sends (nothing changes).
+  bool on_grant(PeerData& p, std::uint64_t given_up, std::uint32_t waiting);
+  // Each timer tick: peers waiting for credits are served as the budget allows; while some
+  // still wait, or the budget cannot hold a full grant, idle peers are asked to come down to
+  // the floor (at most one walk over the peers per tick).
+  void tick(Clock::time_point now);
+
+  // Peers whose demand waits for the budget.
+  std::size_t waiting() const { return waiting_.size(); }
+  // Peers asked to keep more than the floor (the walk looks at those).
+  std::uint32_t lenders() const { return lenders_; }
+
+ private:
+  // Lends `p` `want` more credits (at least its grant again), as far as SLUICE_CREDITS_MAX and
+  // the budget allow;
+  // what cannot be had now is remembered (LoanState::wanted) and served later.
+  void lend(PeerData& p, std::uint32_t want);
+  // `p`'s grant becomes `grant`: the budget's reservation, its posted receives and the grant
+  // the receive side checks follow. The caller made sure the budget has room for a rise.
+  void set_grant(PeerData& p, std::uint32_t grant);
+  void set_target(PeerData& p, std::uint32_t target);
+  // Receive slots `grant` credits take: the credits' and the posted receives'.
+  std::uint32_t posted_for(std::uint32_t grant) const;
+  std::size_t cost(std::uint32_t grant) const { return std::size_t{grant} + posted_for(grant); }
+  void serve_waiting();
+  void reclaim(Clock::time_point now);
+  std::uint32_t cap() const;
+
+  EngineCore& engine() const;           // the engine holding this (EngineCore::of)
+  std::vector<std::uint32_t> waiting_;  // peers with wanted() != 0, by index
+  std::uint32_t lenders_ = 0;           // peers whose target is above kFloor
+  bool short_ = false;                  // a HELLO granted less than SLUICE_CREDITS
+};
+
+}  // namespace sluice::detail
