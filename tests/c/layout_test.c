@@ -1,6 +1,8 @@
 /* The C API's ABI, pinned: every public struct's size and field offsets (LP64), the status
- * codes' values and the flag bits. A change here breaks programs built against an older
- * header: it needs a new major version (docs/c-api.md), not an edit of this test. */
+ * codes' values and the flag bits, for C API major 1. A change here breaks programs built
+ * against an older header: it needs a new major version (docs/c-api.md), not an edit of this
+ * test. (Major 0 was the unreleased development API; 1.0 changed slc_call, slc_engine_cancel
+ * and slc_engine_listen, and added the structs from slc_listen_params_t on.) */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -54,6 +56,11 @@ int main(void) {
   PIN_OFFSET(slc_call_params_t, reply_buffer_size, 40);
   PIN_OFFSET(slc_call_params_t, flags, 48);
 
+  pin("sizeof(slc_listen_params_t)", sizeof(slc_listen_params_t), 16);
+  PIN_OFFSET(slc_listen_params_t, field_mask, 0);
+  PIN_OFFSET(slc_listen_params_t, share_port, 8);
+
+  PIN_VALUE(SLC_API_VERSION_MAJOR, 1);
   PIN_VALUE(SLC_OK, 0);
   PIN_VALUE(SLC_IN_PROGRESS, 1);
   PIN_VALUE(SLC_ERR_WOULD_BLOCK, -1);
@@ -91,6 +98,7 @@ int main(void) {
   PIN_VALUE(SLC_CALL_PARAM_TIMEOUT, 2);
   PIN_VALUE(SLC_CALL_PARAM_REPLY_BUFFER, 4);
   PIN_VALUE(SLC_CALL_PARAM_FLAGS, 8);
-  if (failures == 0) printf("layout: 5 structs and every constant as pinned\n");
+  PIN_VALUE(SLC_LISTEN_PARAM_SHARE_PORT, 1);
+  if (failures == 0) printf("layout: 6 structs and every constant as pinned\n");
   return failures == 0 ? 0 : 1;
 }

@@ -50,6 +50,24 @@ static void give_back(const slc_msg_t* msg, void* buffer, size_t size, void* use
   (void)msg, (void)buffer, (void)size, (void)user_data;
 }
 
+/* The entry points of C API 1.0 with NULLs (`eng` and `peer` are not real handles: each call
+ * must refuse its NULL before it looks at them). */
+static void nulls_new(slc_engine_t* eng, slc_peer_t* peer) {
+  slc_mem_t* mem = (slc_mem_t*)&failures;
+  size_t size = 7;
+  expect("try_get_send_slot(NULL)", slc_engine_try_get_send_slot(NULL, 64, &mem), SLC_ERR_INVALID);
+  expect("try_get_send_slot set NULL", mem == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("try_get_send_slot(NULL out)", slc_engine_try_get_send_slot(eng, 64, NULL), SLC_ERR_INVALID);
+  expect("mem_data(NULL)", slc_mem_data(NULL, &size) == NULL && size == 0 ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  slc_mem_release(NULL);
+  expect("send_mem(NULL peer)", slc_send_mem(NULL, 1, mem, 0, NULL), SLC_ERR_INVALID);
+  expect("send_mem(NULL slot)", slc_send_mem(peer, 1, NULL, 0, NULL), SLC_ERR_INVALID);
+  expect("reply_mem(NULL)", slc_msg_reply_mem(NULL, mem, 0, NULL), SLC_ERR_INVALID);
+  expect("reply_mem(foreign)", slc_msg_reply_mem((slc_msg_t*)"not a message handle....", mem, 0, NULL),
+         SLC_ERR_INVALID);
+  expect("cancel(NULL request)", slc_engine_cancel(eng, NULL), SLC_ERR_INVALID);
+}
+
 static void nulls(void) {
   slc_context_t* ctx = (slc_context_t*)&failures;
   slc_engine_t* eng = (slc_engine_t*)&failures;
@@ -61,8 +79,9 @@ static void nulls(void) {
   expect("context_create(NULL out)", slc_context_create(NULL, NULL), SLC_ERR_INVALID);
   expect("context_create before init", slc_context_create(NULL, &ctx), SLC_ERR_NOT_INITIALIZED);
   expect("ctx set to NULL", ctx == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
-  expect("init_version(1, 0)", slc_init_version(1, 0), SLC_ERR_VERSION);
-  expect("init_version(0, 99)", slc_init_version(0, 99), SLC_ERR_VERSION);
+  expect("init_version(0, 1), the unreleased development API", slc_init_version(0, 1), SLC_ERR_VERSION);
+  expect("init_version(2, 0)", slc_init_version(2, 0), SLC_ERR_VERSION);
+  expect("init_version(1, 99)", slc_init_version(1, 99), SLC_ERR_VERSION);
   slc_context_destroy(NULL);
   same("context_rank(NULL)", slc_context_rank(NULL), -1);
   same("context_size(NULL)", slc_context_size(NULL), -1);
@@ -74,7 +93,7 @@ static void nulls(void) {
   same("eager_limit(NULL)", (long long)slc_engine_eager_limit(NULL), 0);
   expect("engine_peer(NULL)", slc_engine_peer(NULL, 0, &peer), SLC_ERR_INVALID);
   expect("engine_peer(NULL out)", slc_engine_peer(NULL, 0, NULL), SLC_ERR_INVALID);
-  expect("listen(NULL)", slc_engine_listen(NULL, "127.0.0.1:0", 11, &port), SLC_ERR_INVALID);
+  expect("listen(NULL)", slc_engine_listen(NULL, "127.0.0.1:0", 11, NULL, &port), SLC_ERR_INVALID);
   expect("connect(NULL)", slc_engine_connect(NULL, "127.0.0.1:1", 11, 0, &peer), SLC_ERR_INVALID);
   same("peer_rank(NULL)", slc_peer_rank(NULL), -1);
   expect("peer_id(NULL)", slc_peer_id(NULL) == UINT32_MAX ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
@@ -92,7 +111,7 @@ static void nulls(void) {
   slc_msg_release(NULL);
   expect("send(NULL)", slc_send(NULL, 1, NULL, 0, NULL), SLC_ERR_INVALID);
   expect("call(NULL)", slc_call(NULL, 1, NULL, 0, NULL, on_reply, NULL, NULL), SLC_ERR_INVALID);
-  expect("cancel(NULL)", slc_engine_cancel(NULL, 1), SLC_ERR_INVALID);
+  expect("cancel(NULL)", slc_engine_cancel(NULL, (slc_request_t*)&failures), SLC_ERR_INVALID);
   expect("reply(NULL)", slc_msg_reply(NULL, NULL, 0, NULL), SLC_ERR_INVALID);
   expect("reply_error(NULL)", slc_msg_reply_error(NULL, SLC_ERR_INTERNAL, NULL, 0), SLC_ERR_INVALID);
   expect("progress(NULL)", slc_engine_progress(NULL), SLC_ERR_INVALID);
@@ -102,6 +121,7 @@ static void nulls(void) {
   expect("barrier(NULL)", slc_engine_barrier(NULL, 0), SLC_ERR_INVALID);
   expect("release_thread(NULL)", slc_engine_release_thread(NULL), SLC_ERR_INVALID);
   expect("stat(NULL)", slc_engine_stat(NULL, "x", 1, &value), SLC_ERR_INVALID);
+  nulls_new(eng, peer);
   same("strerror(12345) is named unknown", strcmp(slc_strerror(12345), "unknown Sluice status code"), 0);
 }
 
@@ -181,10 +201,34 @@ static void sends(slc_engine_t* eng, slc_peer_t* self) {
   expect("call unregistered method", slc_call(self, 5, NULL, 0, NULL, on_reply, &status, NULL), SLC_OK);
   slc_engine_run_until(eng, replied, &status, INT64_C(10000000000));
   expect("its reply", status, SLC_ERR_UNIMPLEMENTED);
-  expect("listen on a bad address", slc_engine_listen(eng, "nowhere", 7, &r), SLC_ERR_INVALID);
-  expect("listen NULL with a length", slc_engine_listen(eng, NULL, 3, &r), SLC_ERR_INVALID);
+  expect("listen on a bad address", slc_engine_listen(eng, "nowhere", 7, NULL, &r), SLC_ERR_INVALID);
+  expect("listen NULL with a length", slc_engine_listen(eng, NULL, 3, NULL, &r), SLC_ERR_INVALID);
   expect("connect to a closed port", slc_engine_connect(eng, "127.0.0.1:1", 11, 0, &self), SLC_ERR_UNAVAILABLE);
   expect("run_until deadline", slc_engine_run_until(eng, replied, &(int32_t){SLC_IN_PROGRESS}, 1000), SLC_ERR_DEADLINE);
+}
+
+/* C API 1.0's calls on a real engine: bad sizes, directions, ids, mask bits and flags. */
+static void new_calls(slc_engine_t* eng, slc_peer_t* self) {
+  slc_mem_t* mem = NULL;
+  slc_listen_params_t lp = SLC_LISTEN_PARAMS_INIT;
+  slc_send_params_t sp = SLC_SEND_PARAMS_INIT;
+  size_t size = 0;
+  int32_t port = 0;
+  lp.field_mask = UINT64_C(1) << 5;
+  expect("listen mask bit 5", slc_engine_listen(eng, "127.0.0.1:0", 11, &lp, &port), SLC_ERR_INVALID);
+  expect("listen NULL port", slc_engine_listen(eng, "127.0.0.1:0", 11, NULL, NULL), SLC_ERR_INVALID);
+  expect("cancel NULL request", slc_engine_cancel(eng, NULL), SLC_ERR_INVALID);
+  expect("slot above the largest class", slc_engine_try_get_send_slot(eng, (size_t)1 << 40, &mem), SLC_ERR_INVALID);
+  expect("no slot handed out", mem == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("a 64-byte slot", slc_engine_try_get_send_slot(eng, 64, &mem), SLC_OK);
+  expect("its capacity", slc_mem_data(mem, &size) != NULL && size >= 64 ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("send_mem beyond the slot", slc_send_mem(self, 1, mem, size + 1, NULL), SLC_ERR_INVALID);
+  sp.field_mask = SLC_SEND_PARAM_FLAGS;
+  sp.flags = SLC_SEND_FLAG_COPY;
+  expect("send_mem with COPY", slc_send_mem(self, 1, mem, 8, &sp), SLC_ERR_INVALID);
+  sp.field_mask = UINT64_C(1) << 9;
+  expect("send_mem mask bit 9", slc_send_mem(self, 1, mem, 8, &sp), SLC_ERR_INVALID);
+  slc_mem_release(mem);
 }
 
 /* Another thread: posts work to the engine, and its own failure's detail stays its own. */
@@ -239,6 +283,7 @@ int main(void) {
   expect("peer 1 of a one-rank job", slc_engine_peer(eng, 1, &self), SLC_ERR_INVALID);
   expect("peer 0", slc_engine_peer(eng, 0, &self), SLC_OK);
   if (eng != NULL && self != NULL) sends(eng, self);
+  if (eng != NULL && self != NULL) new_calls(eng, self);
   if (eng != NULL) posts(eng);
   slc_engine_destroy(eng);
   slc_context_destroy(ctx);
