@@ -8,7 +8,7 @@
 ! Strings are character arrays with their length (len(s, kind=c_size_t)). Handler ids are
 ! integer(c_int16_t) (0 .. SLC_MAX_HANDLERS-1). Call slc_init_version(SLC_API_VERSION_MAJOR,
 ! SLC_API_VERSION_MINOR) first, as C's slc_init() does. Optional params arguments may be left out
-! (NULL: defaults; pass the arguments after them by keyword).
+! (NULL: defaults; pass the arguments after them by keyword). C's uint32_t is integer(c_int32_t).
 ! This module has interfaces only, no code: `use sluice` and link -lsluice.
 module sluice
   use, intrinsic :: iso_c_binding
@@ -34,6 +34,12 @@ module sluice
   integer(c_int64_t), parameter :: SLC_CALL_PARAM_HEADER = 1, SLC_CALL_PARAM_TIMEOUT = 2, &
     SLC_CALL_PARAM_REPLY_BUFFER = 4, SLC_CALL_PARAM_FLAGS = 8
   integer(c_int64_t), parameter :: SLC_LISTEN_PARAM_SHARE_PORT = 1
+  ! Output structs' field groups (the caller sets those it wants filled), and pool directions.
+  integer(c_int64_t), parameter :: SLC_METHOD_STATS_FIELD_COUNTS = 1, SLC_METHOD_STATS_FIELD_LATENCY = 2
+  integer(c_int64_t), parameter :: SLC_POOL_STATS_FIELD_BYTES = 1, SLC_POOL_STATS_FIELD_CLASSES = 2
+  integer(c_int64_t), parameter :: SLC_POOL_CLASS_FIELD_NAME = 1, SLC_POOL_CLASS_FIELD_SLOTS = 2, &
+    SLC_POOL_CLASS_FIELD_EVENTS = 4
+  integer(c_int32_t), parameter :: SLC_POOL_SEND = 0, SLC_POOL_RECV = 1
 
   ! Handles.
   type, bind(c) :: slc_context
@@ -91,6 +97,22 @@ module sluice
   type, bind(c) :: slc_listen_params
     integer(c_int64_t) :: field_mask = 0
     integer(c_int32_t) :: share_port = 0
+  end type
+  type, bind(c) :: slc_method_stats
+    integer(c_int64_t) :: field_mask = 0
+    integer(c_int64_t) :: calls = 0, errors = 0, timed = 0
+    integer(c_int64_t) :: p50_ns = 0, p90_ns = 0, p99_ns = 0, max_ns = 0
+  end type
+  type, bind(c) :: slc_pool_stats
+    integer(c_int64_t) :: field_mask = 0
+    integer(c_int64_t) :: budget_bytes = 0, mapped_bytes = 0, high_water_bytes = 0
+    integer(c_int32_t) :: classes = 0
+  end type
+  type, bind(c) :: slc_pool_class_stats
+    integer(c_int64_t) :: field_mask = 0
+    character(kind=c_char) :: name(32) = c_null_char
+    integer(c_int64_t) :: slot_size = 0, slots_total = 0, slots_free = 0, slots_max = 0, reserved = 0
+    integer(c_int64_t) :: high_water = 0, growth_events = 0, exhaustion_events = 0, cross_thread_returns = 0
   end type
 
   interface
@@ -342,6 +364,45 @@ module sluice
       character(kind=c_char), intent(in) :: name(*)
       integer(c_size_t), value :: length
       integer(c_int64_t), intent(out) :: value
+    end function
+    integer(c_int32_t) function slc_engine_stat_id(engine, name, length, id) bind(c)
+      import :: c_int32_t, c_char, c_size_t, slc_engine
+      type(slc_engine), value :: engine
+      character(kind=c_char), intent(in) :: name(*)
+      integer(c_size_t), value :: length
+      integer(c_int32_t), intent(out) :: id  ! uint32_t in C
+    end function
+    integer(c_int32_t) function slc_engine_stat_by_id(engine, id, value) bind(c)
+      import :: c_int32_t, c_int64_t, slc_engine
+      type(slc_engine), value :: engine
+      integer(c_int32_t), value :: id
+      integer(c_int64_t), intent(out) :: value
+    end function
+    integer(c_int32_t) function slc_engine_stat_name(engine, id, name, length) bind(c)
+      import :: c_int32_t, c_ptr, c_size_t, slc_engine
+      type(slc_engine), value :: engine
+      integer(c_int32_t), value :: id
+      type(c_ptr), intent(out) :: name  ! not NUL-terminated: `length` characters
+      integer(c_size_t), intent(out), optional :: length
+    end function
+    integer(c_int32_t) function slc_engine_method_stats(engine, method, server, out) bind(c)
+      import :: c_int32_t, c_int16_t, slc_engine, slc_method_stats
+      type(slc_engine), value :: engine
+      integer(c_int16_t), value :: method
+      integer(c_int32_t), value :: server
+      type(slc_method_stats), intent(inout) :: out  ! set out%field_mask first
+    end function
+    integer(c_int32_t) function slc_engine_pool_stats(engine, direction, out) bind(c)
+      import :: c_int32_t, slc_engine, slc_pool_stats
+      type(slc_engine), value :: engine
+      integer(c_int32_t), value :: direction
+      type(slc_pool_stats), intent(inout) :: out
+    end function
+    integer(c_int32_t) function slc_engine_pool_class_stats(engine, direction, index, out) bind(c)
+      import :: c_int32_t, slc_engine, slc_pool_class_stats
+      type(slc_engine), value :: engine
+      integer(c_int32_t), value :: direction, index
+      type(slc_pool_class_stats), intent(inout) :: out
     end function
   end interface
 end module sluice

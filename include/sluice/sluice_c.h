@@ -20,14 +20,16 @@
  * they only ever grow at the end, and a bit this library does not know is refused
  * (SLC_ERR_INVALID), so a newer program never runs with its settings silently ignored.
  * Initialize them with their SLC_*_PARAMS_INIT macro; a NULL params pointer means defaults.
+ * Output structs (statistics) begin with one too: the caller sets the groups of fields it
+ * wants filled (their SLC_*_INIT macros are the zero value).
  * Strings are pointer + length; booleans are int32_t; times are int64_t nanoseconds, with
  * SLC_TIMEOUT_INFINITE (-1) for none.
  *
  * Inside a handler, a send or reply callback, a run_until predicate or posted work (all run
  * on the engine thread, inside progress), a program may call: the slc_msg_* accessors,
  * slc_msg_keep/release/reply/reply_error/reply_mem, slc_send, slc_send_mem, slc_call,
- * slc_engine_cancel, slc_engine_try_get_send_slot, slc_mem_data/release, slc_engine_stat,
- * slc_engine_post, slc_engine_peer and the slc_peer_* queries. It must not
+ * slc_engine_cancel, slc_engine_try_get_send_slot, slc_mem_data/release, the statistics
+ * calls, slc_engine_post, slc_engine_peer and the slc_peer_* queries. It must not
  * call slc_engine_progress, run_until, wait, barrier, connect, destroy, register or
  * unregister (SLC_ERR_INVALID; destroy is undefined). docs/c-api.md has the ABI promise.
  */
@@ -356,11 +358,84 @@ SLC_API int32_t slc_engine_barrier(slc_engine_t* engine, int64_t timeout_ns);
 /* Lets go of the driving thread: the next thread to drive the engine owns it. */
 SLC_API int32_t slc_engine_release_thread(slc_engine_t* engine);
 
-/* ---- statistics ---- */
+/* ---- statistics ----
+ * Engine thread. From another, C++ logs the call and these answer SLC_ERR_INVALID, except
+ * slc_engine_method_stats: SLC_ERR_NOT_FOUND, as for a method not called yet. */
 
 /* The counter `name` ("am.msgs_sent"; docs/stats.md). SLC_OK; SLC_ERR_NOT_FOUND;
- * SLC_ERR_INVALID. Engine thread. */
+ * SLC_ERR_INVALID. */
 SLC_API int32_t slc_engine_stat(slc_engine_t* engine, const char* name, size_t length, uint64_t* value);
+/* A counter's id: its index in the engine's registry, the same for the engine's life (ids
+ * run from 0 in the order counters were made; another engine may number them otherwise).
+ * Look a name up once, read by id after: no string compare. SLC_OK; SLC_ERR_NOT_FOUND;
+ * SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_id(slc_engine_t* engine, const char* name, size_t length, uint32_t* id);
+/* The value of counter `id`. SLC_OK; SLC_ERR_NOT_FOUND (no such id); SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_by_id(slc_engine_t* engine, uint32_t id, uint64_t* value);
+/* The name of counter `id` (not NUL-terminated; valid for the engine's life): ids 0, 1, ...
+ * until SLC_ERR_NOT_FOUND list every counter. `length` may be NULL. SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_name(slc_engine_t* engine, uint32_t id, const char** name, size_t* length);
+
+/* Output structs: the caller sets field_mask to the groups of fields it wants filled; the
+ * library fills those and leaves the rest alone (a bit it does not know: SLC_ERR_INVALID). */
+
+/* One RPC method's calls as one side saw them (stats.h MethodStats; docs/stats.md). */
+#define SLC_METHOD_STATS_FIELD_COUNTS (UINT64_C(1) << 0)  /* calls, errors, timed */
+#define SLC_METHOD_STATS_FIELD_LATENCY (UINT64_C(1) << 1) /* p50_ns .. max_ns */
+typedef struct slc_method_stats {
+  uint64_t field_mask;
+  uint64_t calls;                         /* made (slc_call returned SLC_OK) or received */
+  uint64_t errors;                        /* of those ended, with a status other than SLC_OK */
+  uint64_t timed;                         /* of them, with their latency measured (the first, then one in 16) */
+  int64_t p50_ns, p90_ns, p99_ns, max_ns; /* of the timed ones (upper bounds within 12.5%) */
+} slc_method_stats_t;
+#define SLC_METHOD_STATS_INIT \
+  { 0, 0, 0, 0, 0, 0, 0, 0 }
+/* `method`'s figures as server (server nonzero: requests this engine answered) or client
+ * (calls it made); method SLC_MAX_HANDLERS stands for every id at or above it. SLC_OK;
+ * SLC_ERR_NOT_FOUND (no such call yet); SLC_ERR_INVALID (NULL, method above
+ * SLC_MAX_HANDLERS, unknown bits). */
+SLC_API int32_t slc_engine_method_stats(slc_engine_t* engine, uint16_t method, int32_t server, slc_method_stats_t* out);
+
+/* One pool of an engine (pool.h PoolStats; docs/memory.md): send or receive. */
+#define SLC_POOL_SEND 0
+#define SLC_POOL_RECV 1
+#define SLC_POOL_STATS_FIELD_BYTES (UINT64_C(1) << 0)   /* budget, mapped, high_water */
+#define SLC_POOL_STATS_FIELD_CLASSES (UINT64_C(1) << 1) /* classes */
+typedef struct slc_pool_stats {
+  uint64_t field_mask;
+  uint64_t budget_bytes;     /* SLUICE_SEND_POOL_MAX or SLUICE_RECV_POOL_MAX */
+  uint64_t mapped_bytes;     /* mapped and registered now */
+  uint64_t high_water_bytes; /* most bytes held in slots at once */
+  uint32_t classes;          /* size classes: slc_engine_pool_class_stats 0 .. classes-1 */
+} slc_pool_stats_t;
+#define SLC_POOL_STATS_INIT \
+  { 0, 0, 0, 0, 0 }
+/* SLC_OK; SLC_ERR_INVALID (NULL, a direction other than SLC_POOL_SEND/RECV, unknown bits). */
+SLC_API int32_t slc_engine_pool_stats(slc_engine_t* engine, int32_t direction, slc_pool_stats_t* out);
+
+/* One size class of a pool (pool.h PoolClassStats). */
+#define SLC_POOL_CLASS_FIELD_NAME (UINT64_C(1) << 0)   /* name */
+#define SLC_POOL_CLASS_FIELD_SLOTS (UINT64_C(1) << 1)  /* slot_size .. reserved */
+#define SLC_POOL_CLASS_FIELD_EVENTS (UINT64_C(1) << 2) /* high_water .. cross_thread_returns */
+typedef struct slc_pool_class_stats {
+  uint64_t field_mask;
+  char name[32];        /* "send.eager", "recv.1M", "recv.large": NUL-terminated */
+  uint64_t slot_size;   /* 0 for recv.large, whose landings are sized to their payloads */
+  uint64_t slots_total; /* mapped so far */
+  uint64_t slots_free;
+  uint64_t slots_max; /* what the budget allows this class alone */
+  uint64_t reserved;  /* eager classes: receive slots reserved, send slots held for replies */
+  uint64_t high_water;
+  uint64_t growth_events;
+  uint64_t exhaustion_events;
+  uint64_t cross_thread_returns;
+} slc_pool_class_stats_t;
+#define SLC_POOL_CLASS_STATS_INIT \
+  { 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+/* Class `index` of a pool. SLC_OK; SLC_ERR_NOT_FOUND (index >= classes); SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_pool_class_stats(slc_engine_t* engine, int32_t direction, uint32_t index,
+                                            slc_pool_class_stats_t* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,4 +1,4 @@
-// The C API's contexts, engines, peers, progress and statistics over the C++ API.
+// The C API's contexts, engines, peers and progress over the C++ API.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -98,18 +98,6 @@ std::int32_t listen(slc_engine_t* engine, std::string_view where, const slc_list
   auto p = engine_of(engine)->listen(where, options);
   if (!p.ok()) return from_status(p.status());
   *port = *p;
-  return SLC_OK;
-}
-
-std::int32_t stat(slc_engine_t* engine, const char* name, std::size_t length, std::uint64_t* value) {
-  std::string_view key;
-  if (engine == nullptr || value == nullptr || !text_of(name, length, &key))
-    return fail(SLC_ERR_INVALID, "slc_engine_stat: NULL engine, value or name");
-  std::vector<Stats::Entry> all = engine_of(engine)->stats().snapshot();
-  auto it = std::lower_bound(all.begin(), all.end(), key,
-                             [](const Stats::Entry& e, std::string_view k) { return e.name < k; });
-  if (it == all.end() || it->name != key) return fail_text(SLC_ERR_NOT_FOUND, "no counter named " + std::string(key));
-  *value = it->value;
   return SLC_OK;
 }
 
@@ -252,10 +240,6 @@ int32_t slc_engine_release_thread(slc_engine_t* engine) {
     engine_of(engine)->release_thread();
     return SLC_OK;
   });
-}
-
-int32_t slc_engine_stat(slc_engine_t* engine, const char* name, size_t length, uint64_t* value) {
-  return guarded([&]() -> std::int32_t { return stat(engine, name, length, value); });
 }
 
 }  // extern "C"

@@ -1,8 +1,9 @@
 /* The C API's data paths on one engine talking to itself (rank 0 of a one-rank job): a
  * rendezvous payload landing in a handler's sink, a zero-copy send's completion, headers, a
  * kept message released later, a zero-copy reply with its completion and a call's reply
- * buffer; sends and replies from registered send slots (eager and rendezvous); two engines
- * sharing one listening port. Each check names what it expected. */
+ * buffer; sends and replies from registered send slots (eager and rendezvous); counters by
+ * name and by id, per-method and pool figures; two engines sharing one listening port. Each
+ * check names what it expected. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,50 @@ static void slots(slc_engine_t* eng, slc_peer_t* self, struct state* s) {
   slc_mem_release(s->reply_mem); /* its reply completed (answered) */
 }
 
+/* Counters by name and by id agree, an id keeps naming its counter, and ids list them all. */
+static void counters(slc_engine_t* eng, slc_peer_t* self, struct state* s) {
+  uint32_t id = 0, i = 0;
+  uint64_t by_name = 0, before = 0, after = 0;
+  const char* name = NULL;
+  size_t length = 0;
+  int listed = 0;
+  check("stat_id am.msgs_sent", slc_engine_stat_id(eng, "am.msgs_sent", 12, &id) == SLC_OK);
+  check("by id", slc_engine_stat_by_id(eng, id, &before) == SLC_OK);
+  check("by name, the same", slc_engine_stat(eng, "am.msgs_sent", 12, &by_name) == SLC_OK && by_name == before);
+  send_slot(eng, self, s, 8, 0x33);
+  check("by id, one message later", slc_engine_stat_by_id(eng, id, &after) == SLC_OK && after == before + 1);
+  check("its name", slc_engine_stat_name(eng, id, &name, &length) == SLC_OK && length == 12 &&
+                        memcmp(name, "am.msgs_sent", 12) == 0);
+  for (i = 0; slc_engine_stat_name(eng, i, &name, &length) == SLC_OK; ++i)
+    listed += length == 12 && memcmp(name, "am.msgs_sent", 12) == 0;
+  check("ids from 0 list every counter, this one once", listed == 1 && i > id);
+}
+
+/* After one kEcho call: its figures as client and server, and the send pool's. */
+static void figures(slc_engine_t* eng) {
+  slc_method_stats_t ms = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t cs = SLC_POOL_CLASS_STATS_INIT;
+  uint32_t i, named = 0;
+  ms.field_mask = SLC_METHOD_STATS_FIELD_COUNTS;
+  ms.p50_ns = -7;
+  check("kEcho served once", slc_engine_method_stats(eng, kEcho, 1, &ms) == SLC_OK && ms.calls == 1 && ms.errors == 0);
+  check("fields not asked for are left alone", ms.p50_ns == -7);
+  ms.field_mask = SLC_METHOD_STATS_FIELD_COUNTS | SLC_METHOD_STATS_FIELD_LATENCY;
+  check("kEcho called once, its latency measured", slc_engine_method_stats(eng, kEcho, 0, &ms) == SLC_OK &&
+                                                       ms.calls == 1 && ms.timed == 1 && ms.max_ns > 0 &&
+                                                       ms.p50_ns <= ms.max_ns);
+  ps.field_mask = SLC_POOL_STATS_FIELD_BYTES | SLC_POOL_STATS_FIELD_CLASSES;
+  check("the send pool", slc_engine_pool_stats(eng, SLC_POOL_SEND, &ps) == SLC_OK && ps.budget_bytes > 0 &&
+                             ps.mapped_bytes > 0 && ps.high_water_bytes > 0 && ps.classes > 0);
+  cs.field_mask = SLC_POOL_CLASS_FIELD_NAME | SLC_POOL_CLASS_FIELD_SLOTS;
+  for (i = 0; i < ps.classes; ++i)
+    named += slc_engine_pool_class_stats(eng, SLC_POOL_SEND, i, &cs) == SLC_OK && strncmp(cs.name, "send.", 5) == 0 &&
+             cs.slots_free <= cs.slots_total;
+  check("each send class named send.*", named == ps.classes);
+  check("none past the last", slc_engine_pool_class_stats(eng, SLC_POOL_SEND, ps.classes, &cs) == SLC_ERR_NOT_FOUND);
+}
+
 /* share_port: a second engine listens on the first one's port; one without it cannot. */
 static void shared_port(slc_context_t* ctx, slc_engine_t* eng) {
   slc_engine_t* second = NULL;
@@ -236,13 +281,15 @@ int main(void) {
   check("the call succeeded", s.call_status == SLC_OK);
   check("the reply landed in the reply buffer", s.reply_at == landing && s.reply_size == kBig);
   check("its bytes", ((unsigned char*)landing)[kBig - 1] == 0x5c);
+  figures(eng);
   s.engine = eng;
   slots(eng, self, &s);
+  counters(eng, self, &s);
   shared_port(ctx, eng);
   slc_engine_destroy(eng);
   slc_context_destroy(ctx);
   free(big), free(landing), free(s.landing), free(s.echo);
   if (failures == 0)
-    printf("loopback: sink, zero-copy send and reply, keep, reply buffer, slots, shared port as documented\n");
+    printf("loopback: sink, zero-copy send and reply, keep, reply buffer, slots, stats, shared port as documented\n");
   return failures == 0 ? 0 : 1;
 }

@@ -54,6 +54,12 @@ static void give_back(const slc_msg_t* msg, void* buffer, size_t size, void* use
  * must refuse its NULL before it looks at them). */
 static void nulls_new(slc_engine_t* eng, slc_peer_t* peer) {
   slc_mem_t* mem = (slc_mem_t*)&failures;
+  slc_method_stats_t ms = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t cs = SLC_POOL_CLASS_STATS_INIT;
+  const char* name = "x";
+  uint32_t id = 0;
+  uint64_t value = 0;
   size_t size = 7;
   expect("try_get_send_slot(NULL)", slc_engine_try_get_send_slot(NULL, 64, &mem), SLC_ERR_INVALID);
   expect("try_get_send_slot set NULL", mem == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
@@ -66,6 +72,19 @@ static void nulls_new(slc_engine_t* eng, slc_peer_t* peer) {
   expect("reply_mem(foreign)", slc_msg_reply_mem((slc_msg_t*)"not a message handle....", mem, 0, NULL),
          SLC_ERR_INVALID);
   expect("cancel(NULL request)", slc_engine_cancel(eng, NULL), SLC_ERR_INVALID);
+  expect("stat_id(NULL)", slc_engine_stat_id(NULL, "x", 1, &id), SLC_ERR_INVALID);
+  expect("stat_id(NULL id)", slc_engine_stat_id(eng, "x", 1, NULL), SLC_ERR_INVALID);
+  expect("stat_by_id(NULL)", slc_engine_stat_by_id(NULL, 0, &value), SLC_ERR_INVALID);
+  expect("stat_by_id(NULL value)", slc_engine_stat_by_id(eng, 0, NULL), SLC_ERR_INVALID);
+  expect("stat_name(NULL)", slc_engine_stat_name(NULL, 0, &name, &size), SLC_ERR_INVALID);
+  expect("stat_name set NULL", name == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("stat_name(NULL name)", slc_engine_stat_name(eng, 0, NULL, &size), SLC_ERR_INVALID);
+  expect("method_stats(NULL)", slc_engine_method_stats(NULL, 1, 0, &ms), SLC_ERR_INVALID);
+  expect("method_stats(NULL out)", slc_engine_method_stats(eng, 1, 0, NULL), SLC_ERR_INVALID);
+  expect("pool_stats(NULL)", slc_engine_pool_stats(NULL, SLC_POOL_SEND, &ps), SLC_ERR_INVALID);
+  expect("pool_stats(NULL out)", slc_engine_pool_stats(eng, SLC_POOL_SEND, NULL), SLC_ERR_INVALID);
+  expect("pool_class_stats(NULL)", slc_engine_pool_class_stats(NULL, SLC_POOL_SEND, 0, &cs), SLC_ERR_INVALID);
+  expect("pool_class_stats(NULL out)", slc_engine_pool_class_stats(eng, SLC_POOL_SEND, 0, NULL), SLC_ERR_INVALID);
 }
 
 static void nulls(void) {
@@ -212,7 +231,13 @@ static void new_calls(slc_engine_t* eng, slc_peer_t* self) {
   slc_mem_t* mem = NULL;
   slc_listen_params_t lp = SLC_LISTEN_PARAMS_INIT;
   slc_send_params_t sp = SLC_SEND_PARAMS_INIT;
+  slc_method_stats_t ms = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t cs = SLC_POOL_CLASS_STATS_INIT;
+  const char* name = NULL;
   size_t size = 0;
+  uint32_t id = 0;
+  uint64_t value = 0;
   int32_t port = 0;
   lp.field_mask = UINT64_C(1) << 5;
   expect("listen mask bit 5", slc_engine_listen(eng, "127.0.0.1:0", 11, &lp, &port), SLC_ERR_INVALID);
@@ -229,14 +254,34 @@ static void new_calls(slc_engine_t* eng, slc_peer_t* self) {
   sp.field_mask = UINT64_C(1) << 9;
   expect("send_mem mask bit 9", slc_send_mem(self, 1, mem, 8, &sp), SLC_ERR_INVALID);
   slc_mem_release(mem);
+  expect("stat_by_id far past the end", slc_engine_stat_by_id(eng, UINT32_MAX, &value), SLC_ERR_NOT_FOUND);
+  expect("stat_name far past the end", slc_engine_stat_name(eng, UINT32_MAX, &name, &size), SLC_ERR_NOT_FOUND);
+  expect("stat_id unknown", slc_engine_stat_id(eng, "am.no_such", 10, &id), SLC_ERR_NOT_FOUND);
+  expect("stat_id NULL name, length 3", slc_engine_stat_id(eng, NULL, 3, &id), SLC_ERR_INVALID);
+  ms.field_mask = SLC_METHOD_STATS_FIELD_COUNTS;
+  expect("method above SLC_MAX_HANDLERS", slc_engine_method_stats(eng, SLC_MAX_HANDLERS + 1, 0, &ms), SLC_ERR_INVALID);
+  expect("a method never called", slc_engine_method_stats(eng, 77, 0, &ms), SLC_ERR_NOT_FOUND);
+  ms.field_mask = UINT64_C(1) << 6;
+  expect("method stats mask bit 6", slc_engine_method_stats(eng, 5, 0, &ms), SLC_ERR_INVALID);
+  ps.field_mask = SLC_POOL_STATS_FIELD_BYTES;
+  expect("pool direction 2", slc_engine_pool_stats(eng, 2, &ps), SLC_ERR_INVALID);
+  ps.field_mask = UINT64_C(1) << 7;
+  expect("pool stats mask bit 7", slc_engine_pool_stats(eng, SLC_POOL_SEND, &ps), SLC_ERR_INVALID);
+  cs.field_mask = SLC_POOL_CLASS_FIELD_NAME;
+  expect("class index 1000", slc_engine_pool_class_stats(eng, SLC_POOL_RECV, 1000, &cs), SLC_ERR_NOT_FOUND);
+  expect("class direction -1", slc_engine_pool_class_stats(eng, -1, 0, &cs), SLC_ERR_INVALID);
+  cs.field_mask = UINT64_C(1) << 3;
+  expect("class stats mask bit 3", slc_engine_pool_class_stats(eng, SLC_POOL_SEND, 0, &cs), SLC_ERR_INVALID);
 }
 
-/* Another thread: posts work to the engine, and its own failure's detail stays its own. */
+/* Another thread: posts work to the engine, and its own failure's detail stays its own; the
+ * statistics, which belong to the engine thread, are refused to it. */
 struct poster {
   slc_engine_t* eng;
   int32_t posted;
   volatile int ran;
   char detail[160];
+  int32_t stat, pool;
 };
 
 static void work(void* user_data) { ((struct poster*)user_data)->ran = 1; }
@@ -246,13 +291,20 @@ static void* post_from_thread(void* arg) {
   p->posted = slc_engine_post(p->eng, work, p);
   slc_send(NULL, 1, NULL, 0, NULL);
   snprintf(p->detail, sizeof p->detail, "%s", slc_last_error());
+  {
+    uint64_t value = 0;
+    slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+    ps.field_mask = SLC_POOL_STATS_FIELD_BYTES;
+    p->stat = slc_engine_stat_by_id(p->eng, 0, &value);
+    p->pool = slc_engine_pool_stats(p->eng, SLC_POOL_SEND, &ps);
+  }
   return NULL;
 }
 
 static int32_t work_ran(void* user_data) { return ((struct poster*)user_data)->ran; }
 
 static void posts(slc_engine_t* eng) {
-  struct poster p = {eng, SLC_ERR_UNKNOWN, 0, ""};
+  struct poster p = {eng, SLC_ERR_UNKNOWN, 0, "", SLC_OK, SLC_OK};
   pthread_t t;
   expect("a failure on this thread", slc_engine_stat(eng, "am.no_such", 10, NULL), SLC_ERR_INVALID);
   if (pthread_create(&t, NULL, post_from_thread, &p) != 0) {
@@ -265,6 +317,8 @@ static void posts(slc_engine_t* eng) {
   same("the other thread's detail is its own", strstr(p.detail, "slc_send") != NULL, 1);
   same("this thread's detail is its own", strstr(slc_last_error(), "slc_engine_stat") != NULL, 1);
   expect("post without fn", slc_engine_post(eng, NULL, NULL), SLC_ERR_INVALID);
+  same("stat_by_id from another thread is refused", p.stat, SLC_ERR_INVALID);
+  same("pool_stats from another thread is refused", p.pool, SLC_ERR_INVALID);
 }
 
 int main(void) {
