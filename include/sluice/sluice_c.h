@@ -4,9 +4,11 @@
  * process; engines (slc_engine_t) made from it, each driven by one thread; peers
  * (slc_peer_t) owned by their engine, valid for its life; messages (slc_msg_t) handed to
  * handlers and reply callbacks, valid until the callback returns unless kept
- * (slc_msg_keep). Threads follow engine.h: the thread that first drives an engine
- * (progress, run_until, wait) is its only caller from then on; slc_engine_post(),
- * slc_engine_rank/size(), slc_engine_peer() and slc_engine_destroy() are the exceptions.
+ * (slc_msg_keep); calls (slc_request_t, a token naming one call: nothing to free);
+ * registered send-pool slots (slc_mem_t, the caller's until slc_mem_release). Threads follow
+ * engine.h: the thread that first drives an engine (progress, run_until, wait) is its only
+ * caller from then on; slc_engine_post(), slc_engine_rank/size(), slc_engine_peer() and
+ * slc_engine_destroy() are the exceptions.
  *
  * Statuses: every call that can fail returns an int32_t: SLC_OK (0), SLC_IN_PROGRESS (1) or
  * one of the negative SLC_ERR_* codes, whose values never change. slc_strerror() names a
@@ -18,13 +20,16 @@
  * they only ever grow at the end, and a bit this library does not know is refused
  * (SLC_ERR_INVALID), so a newer program never runs with its settings silently ignored.
  * Initialize them with their SLC_*_PARAMS_INIT macro; a NULL params pointer means defaults.
+ * Output structs (statistics) begin with one too: the caller sets the groups of fields it
+ * wants filled (their SLC_*_INIT macros are the zero value).
  * Strings are pointer + length; booleans are int32_t; times are int64_t nanoseconds, with
  * SLC_TIMEOUT_INFINITE (-1) for none.
  *
  * Inside a handler, a send or reply callback, a run_until predicate or posted work (all run
  * on the engine thread, inside progress), a program may call: the slc_msg_* accessors,
- * slc_msg_keep/release/reply/reply_error, slc_send, slc_call, slc_engine_cancel,
- * slc_engine_stat, slc_engine_post, slc_engine_peer and the slc_peer_* queries. It must not
+ * slc_msg_keep/release/reply/reply_error/reply_mem, slc_send, slc_send_mem, slc_call,
+ * slc_engine_cancel, slc_engine_try_get_send_slot, slc_mem_data/release, the statistics
+ * calls, slc_engine_post, slc_engine_peer and the slc_peer_* queries. It must not
  * call slc_engine_progress, run_until, wait, barrier, connect, destroy, register or
  * unregister (SLC_ERR_INVALID; destroy is undefined). docs/c-api.md has the ABI promise.
  */
@@ -48,8 +53,8 @@ extern "C" {
 #endif
 
 /* The C API version these declarations describe (not the library's release). */
-#define SLC_API_VERSION_MAJOR 0
-#define SLC_API_VERSION_MINOR 1
+#define SLC_API_VERSION_MAJOR 1
+#define SLC_API_VERSION_MINOR 0
 
 #define SLC_TIMEOUT_INFINITE (-1)
 /* Largest user header of a message, and number of handler ids (0 .. SLC_MAX_HANDLERS-1). */
@@ -84,6 +89,8 @@ typedef struct slc_context slc_context_t;
 typedef struct slc_engine slc_engine_t;
 typedef struct slc_peer slc_peer_t;
 typedef struct slc_msg slc_msg_t;
+typedef struct slc_request slc_request_t;
+typedef struct slc_mem slc_mem_t;
 
 /* ---- version and errors ---- */
 
@@ -151,10 +158,23 @@ SLC_API size_t slc_engine_eager_limit(const slc_engine_t* engine);
 
 /* Rank mode: the peer engine in process `rank`. SLC_OK; SLC_ERR_INVALID for no such rank. */
 SLC_API int32_t slc_engine_peer(slc_engine_t* engine, int32_t rank, slc_peer_t** out);
-/* Client/server: listens on host:port ("127.0.0.1:0"; port 0 picks one) and stores the port.
- * SLC_ERR_INVALID (bad address), SLC_ERR_PRECONDITION (listening already),
- * SLC_ERR_UNAVAILABLE (cannot bind). */
-SLC_API int32_t slc_engine_listen(slc_engine_t* engine, const char* host_port, size_t length, int32_t* port);
+#define SLC_LISTEN_PARAM_SHARE_PORT (UINT64_C(1) << 0)
+typedef struct slc_listen_params {
+  uint64_t field_mask;
+  /* SLC_LISTEN_PARAM_SHARE_PORT, nonzero: SO_REUSEPORT. Engines that listen on one host:port
+   * with it (in this process or others of the same user) share its connections, the kernel
+   * giving each new one to one of them (engine.h ListenOptions). */
+  int32_t share_port;
+} slc_listen_params_t;
+#define SLC_LISTEN_PARAMS_INIT \
+  { 0, 0 }
+
+/* Client/server: listens on host:port ("127.0.0.1:0"; port 0 picks one) and stores the port;
+ * params NULL: a port of its own. SLC_ERR_INVALID (bad address, unknown mask bits),
+ * SLC_ERR_PRECONDITION (listening already), SLC_ERR_UNAVAILABLE (cannot bind: the port is
+ * taken, unless this listener and every one on it share it). */
+SLC_API int32_t slc_engine_listen(slc_engine_t* engine, const char* host_port, size_t length,
+                                  const slc_listen_params_t* params, int32_t* port);
 /* Connects to a listening engine, progressing this one meanwhile, within timeout_ns
  * (SLC_TIMEOUT_INFINITE: none; 0: SLUICE_CONNECT_TIMEOUT). SLC_ERR_UNAVAILABLE,
  * SLC_ERR_PERMISSION, SLC_ERR_DEADLINE, SLC_ERR_INVALID. */
@@ -269,12 +289,16 @@ typedef struct slc_call_params {
   { 0, NULL, 0, 0, NULL, 0, 0 }
 
 /* Calls `method` on `peer` (engine.h Peer::call); `on_reply` runs once when SLC_OK is
- * returned. *call_id (may be NULL) receives an id for slc_engine_cancel. Returns as slc_send,
- * and SLC_ERR_INVALID for a NULL on_reply. */
+ * returned. *request (may be NULL) receives the call's handle for slc_engine_cancel: a token
+ * (no memory behind it, nothing to free, never NULL), usable even after the call completed
+ * and never naming another call of the engine. Returns as slc_send, and SLC_ERR_INVALID for a
+ * NULL on_reply. */
 SLC_API int32_t slc_call(slc_peer_t* peer, uint16_t method, const void* payload, size_t size,
-                         const slc_call_params_t* params, slc_reply_fn on_reply, void* user_data, uint64_t* call_id);
-/* Cancels a call: it completes once with SLC_ERR_CANCELLED unless it completed already. */
-SLC_API int32_t slc_engine_cancel(slc_engine_t* engine, uint64_t call_id);
+                         const slc_call_params_t* params, slc_reply_fn on_reply, void* user_data,
+                         slc_request_t** request);
+/* Cancels a call: it completes once with SLC_ERR_CANCELLED unless it completed already (then
+ * nothing happens). SLC_OK; SLC_ERR_INVALID (NULL engine or request). */
+SLC_API int32_t slc_engine_cancel(slc_engine_t* engine, slc_request_t* request);
 
 /* Answers a request once (message.h). Without SLC_SEND_FLAG_COPY the payload is sent from
  * the caller's memory and must stay valid until params' callback runs; with it, it is
@@ -284,6 +308,34 @@ SLC_API int32_t slc_msg_reply(slc_msg_t* request, const void* payload, size_t si
 /* Answers a request with an error: `status` (an SLC_ERR_* code) and a message reach the
  * caller's reply callback. */
 SLC_API int32_t slc_msg_reply_error(slc_msg_t* request, int32_t status, const char* message, size_t length);
+
+/* ---- registered send memory ---- */
+
+/* A registered send-pool slot of at least `size` bytes, to build a message in place and send
+ * it without a copy or a registration lookup (engine.h try_get_send_slot). Never blocks.
+ * SLC_OK and *out, the caller's until slc_mem_release; SLC_ERR_WOULD_BLOCK when its size
+ * class is full (progress, then retry); SLC_ERR_INVALID (NULL, a size above the largest class
+ * of SLUICE_POOL_CLASSES, wrong thread). Engine thread. */
+SLC_API int32_t slc_engine_try_get_send_slot(slc_engine_t* engine, size_t size, slc_mem_t** out);
+/* The slot's memory and its capacity (*size, may be NULL). NULL and 0 for NULL, or for a slot
+ * whose engine was destroyed. */
+SLC_API void* slc_mem_data(const slc_mem_t* mem, size_t* size);
+/* Gives the slot back to its pool (any thread; also after its engine was destroyed). Not
+ * while a send or reply from it has not completed. NULL is ignored. */
+SLC_API void slc_mem_release(slc_mem_t* mem);
+/* slc_send() of the first `length` bytes of a slot: a payload above the eager limit goes by
+ * rendezvous with the slot's registration. The slot must stay unreleased and unchanged until
+ * the callback runs; the caller still owns it after (send it again, or release it). Flags:
+ * SLC_SEND_FLAG_IMMEDIATE; SLC_SEND_FLAG_COPY is refused. Returns as slc_send, and
+ * SLC_ERR_INVALID for a NULL slot or a length beyond it. */
+SLC_API int32_t slc_send_mem(slc_peer_t* peer, uint16_t handler, const slc_mem_t* payload, size_t length,
+                             const slc_send_params_t* params);
+/* slc_msg_reply() from the first `length` bytes of a slot: the slot must stay unreleased and
+ * unchanged until the callback runs, and is the caller's after. No flags (a reply never waits
+ * for credits, message.h). Returns as slc_msg_reply, and SLC_ERR_INVALID for a NULL slot or
+ * a length beyond it. */
+SLC_API int32_t slc_msg_reply_mem(slc_msg_t* request, const slc_mem_t* payload, size_t length,
+                                  const slc_send_params_t* params);
 
 /* ---- progress ---- */
 
@@ -306,11 +358,84 @@ SLC_API int32_t slc_engine_barrier(slc_engine_t* engine, int64_t timeout_ns);
 /* Lets go of the driving thread: the next thread to drive the engine owns it. */
 SLC_API int32_t slc_engine_release_thread(slc_engine_t* engine);
 
-/* ---- statistics ---- */
+/* ---- statistics ----
+ * Engine thread. From another, C++ logs the call and these answer SLC_ERR_INVALID, except
+ * slc_engine_method_stats: SLC_ERR_NOT_FOUND, as for a method not called yet. */
 
 /* The counter `name` ("am.msgs_sent"; docs/stats.md). SLC_OK; SLC_ERR_NOT_FOUND;
- * SLC_ERR_INVALID. Engine thread. */
+ * SLC_ERR_INVALID. */
 SLC_API int32_t slc_engine_stat(slc_engine_t* engine, const char* name, size_t length, uint64_t* value);
+/* A counter's id: its index in the engine's registry, the same for the engine's life (ids
+ * run from 0 in the order counters were made; another engine may number them otherwise).
+ * Look a name up once, read by id after: no string compare. SLC_OK; SLC_ERR_NOT_FOUND;
+ * SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_id(slc_engine_t* engine, const char* name, size_t length, uint32_t* id);
+/* The value of counter `id`. SLC_OK; SLC_ERR_NOT_FOUND (no such id); SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_by_id(slc_engine_t* engine, uint32_t id, uint64_t* value);
+/* The name of counter `id` (not NUL-terminated; valid for the engine's life): ids 0, 1, ...
+ * until SLC_ERR_NOT_FOUND list every counter. `length` may be NULL. SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_stat_name(slc_engine_t* engine, uint32_t id, const char** name, size_t* length);
+
+/* Output structs: the caller sets field_mask to the groups of fields it wants filled; the
+ * library fills those and leaves the rest alone (a bit it does not know: SLC_ERR_INVALID). */
+
+/* One RPC method's calls as one side saw them (stats.h MethodStats; docs/stats.md). */
+#define SLC_METHOD_STATS_FIELD_COUNTS (UINT64_C(1) << 0)  /* calls, errors, timed */
+#define SLC_METHOD_STATS_FIELD_LATENCY (UINT64_C(1) << 1) /* p50_ns .. max_ns */
+typedef struct slc_method_stats {
+  uint64_t field_mask;
+  uint64_t calls;                         /* made (slc_call returned SLC_OK) or received */
+  uint64_t errors;                        /* of those ended, with a status other than SLC_OK */
+  uint64_t timed;                         /* of them, with their latency measured (the first, then one in 16) */
+  int64_t p50_ns, p90_ns, p99_ns, max_ns; /* of the timed ones (upper bounds within 12.5%) */
+} slc_method_stats_t;
+#define SLC_METHOD_STATS_INIT \
+  { 0, 0, 0, 0, 0, 0, 0, 0 }
+/* `method`'s figures as server (server nonzero: requests this engine answered) or client
+ * (calls it made); method SLC_MAX_HANDLERS stands for every id at or above it. SLC_OK;
+ * SLC_ERR_NOT_FOUND (no such call yet); SLC_ERR_INVALID (NULL, method above
+ * SLC_MAX_HANDLERS, unknown bits). */
+SLC_API int32_t slc_engine_method_stats(slc_engine_t* engine, uint16_t method, int32_t server, slc_method_stats_t* out);
+
+/* One pool of an engine (pool.h PoolStats; docs/memory.md): send or receive. */
+#define SLC_POOL_SEND 0
+#define SLC_POOL_RECV 1
+#define SLC_POOL_STATS_FIELD_BYTES (UINT64_C(1) << 0)   /* budget, mapped, high_water */
+#define SLC_POOL_STATS_FIELD_CLASSES (UINT64_C(1) << 1) /* classes */
+typedef struct slc_pool_stats {
+  uint64_t field_mask;
+  uint64_t budget_bytes;     /* SLUICE_SEND_POOL_MAX or SLUICE_RECV_POOL_MAX */
+  uint64_t mapped_bytes;     /* mapped and registered now */
+  uint64_t high_water_bytes; /* most bytes held in slots at once */
+  uint32_t classes;          /* size classes: slc_engine_pool_class_stats 0 .. classes-1 */
+} slc_pool_stats_t;
+#define SLC_POOL_STATS_INIT \
+  { 0, 0, 0, 0, 0 }
+/* SLC_OK; SLC_ERR_INVALID (NULL, a direction other than SLC_POOL_SEND/RECV, unknown bits). */
+SLC_API int32_t slc_engine_pool_stats(slc_engine_t* engine, int32_t direction, slc_pool_stats_t* out);
+
+/* One size class of a pool (pool.h PoolClassStats). */
+#define SLC_POOL_CLASS_FIELD_NAME (UINT64_C(1) << 0)   /* name */
+#define SLC_POOL_CLASS_FIELD_SLOTS (UINT64_C(1) << 1)  /* slot_size .. reserved */
+#define SLC_POOL_CLASS_FIELD_EVENTS (UINT64_C(1) << 2) /* high_water .. cross_thread_returns */
+typedef struct slc_pool_class_stats {
+  uint64_t field_mask;
+  char name[32];        /* "send.eager", "recv.1M", "recv.large": NUL-terminated */
+  uint64_t slot_size;   /* 0 for recv.large, whose landings are sized to their payloads */
+  uint64_t slots_total; /* mapped so far */
+  uint64_t slots_free;
+  uint64_t slots_max; /* what the budget allows this class alone */
+  uint64_t reserved;  /* eager classes: receive slots reserved, send slots held for replies */
+  uint64_t high_water;
+  uint64_t growth_events;
+  uint64_t exhaustion_events;
+  uint64_t cross_thread_returns;
+} slc_pool_class_stats_t;
+#define SLC_POOL_CLASS_STATS_INIT \
+  { 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+/* Class `index` of a pool. SLC_OK; SLC_ERR_NOT_FOUND (index >= classes); SLC_ERR_INVALID. */
+SLC_API int32_t slc_engine_pool_class_stats(slc_engine_t* engine, int32_t direction, uint32_t index,
+                                            slc_pool_class_stats_t* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,14 @@ class SLUICE_API Stats {
 
   // The current value of `name`, 0 when it does not exist.
   std::uint64_t value(std::string_view name) const;
+
+  // Counters by index: 0 .. size()-1 in the order they were made. An index names the same
+  // counter for the registry's life (none is ever removed), so a reader may look a name up
+  // once and read by index after (the C API's stat ids).
+  std::size_t size() const { return entries_.size(); }
+  std::optional<std::size_t> index_of(std::string_view name) const;
+  std::string_view name_at(std::size_t index) const { return entries_[index].name; }
+  std::uint64_t value_at(std::size_t index) const;
 
   std::vector<Entry> snapshot() const;  // sorted by name
   std::string to_text() const;          // "name value" lines

@@ -4,9 +4,12 @@
 // Handles: slc_context_t* is a sluice::Context*, slc_engine_t* an Engine*, slc_peer_t* a
 // Peer* (cast, no wrapper: no cost, no lifetime of their own). slc_msg_t is a small struct
 // (below) because a message is either a callback's (borrowed, on the stack) or kept (heap).
+// slc_request_t* carries a CallId in its bits (ids are never 0) and slc_mem_t* is a send
+// slot's descriptor (slots.cpp): neither allocates anything per call or slot.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include <sluice/context.h>
@@ -77,6 +80,17 @@ inline Peer* peer_of(slc_peer_t* p) { return reinterpret_cast<Peer*>(p); }
 inline const Peer* peer_of(const slc_peer_t* p) { return reinterpret_cast<const Peer*>(p); }
 inline slc_peer_t* handle_of(Peer* p) { return reinterpret_cast<slc_peer_t*>(p); }
 inline std::span<const std::byte> bytes(const void* p, std::size_t n) { return {static_cast<const std::byte*>(p), n}; }
+// A C string given as pointer + length, as a view; false for NULL with a nonzero length.
+inline bool text_of(const char* p, std::size_t n, std::string_view* out) {
+  if (p == nullptr && n != 0) return false;
+  *out = std::string_view(p == nullptr ? "" : p, n);
+  return true;
+}
+static_assert(sizeof(slc_request_t*) >= sizeof(CallId), "a request handle carries its CallId in the pointer's bits");
+inline slc_request_t* request_of(CallId id) {
+  return reinterpret_cast<slc_request_t*>(static_cast<std::uintptr_t>(id));  // NOLINT(performance-no-int-to-ptr)
+}
+inline CallId call_id_of(const slc_request_t* r) { return reinterpret_cast<std::uintptr_t>(r); }
 // The message a handle names, or nullptr for NULL, a foreign pointer's kind, or an empty one.
 inline Message* message_of(const slc_msg_t* msg) {
   if (msg == nullptr || (msg->kind != kBorrowedMsg && msg->kind != kKeptMsg)) [[unlikely]]
@@ -85,6 +99,17 @@ inline Message* message_of(const slc_msg_t* msg) {
 }
 // SLC_ERR_INVALID when `mask` has bits outside `known` (a newer header's fields).
 std::int32_t check_mask(std::uint64_t mask, std::uint64_t known, const char* what);
+// What a slc_send_params_t asks for, checked.
+struct SendArgs {
+  std::span<const std::byte> header;
+  std::uint32_t flags = 0;
+  SendCallback done;  // empty without SLC_SEND_PARAM_CALLBACK
+};
+// Reads `params` (NULL: none) for the call `what`, which accepts the flags `allowed`.
+// SLC_OK, or SLC_ERR_INVALID naming what is wrong.
+std::int32_t send_args(const slc_send_params_t* params, std::uint32_t allowed, const char* what, SendArgs* out);
+// SLC_ERR_WOULD_BLOCK for SLC_SEND_FLAG_IMMEDIATE when a message to the peer would wait.
+std::int32_t would_wait(const char* what);
 // A message handed to a C callback for the duration of the call.
 void deliver(slc_handler_fn fn, Message& m, void* user_data);
 

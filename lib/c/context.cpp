@@ -1,4 +1,4 @@
-// The C API's contexts, engines, peers, progress and statistics over the C++ API.
+// The C API's contexts, engines, peers and progress over the C++ API.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -77,13 +77,6 @@ std::int32_t create_engine(slc_context_t* context, const slc_engine_params_t* pa
   return SLC_OK;
 }
 
-// `host_port` as a view, or an error for NULL with a length.
-bool address(const char* host_port, std::size_t length, std::string_view* out) {
-  if (host_port == nullptr && length != 0) return false;
-  *out = std::string_view(host_port == nullptr ? "" : host_port, length);
-  return true;
-}
-
 // The predicate of slc_engine_run_until, called as a C callback.
 struct Predicate {
   slc_predicate_fn fn;
@@ -94,15 +87,17 @@ struct Predicate {
   }
 };
 
-std::int32_t stat(slc_engine_t* engine, const char* name, std::size_t length, std::uint64_t* value) {
-  if (engine == nullptr || value == nullptr || (name == nullptr && length != 0))
-    return fail(SLC_ERR_INVALID, "slc_engine_stat: NULL engine, value or name");
-  std::string_view key(name == nullptr ? "" : name, length);
-  std::vector<Stats::Entry> all = engine_of(engine)->stats().snapshot();
-  auto it = std::lower_bound(all.begin(), all.end(), key,
-                             [](const Stats::Entry& e, std::string_view k) { return e.name < k; });
-  if (it == all.end() || it->name != key) return fail_text(SLC_ERR_NOT_FOUND, "no counter named " + std::string(key));
-  *value = it->value;
+std::int32_t listen(slc_engine_t* engine, std::string_view where, const slc_listen_params_t* params,
+                    std::int32_t* port) {
+  ListenOptions options;
+  if (params != nullptr) {
+    if (std::int32_t s = check_mask(params->field_mask, SLC_LISTEN_PARAM_SHARE_PORT, "slc_engine_listen"); s != SLC_OK)
+      return s;
+    options.share_port = (params->field_mask & SLC_LISTEN_PARAM_SHARE_PORT) && params->share_port != 0;
+  }
+  auto p = engine_of(engine)->listen(where, options);
+  if (!p.ok()) return from_status(p.status());
+  *port = *p;
   return SLC_OK;
 }
 
@@ -161,15 +156,13 @@ int32_t slc_engine_peer(slc_engine_t* engine, int32_t rank, slc_peer_t** out) {
   });
 }
 
-int32_t slc_engine_listen(slc_engine_t* engine, const char* host_port, size_t length, int32_t* port) {
+int32_t slc_engine_listen(slc_engine_t* engine, const char* host_port, size_t length, const slc_listen_params_t* params,
+                          int32_t* port) {
   return guarded([&]() -> std::int32_t {
     std::string_view where;
-    if (engine == nullptr || port == nullptr || !address(host_port, length, &where))
+    if (engine == nullptr || port == nullptr || !text_of(host_port, length, &where))
       return fail(SLC_ERR_INVALID, "slc_engine_listen: NULL engine, port or address");
-    auto p = engine_of(engine)->listen(where);
-    if (!p.ok()) return from_status(p.status());
-    *port = *p;
-    return SLC_OK;
+    return listen(engine, where, params, port);
   });
 }
 
@@ -179,7 +172,7 @@ int32_t slc_engine_connect(slc_engine_t* engine, const char* host_port, size_t l
     std::string_view where;
     if (out == nullptr) return fail(SLC_ERR_INVALID, "slc_engine_connect: out is NULL");
     *out = nullptr;
-    if (engine == nullptr || !address(host_port, length, &where))
+    if (engine == nullptr || !text_of(host_port, length, &where))
       return fail(SLC_ERR_INVALID, "slc_engine_connect: NULL engine or address");
     if (std::int32_t s = not_in_callback("slc_engine_connect: not inside a callback"); s != SLC_OK) return s;
     auto p = timeout_ns == 0 ? engine_of(engine)->connect(where)
@@ -247,10 +240,6 @@ int32_t slc_engine_release_thread(slc_engine_t* engine) {
     engine_of(engine)->release_thread();
     return SLC_OK;
   });
-}
-
-int32_t slc_engine_stat(slc_engine_t* engine, const char* name, size_t length, uint64_t* value) {
-  return guarded([&]() -> std::int32_t { return stat(engine, name, length, value); });
 }
 
 }  // extern "C"

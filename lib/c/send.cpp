@@ -1,4 +1,6 @@
 // The C API's sends, calls and replies over Peer::send/call and Message::reply.
+#include <string>
+
 #include "c/c_api.h"
 
 namespace sluice::capi {
@@ -7,7 +9,6 @@ namespace {
 constexpr std::uint64_t kSendKnown = SLC_SEND_PARAM_HEADER | SLC_SEND_PARAM_CALLBACK | SLC_SEND_PARAM_FLAGS;
 constexpr std::uint64_t kCallKnown =
     SLC_CALL_PARAM_HEADER | SLC_CALL_PARAM_TIMEOUT | SLC_CALL_PARAM_REPLY_BUFFER | SLC_CALL_PARAM_FLAGS;
-constexpr std::uint32_t kSendFlags = SLC_SEND_FLAG_COPY | SLC_SEND_FLAG_IMMEDIATE;
 
 // A send's or reply's completion as a C callback (empty without one).
 SendCallback completion(const slc_send_params_t& params) {
@@ -27,18 +28,34 @@ bool header_of(std::uint64_t mask, std::uint64_t bit, const void* header, std::s
   return true;
 }
 
+}  // namespace
+
+std::int32_t send_args(const slc_send_params_t* params, std::uint32_t allowed, const char* what, SendArgs* out) {
+  if (params == nullptr) return SLC_OK;
+  if (std::int32_t s = check_mask(params->field_mask, kSendKnown, what); s != SLC_OK) return s;
+  out->flags = (params->field_mask & SLC_SEND_PARAM_FLAGS) ? params->flags : 0;
+  if (out->flags & ~allowed) return fail_text(SLC_ERR_INVALID, std::string(what) + ": a flag it does not take");
+  if (!header_of(params->field_mask, SLC_SEND_PARAM_HEADER, params->header, params->header_size, &out->header))
+    return fail_text(SLC_ERR_INVALID, std::string(what) + ": header is NULL with a nonzero size");
+  out->done = completion(*params);
+  return SLC_OK;
+}
+
+std::int32_t would_wait(const char* what) {
+  return fail_text(SLC_ERR_WOULD_BLOCK,
+                   std::string(what) + ": the message would wait (no credit, or messages queued ahead)");
+}
+
+namespace {
+
 std::int32_t send_with(Peer* p, std::uint16_t handler, std::span<const std::byte> payload,
                        const slc_send_params_t& params) {
-  if (std::int32_t s = check_mask(params.field_mask, kSendKnown, "slc_send"); s != SLC_OK) return s;
-  std::uint32_t flags = (params.field_mask & SLC_SEND_PARAM_FLAGS) ? params.flags : 0;
-  if (flags & ~kSendFlags) return fail(SLC_ERR_INVALID, "slc_send: unknown flags");
-  std::span<const std::byte> header;
-  if (!header_of(params.field_mask, SLC_SEND_PARAM_HEADER, params.header, params.header_size, &header))
-    return fail(SLC_ERR_INVALID, "slc_send: header is NULL with a nonzero size");
-  if ((flags & SLC_SEND_FLAG_IMMEDIATE) && !p->can_send_now())
-    return fail(SLC_ERR_WOULD_BLOCK, "slc_send: the message would wait (no credit, or messages queued ahead)");
-  Result r = (flags & SLC_SEND_FLAG_COPY) ? p->send_copy(handler, header, payload, completion(params))
-                                          : p->send(handler, header, payload, completion(params));
+  SendArgs a;
+  if (std::int32_t s = send_args(&params, SLC_SEND_FLAG_COPY | SLC_SEND_FLAG_IMMEDIATE, "slc_send", &a); s != SLC_OK)
+    return s;
+  if ((a.flags & SLC_SEND_FLAG_IMMEDIATE) && !p->can_send_now()) return would_wait("slc_send");
+  Result r = (a.flags & SLC_SEND_FLAG_COPY) ? p->send_copy(handler, a.header, payload, std::move(a.done))
+                                            : p->send(handler, a.header, payload, std::move(a.done));
   return from_result(r, "slc_send");
 }
 
@@ -56,7 +73,7 @@ ReplyCallback reply_callback(slc_reply_fn fn, void* user_data) {
 }
 
 std::int32_t call(Peer* p, std::uint16_t method, std::span<const std::byte> payload, const slc_call_params_t* params,
-                  slc_reply_fn on_reply, void* user_data, std::uint64_t* id) {
+                  slc_reply_fn on_reply, void* user_data, slc_request_t** request) {
   CallOptions options;
   std::span<const std::byte> header;
   bool copy = false;
@@ -78,23 +95,15 @@ std::int32_t call(Peer* p, std::uint16_t method, std::span<const std::byte> payl
   CallId call_id = 0;
   Result r = copy ? p->call_copy(method, header, payload, options, reply_callback(on_reply, user_data), &call_id)
                   : p->call(method, header, payload, options, reply_callback(on_reply, user_data), &call_id);
-  if (r == Result::kOk && id != nullptr) *id = call_id;
+  if (r == Result::kOk && request != nullptr) *request = request_of(call_id);
   return from_result(r, "slc_call");
 }
 
 std::int32_t reply(Message* m, std::span<const std::byte> payload, const slc_send_params_t* params) {
-  std::span<const std::byte> header;
-  std::uint32_t flags = 0;
-  SendCallback done;
-  if (params != nullptr) {
-    if (std::int32_t s = check_mask(params->field_mask, kSendKnown, "slc_msg_reply"); s != SLC_OK) return s;
-    flags = (params->field_mask & SLC_SEND_PARAM_FLAGS) ? params->flags : 0;
-    if (flags & ~std::uint32_t{SLC_SEND_FLAG_COPY}) return fail(SLC_ERR_INVALID, "slc_msg_reply: unknown flags");
-    if (!header_of(params->field_mask, SLC_SEND_PARAM_HEADER, params->header, params->header_size, &header))
-      return fail(SLC_ERR_INVALID, "slc_msg_reply: header is NULL with a nonzero size");
-    done = completion(*params);
-  }
-  Result r = (flags & SLC_SEND_FLAG_COPY) ? m->reply_copy(header, payload) : m->reply(header, payload, std::move(done));
+  SendArgs a;
+  if (std::int32_t s = send_args(params, SLC_SEND_FLAG_COPY, "slc_msg_reply", &a); s != SLC_OK) return s;
+  Result r = (a.flags & SLC_SEND_FLAG_COPY) ? m->reply_copy(a.header, payload)
+                                            : m->reply(a.header, payload, std::move(a.done));
   return from_result(r, "slc_msg_reply");
 }
 
@@ -119,18 +128,19 @@ int32_t slc_send(slc_peer_t* peer, uint16_t handler, const void* payload, size_t
 }
 
 int32_t slc_call(slc_peer_t* peer, uint16_t method, const void* payload, size_t size, const slc_call_params_t* params,
-                 slc_reply_fn on_reply, void* user_data, uint64_t* call_id) {
+                 slc_reply_fn on_reply, void* user_data, slc_request_t** request) {
   if (peer == nullptr || on_reply == nullptr || (payload == nullptr && size != 0)) [[unlikely]]
     return fail(SLC_ERR_INVALID, "slc_call: NULL peer or on_reply, or NULL payload with a nonzero size");
   return guarded([&]() -> std::int32_t {
-    return call(peer_of(peer), method, bytes(payload, size), params, on_reply, user_data, call_id);
+    return call(peer_of(peer), method, bytes(payload, size), params, on_reply, user_data, request);
   });
 }
 
-int32_t slc_engine_cancel(slc_engine_t* engine, uint64_t call_id) {
-  if (engine == nullptr) return fail(SLC_ERR_INVALID, "slc_engine_cancel: engine is NULL");
+int32_t slc_engine_cancel(slc_engine_t* engine, slc_request_t* request) {
+  if (engine == nullptr || request == nullptr)
+    return fail(SLC_ERR_INVALID, "slc_engine_cancel: NULL engine or request");
   return guarded([&]() -> std::int32_t {
-    engine_of(engine)->cancel(call_id);
+    engine_of(engine)->cancel(call_id_of(request));
     return SLC_OK;
   });
 }

@@ -34,6 +34,17 @@ std::uint64_t Stats::value(std::string_view name) const {
   return e->is_hwm ? e->hwm.value() : e->counter.value();
 }
 
+std::optional<std::size_t> Stats::index_of(std::string_view name) const {
+  for (std::size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == name) return i;
+  return std::nullopt;
+}
+
+std::uint64_t Stats::value_at(std::size_t index) const {
+  const Named& e = entries_[index];
+  return e.is_hwm ? e.hwm.value() : e.counter.value();
+}
+
 std::vector<Stats::Entry> Stats::snapshot() const {
   std::vector<Entry> out;
   out.reserve(entries_.size());

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sluice/config.h>
@@ -32,10 +33,12 @@ struct SlotDesc {
   bool reserved = false;    // taken from a held-back reservation (send pool: reply capacity)
 };
 
-// The library's side of a Slot: its descriptor without a call, Slots made from descriptors.
+// The library's side of a Slot: its descriptor without a call, Slots made from descriptors,
+// and a descriptor taken out of its Slot (the C API's slc_mem_t owns one as a bare pointer).
 struct SlotAccess {
   static SlotDesc* desc(const Slot& s) { return s.d_; }
   static Slot make(SlotDesc* d) { return Slot(d); }
+  static SlotDesc* take(Slot& s) { return std::exchange(s.d_, nullptr); }
 };
 inline std::byte* slot_data(const Slot& s) { return SlotAccess::desc(s)->data; }
 inline std::size_t slot_size(const Slot& s) { return SlotAccess::desc(s)->size; }  // capacity

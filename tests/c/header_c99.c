@@ -9,5 +9,10 @@ int header_c99_check(void) {
   slc_handler_params_t h = SLC_HANDLER_PARAMS_INIT;
   slc_send_params_t s = SLC_SEND_PARAMS_INIT;
   slc_call_params_t k = SLC_CALL_PARAMS_INIT;
-  return (int)(c.field_mask + e.field_mask + h.field_mask + s.field_mask + k.field_mask);
+  slc_listen_params_t l = SLC_LISTEN_PARAMS_INIT;
+  slc_method_stats_t m = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t p = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t q = SLC_POOL_CLASS_STATS_INIT;
+  return (int)(c.field_mask + e.field_mask + h.field_mask + s.field_mask + k.field_mask + l.field_mask + m.field_mask +
+               p.field_mask + q.field_mask);
 }

@@ -50,6 +50,43 @@ static void give_back(const slc_msg_t* msg, void* buffer, size_t size, void* use
   (void)msg, (void)buffer, (void)size, (void)user_data;
 }
 
+/* The entry points of C API 1.0 with NULLs (`eng` and `peer` are not real handles: each call
+ * must refuse its NULL before it looks at them). */
+static void nulls_new(slc_engine_t* eng, slc_peer_t* peer) {
+  slc_mem_t* mem = (slc_mem_t*)&failures;
+  slc_method_stats_t ms = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t cs = SLC_POOL_CLASS_STATS_INIT;
+  const char* name = "x";
+  uint32_t id = 0;
+  uint64_t value = 0;
+  size_t size = 7;
+  expect("try_get_send_slot(NULL)", slc_engine_try_get_send_slot(NULL, 64, &mem), SLC_ERR_INVALID);
+  expect("try_get_send_slot set NULL", mem == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("try_get_send_slot(NULL out)", slc_engine_try_get_send_slot(eng, 64, NULL), SLC_ERR_INVALID);
+  expect("mem_data(NULL)", slc_mem_data(NULL, &size) == NULL && size == 0 ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  slc_mem_release(NULL);
+  expect("send_mem(NULL peer)", slc_send_mem(NULL, 1, mem, 0, NULL), SLC_ERR_INVALID);
+  expect("send_mem(NULL slot)", slc_send_mem(peer, 1, NULL, 0, NULL), SLC_ERR_INVALID);
+  expect("reply_mem(NULL)", slc_msg_reply_mem(NULL, mem, 0, NULL), SLC_ERR_INVALID);
+  expect("reply_mem(foreign)", slc_msg_reply_mem((slc_msg_t*)"not a message handle....", mem, 0, NULL),
+         SLC_ERR_INVALID);
+  expect("cancel(NULL request)", slc_engine_cancel(eng, NULL), SLC_ERR_INVALID);
+  expect("stat_id(NULL)", slc_engine_stat_id(NULL, "x", 1, &id), SLC_ERR_INVALID);
+  expect("stat_id(NULL id)", slc_engine_stat_id(eng, "x", 1, NULL), SLC_ERR_INVALID);
+  expect("stat_by_id(NULL)", slc_engine_stat_by_id(NULL, 0, &value), SLC_ERR_INVALID);
+  expect("stat_by_id(NULL value)", slc_engine_stat_by_id(eng, 0, NULL), SLC_ERR_INVALID);
+  expect("stat_name(NULL)", slc_engine_stat_name(NULL, 0, &name, &size), SLC_ERR_INVALID);
+  expect("stat_name set NULL", name == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("stat_name(NULL name)", slc_engine_stat_name(eng, 0, NULL, &size), SLC_ERR_INVALID);
+  expect("method_stats(NULL)", slc_engine_method_stats(NULL, 1, 0, &ms), SLC_ERR_INVALID);
+  expect("method_stats(NULL out)", slc_engine_method_stats(eng, 1, 0, NULL), SLC_ERR_INVALID);
+  expect("pool_stats(NULL)", slc_engine_pool_stats(NULL, SLC_POOL_SEND, &ps), SLC_ERR_INVALID);
+  expect("pool_stats(NULL out)", slc_engine_pool_stats(eng, SLC_POOL_SEND, NULL), SLC_ERR_INVALID);
+  expect("pool_class_stats(NULL)", slc_engine_pool_class_stats(NULL, SLC_POOL_SEND, 0, &cs), SLC_ERR_INVALID);
+  expect("pool_class_stats(NULL out)", slc_engine_pool_class_stats(eng, SLC_POOL_SEND, 0, NULL), SLC_ERR_INVALID);
+}
+
 static void nulls(void) {
   slc_context_t* ctx = (slc_context_t*)&failures;
   slc_engine_t* eng = (slc_engine_t*)&failures;
@@ -61,8 +98,9 @@ static void nulls(void) {
   expect("context_create(NULL out)", slc_context_create(NULL, NULL), SLC_ERR_INVALID);
   expect("context_create before init", slc_context_create(NULL, &ctx), SLC_ERR_NOT_INITIALIZED);
   expect("ctx set to NULL", ctx == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
-  expect("init_version(1, 0)", slc_init_version(1, 0), SLC_ERR_VERSION);
-  expect("init_version(0, 99)", slc_init_version(0, 99), SLC_ERR_VERSION);
+  expect("init_version(0, 1), the unreleased development API", slc_init_version(0, 1), SLC_ERR_VERSION);
+  expect("init_version(2, 0)", slc_init_version(2, 0), SLC_ERR_VERSION);
+  expect("init_version(1, 99)", slc_init_version(1, 99), SLC_ERR_VERSION);
   slc_context_destroy(NULL);
   same("context_rank(NULL)", slc_context_rank(NULL), -1);
   same("context_size(NULL)", slc_context_size(NULL), -1);
@@ -74,7 +112,7 @@ static void nulls(void) {
   same("eager_limit(NULL)", (long long)slc_engine_eager_limit(NULL), 0);
   expect("engine_peer(NULL)", slc_engine_peer(NULL, 0, &peer), SLC_ERR_INVALID);
   expect("engine_peer(NULL out)", slc_engine_peer(NULL, 0, NULL), SLC_ERR_INVALID);
-  expect("listen(NULL)", slc_engine_listen(NULL, "127.0.0.1:0", 11, &port), SLC_ERR_INVALID);
+  expect("listen(NULL)", slc_engine_listen(NULL, "127.0.0.1:0", 11, NULL, &port), SLC_ERR_INVALID);
   expect("connect(NULL)", slc_engine_connect(NULL, "127.0.0.1:1", 11, 0, &peer), SLC_ERR_INVALID);
   same("peer_rank(NULL)", slc_peer_rank(NULL), -1);
   expect("peer_id(NULL)", slc_peer_id(NULL) == UINT32_MAX ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
@@ -92,7 +130,7 @@ static void nulls(void) {
   slc_msg_release(NULL);
   expect("send(NULL)", slc_send(NULL, 1, NULL, 0, NULL), SLC_ERR_INVALID);
   expect("call(NULL)", slc_call(NULL, 1, NULL, 0, NULL, on_reply, NULL, NULL), SLC_ERR_INVALID);
-  expect("cancel(NULL)", slc_engine_cancel(NULL, 1), SLC_ERR_INVALID);
+  expect("cancel(NULL)", slc_engine_cancel(NULL, (slc_request_t*)&failures), SLC_ERR_INVALID);
   expect("reply(NULL)", slc_msg_reply(NULL, NULL, 0, NULL), SLC_ERR_INVALID);
   expect("reply_error(NULL)", slc_msg_reply_error(NULL, SLC_ERR_INTERNAL, NULL, 0), SLC_ERR_INVALID);
   expect("progress(NULL)", slc_engine_progress(NULL), SLC_ERR_INVALID);
@@ -102,6 +140,7 @@ static void nulls(void) {
   expect("barrier(NULL)", slc_engine_barrier(NULL, 0), SLC_ERR_INVALID);
   expect("release_thread(NULL)", slc_engine_release_thread(NULL), SLC_ERR_INVALID);
   expect("stat(NULL)", slc_engine_stat(NULL, "x", 1, &value), SLC_ERR_INVALID);
+  nulls_new(eng, peer);
   same("strerror(12345) is named unknown", strcmp(slc_strerror(12345), "unknown Sluice status code"), 0);
 }
 
@@ -181,18 +220,68 @@ static void sends(slc_engine_t* eng, slc_peer_t* self) {
   expect("call unregistered method", slc_call(self, 5, NULL, 0, NULL, on_reply, &status, NULL), SLC_OK);
   slc_engine_run_until(eng, replied, &status, INT64_C(10000000000));
   expect("its reply", status, SLC_ERR_UNIMPLEMENTED);
-  expect("listen on a bad address", slc_engine_listen(eng, "nowhere", 7, &r), SLC_ERR_INVALID);
-  expect("listen NULL with a length", slc_engine_listen(eng, NULL, 3, &r), SLC_ERR_INVALID);
+  expect("listen on a bad address", slc_engine_listen(eng, "nowhere", 7, NULL, &r), SLC_ERR_INVALID);
+  expect("listen NULL with a length", slc_engine_listen(eng, NULL, 3, NULL, &r), SLC_ERR_INVALID);
   expect("connect to a closed port", slc_engine_connect(eng, "127.0.0.1:1", 11, 0, &self), SLC_ERR_UNAVAILABLE);
   expect("run_until deadline", slc_engine_run_until(eng, replied, &(int32_t){SLC_IN_PROGRESS}, 1000), SLC_ERR_DEADLINE);
 }
 
-/* Another thread: posts work to the engine, and its own failure's detail stays its own. */
+/* C API 1.0's calls on a real engine: bad sizes, directions, ids, mask bits and flags. */
+static void new_calls(slc_engine_t* eng, slc_peer_t* self) {
+  slc_mem_t* mem = NULL;
+  slc_listen_params_t lp = SLC_LISTEN_PARAMS_INIT;
+  slc_send_params_t sp = SLC_SEND_PARAMS_INIT;
+  slc_method_stats_t ms = SLC_METHOD_STATS_INIT;
+  slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+  slc_pool_class_stats_t cs = SLC_POOL_CLASS_STATS_INIT;
+  const char* name = NULL;
+  size_t size = 0;
+  uint32_t id = 0;
+  uint64_t value = 0;
+  int32_t port = 0;
+  lp.field_mask = UINT64_C(1) << 5;
+  expect("listen mask bit 5", slc_engine_listen(eng, "127.0.0.1:0", 11, &lp, &port), SLC_ERR_INVALID);
+  expect("listen NULL port", slc_engine_listen(eng, "127.0.0.1:0", 11, NULL, NULL), SLC_ERR_INVALID);
+  expect("cancel NULL request", slc_engine_cancel(eng, NULL), SLC_ERR_INVALID);
+  expect("slot above the largest class", slc_engine_try_get_send_slot(eng, (size_t)1 << 40, &mem), SLC_ERR_INVALID);
+  expect("no slot handed out", mem == NULL ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("a 64-byte slot", slc_engine_try_get_send_slot(eng, 64, &mem), SLC_OK);
+  expect("its capacity", slc_mem_data(mem, &size) != NULL && size >= 64 ? SLC_OK : SLC_ERR_INVALID, SLC_OK);
+  expect("send_mem beyond the slot", slc_send_mem(self, 1, mem, size + 1, NULL), SLC_ERR_INVALID);
+  sp.field_mask = SLC_SEND_PARAM_FLAGS;
+  sp.flags = SLC_SEND_FLAG_COPY;
+  expect("send_mem with COPY", slc_send_mem(self, 1, mem, 8, &sp), SLC_ERR_INVALID);
+  sp.field_mask = UINT64_C(1) << 9;
+  expect("send_mem mask bit 9", slc_send_mem(self, 1, mem, 8, &sp), SLC_ERR_INVALID);
+  slc_mem_release(mem);
+  expect("stat_by_id far past the end", slc_engine_stat_by_id(eng, UINT32_MAX, &value), SLC_ERR_NOT_FOUND);
+  expect("stat_name far past the end", slc_engine_stat_name(eng, UINT32_MAX, &name, &size), SLC_ERR_NOT_FOUND);
+  expect("stat_id unknown", slc_engine_stat_id(eng, "am.no_such", 10, &id), SLC_ERR_NOT_FOUND);
+  expect("stat_id NULL name, length 3", slc_engine_stat_id(eng, NULL, 3, &id), SLC_ERR_INVALID);
+  ms.field_mask = SLC_METHOD_STATS_FIELD_COUNTS;
+  expect("method above SLC_MAX_HANDLERS", slc_engine_method_stats(eng, SLC_MAX_HANDLERS + 1, 0, &ms), SLC_ERR_INVALID);
+  expect("a method never called", slc_engine_method_stats(eng, 77, 0, &ms), SLC_ERR_NOT_FOUND);
+  ms.field_mask = UINT64_C(1) << 6;
+  expect("method stats mask bit 6", slc_engine_method_stats(eng, 5, 0, &ms), SLC_ERR_INVALID);
+  ps.field_mask = SLC_POOL_STATS_FIELD_BYTES;
+  expect("pool direction 2", slc_engine_pool_stats(eng, 2, &ps), SLC_ERR_INVALID);
+  ps.field_mask = UINT64_C(1) << 7;
+  expect("pool stats mask bit 7", slc_engine_pool_stats(eng, SLC_POOL_SEND, &ps), SLC_ERR_INVALID);
+  cs.field_mask = SLC_POOL_CLASS_FIELD_NAME;
+  expect("class index 1000", slc_engine_pool_class_stats(eng, SLC_POOL_RECV, 1000, &cs), SLC_ERR_NOT_FOUND);
+  expect("class direction -1", slc_engine_pool_class_stats(eng, -1, 0, &cs), SLC_ERR_INVALID);
+  cs.field_mask = UINT64_C(1) << 3;
+  expect("class stats mask bit 3", slc_engine_pool_class_stats(eng, SLC_POOL_SEND, 0, &cs), SLC_ERR_INVALID);
+}
+
+/* Another thread: posts work to the engine, and its own failure's detail stays its own; the
+ * statistics, which belong to the engine thread, are refused to it. */
 struct poster {
   slc_engine_t* eng;
   int32_t posted;
   volatile int ran;
   char detail[160];
+  int32_t stat, pool;
 };
 
 static void work(void* user_data) { ((struct poster*)user_data)->ran = 1; }
@@ -202,13 +291,20 @@ static void* post_from_thread(void* arg) {
   p->posted = slc_engine_post(p->eng, work, p);
   slc_send(NULL, 1, NULL, 0, NULL);
   snprintf(p->detail, sizeof p->detail, "%s", slc_last_error());
+  {
+    uint64_t value = 0;
+    slc_pool_stats_t ps = SLC_POOL_STATS_INIT;
+    ps.field_mask = SLC_POOL_STATS_FIELD_BYTES;
+    p->stat = slc_engine_stat_by_id(p->eng, 0, &value);
+    p->pool = slc_engine_pool_stats(p->eng, SLC_POOL_SEND, &ps);
+  }
   return NULL;
 }
 
 static int32_t work_ran(void* user_data) { return ((struct poster*)user_data)->ran; }
 
 static void posts(slc_engine_t* eng) {
-  struct poster p = {eng, SLC_ERR_UNKNOWN, 0, ""};
+  struct poster p = {eng, SLC_ERR_UNKNOWN, 0, "", SLC_OK, SLC_OK};
   pthread_t t;
   expect("a failure on this thread", slc_engine_stat(eng, "am.no_such", 10, NULL), SLC_ERR_INVALID);
   if (pthread_create(&t, NULL, post_from_thread, &p) != 0) {
@@ -221,6 +317,8 @@ static void posts(slc_engine_t* eng) {
   same("the other thread's detail is its own", strstr(p.detail, "slc_send") != NULL, 1);
   same("this thread's detail is its own", strstr(slc_last_error(), "slc_engine_stat") != NULL, 1);
   expect("post without fn", slc_engine_post(eng, NULL, NULL), SLC_ERR_INVALID);
+  same("stat_by_id from another thread is refused", p.stat, SLC_ERR_INVALID);
+  same("pool_stats from another thread is refused", p.pool, SLC_ERR_INVALID);
 }
 
 int main(void) {
@@ -239,6 +337,7 @@ int main(void) {
   expect("peer 1 of a one-rank job", slc_engine_peer(eng, 1, &self), SLC_ERR_INVALID);
   expect("peer 0", slc_engine_peer(eng, 0, &self), SLC_OK);
   if (eng != NULL && self != NULL) sends(eng, self);
+  if (eng != NULL && self != NULL) new_calls(eng, self);
   if (eng != NULL) posts(eng);
   slc_engine_destroy(eng);
   slc_context_destroy(ctx);

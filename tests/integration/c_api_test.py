@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The C API's and the Fortran module's examples as real jobs: ping (C, Fortran) and rpc (C)
 under sluice-run -n 2 and under mpirun; rpc in client/server mode (listen, connect) with the C
-and the Fortran client; the Fortran client of the C server as the two ranks of one job; and the
-C, Fortran and C++ pings as the two ranks of one job in every pairing (they speak one protocol).
-Every process runs under a watchdog (timeout)."""
+and the Fortran client, against the C and the Fortran server; the Fortran client of the C server
+and both clients of the Fortran server as the two ranks of one job; and the C, Fortran and C++
+pings as the two ranks of one job in every pairing (they speak one protocol). Every process runs
+under a watchdog (timeout)."""
 import os
 import re
 import shutil
@@ -16,6 +17,11 @@ EXAMPLES = os.path.join(BUILD, "apps/examples")
 PING = {name: os.path.join(EXAMPLES, exe) for name, exe in (("c", "ping_c"), ("cpp", "ping"), ("fortran", "ping_f"))}
 RPC = os.path.join(EXAMPLES, "rpc_c")
 RPC_F = os.path.join(EXAMPLES, "rpc_client_f")
+RPC_SERVER_F = os.path.join(EXAMPLES, "rpc_server_f")
+CLIENT_SAYS = {RPC: "rpc_c: 101 calls answered, error, deadline and cancel as expected",
+               RPC_F: "rpc_client_f: 101 calls answered, error and unknown method as expected"}
+# Both clients make 101 echo calls (100, then one into a reply buffer).
+SERVER_F_SAYS = "rpc_server_f: served 101 echo calls"
 WATCHDOG = 120
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -35,7 +41,7 @@ def by_rank(rank0, rank1, *args):
 
 class Examples(unittest.TestCase):
     def setUp(self):
-        for path in list(PING.values()) + [RPC, RPC_F, RUN]:
+        for path in list(PING.values()) + [RPC, RPC_F, RPC_SERVER_F, RUN]:
             if not os.path.exists(path):
                 self.skipTest(f"{path} is not built (no C or Fortran compiler?)")
 
@@ -66,14 +72,29 @@ class Examples(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("rpc_client_f: 101 calls answered, error and unknown method as expected", r.stdout)
 
+    def test_c_and_fortran_clients_of_the_fortran_server_under_sluice_run(self):
+        for client in (RPC, RPC_F):
+            with self.subTest(client=os.path.basename(client)):
+                r = run([RUN, "-n", "2"] + by_rank(RPC_SERVER_F, client))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn(CLIENT_SAYS[client], r.stdout)
+                self.assertIn(SERVER_F_SAYS, r.stdout)
+
     def test_c_rpc_client_server(self):
         for client in (RPC, RPC_F):
             with self.subTest(client=os.path.basename(client)):
-                self.client_server(client)
+                self.client_server(RPC, client)
 
-    def client_server(self, client):
-        server = subprocess.Popen([RPC, "listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+    def test_fortran_rpc_server_client_server(self):
+        for client in (RPC, RPC_F):
+            with self.subTest(client=os.path.basename(client)):
+                out = self.client_server(RPC_SERVER_F, client)
+                self.assertIn(SERVER_F_SAYS, out)
+
+    def client_server(self, server_exe, client):
+        """Runs `client` against `server_exe` listening on a port of its own; returns the server's output."""
+        server = subprocess.Popen([server_exe, "listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
         with server:
             try:
                 line = server.stdout.readline()
@@ -81,9 +102,10 @@ class Examples(unittest.TestCase):
                 self.assertIsNotNone(m, line)
                 r = run([client, "connect", "127.0.0.1:" + m.group(1)])
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-                self.assertIn("101 calls answered", r.stdout)
-                _, err = server.communicate(timeout=WATCHDOG)
+                self.assertIn(CLIENT_SAYS[client], r.stdout)
+                out, err = server.communicate(timeout=WATCHDOG)
                 self.assertEqual(server.returncode, 0, err)
+                return out
             finally:
                 if server.poll() is None:
                     server.kill()
@@ -108,6 +130,12 @@ class Examples(unittest.TestCase):
                 r = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"] + cmd, env=MPI_ENV)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
                 self.assertIn(out, r.stdout)
+        with self.subTest(cmd="rpc_server_f : rpc_c"):
+            r = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1", RPC_SERVER_F, ":", "-np", "1", RPC],
+                    env=MPI_ENV)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(CLIENT_SAYS[RPC], r.stdout)
+            self.assertIn(SERVER_F_SAYS, r.stdout)
 
 
 if __name__ == "__main__":

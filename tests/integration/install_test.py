@@ -7,8 +7,10 @@ points); pkg-config needs no UCX, hwloc, libsodium or OpenSSL .pc file; the firs
 getting-started.md, as a reader copies it, runs alone and with two and three ranks; every link
 of the installed documents leads to an installed file; a different abseil is refused at
 configure time, by name. The C API: the installed C and Fortran examples build with
-pkg-config's sluice-c (without abseil's .pc files) and with CMake's Sluice::sluice_c and run;
-getting-started.md's C first program runs; the slc_ symbols carry the version node SLUICE_C_0."""
+pkg-config's sluice-c (without abseil's .pc files) and with CMake's Sluice::sluice_c and run
+(the Fortran RPC server answering the C client);
+getting-started.md's C first program runs; the slc_ symbols carry the version node SLUICE_C_1
+and none the unreleased SLUICE_C_0."""
 import json
 import os
 import re
@@ -290,6 +292,12 @@ class Installed(unittest.TestCase):
         ping_f = self.c_program(os.path.join(examples, "fortran/ping.f90"), os.path.join(self.tmp, "ping-f"), "gfortran",
                                 ["-std=f2018"] + flags)
         self.check_ping(ping_f)
+        server_f = self.c_program(os.path.join(examples, "fortran/rpc_server.f90"), os.path.join(self.tmp, "rpc-server-f"),
+                                  "gfortran", ["-std=f2018"] + flags)
+        by_rank = f'if [ "$SLUICE_RANK" = 0 ]; then exec {server_f}; else exec {rpc}; fi'
+        r = run([os.path.join(self.bin, "sluice-run"), "-n", "2", "sh", "-c", by_rank])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("rpc_server_f: served 101 echo calls", r.stdout)
 
     def test_c_and_fortran_programs_built_with_cmake(self):
         src = os.path.join(self.tmp, "cmake-c-src")
@@ -335,8 +343,9 @@ class Installed(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         c = re.findall(r" (slc_\w+)(@*\S*)$", r.stdout, re.M)
         self.assertGreater(len(c), 30)
-        self.assertEqual([n for n, v in c if v != "@@SLUICE_C_0"], [])
-        self.assertNotIn("@@SLUICE_C_0", "".join(l for l in r.stdout.splitlines() if " slc_" not in l))
+        self.assertEqual([n for n, v in c if v != "@@SLUICE_C_1"], [])
+        self.assertNotIn("@@SLUICE_C_1", "".join(l for l in r.stdout.splitlines() if " slc_" not in l))
+        self.assertNotIn("SLUICE_C_0", r.stdout)
 
     def test_another_abseil_is_refused_by_name(self):
         # A stand-in abseil of another release ahead on the search path.

@@ -63,7 +63,7 @@ static int32_t server_done(void* user_data) { return ((struct server*)user_data)
 
 /* One call; its reply lands in *r. Returns slc_call's status, or the reply's. */
 static int32_t call(slc_engine_t* eng, slc_peer_t* peer, uint16_t method, const char* text,
-                    const slc_call_params_t* params, struct reply* r, uint64_t* id, int cancel) {
+                    const slc_call_params_t* params, struct reply* r, slc_request_t** id, int cancel) {
   int32_t st;
   memset(r, 0, sizeof *r);
   do {
@@ -83,7 +83,7 @@ static int check(const char* what, int32_t got, int32_t want) {
 
 static int client(slc_engine_t* eng, slc_peer_t* peer) {
   struct reply r;
-  uint64_t id = 0;
+  slc_request_t* id = NULL;
   char landing[64];
   int i, bad = 0;
   slc_call_params_t p = SLC_CALL_PARAMS_INIT;
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   if ((r = slc_context_create(NULL, &ctx)) != SLC_OK) return fail("context", r);
   if ((r = slc_engine_create(ctx, NULL, &eng)) != SLC_OK) return fail("engine", r);
   if (argc > 2 && strcmp(argv[1], "listen") == 0) {
-    if ((r = slc_engine_listen(eng, argv[2], strlen(argv[2]), &port)) != SLC_OK) return fail("listen", r);
+    if ((r = slc_engine_listen(eng, argv[2], strlen(argv[2]), NULL, &port)) != SLC_OK) return fail("listen", r);
     printf("listening on %d\n", port);
     fflush(stdout);
     rc = server(eng);

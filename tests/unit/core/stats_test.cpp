@@ -28,5 +28,22 @@ TEST(Stats, ReferencesStayValidAsTheRegistryGrows) {
   EXPECT_EQ(s.value("first"), 7u);
 }
 
+TEST(Stats, AnIndexNamesTheSameCounterAsTheRegistryGrows) {
+  Stats s;
+  s.counter("zeta").add(2);
+  s.high_water("alpha").update(9);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.index_of("zeta"), 0u);  // the order they were made, not sorted
+  EXPECT_EQ(s.index_of("alpha"), 1u);
+  EXPECT_EQ(s.index_of("missing"), std::nullopt);
+  for (int i = 0; i < 100; ++i) s.counter("c" + std::to_string(i)).add();
+  s.counter("zeta").add(3);
+  EXPECT_EQ(s.name_at(0), "zeta");
+  EXPECT_EQ(s.value_at(0), 5u);
+  EXPECT_EQ(s.name_at(1), "alpha");
+  EXPECT_EQ(s.value_at(1), 9u);  // a high-water mark reads as one
+  EXPECT_EQ(s.size(), 102u);
+}
+
 }  // namespace
 }  // namespace sluice
