@@ -60,7 +60,7 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
                                         wire::kVersion);
       if (p->ep().valid() || engine().peers_.ensure_endpoint(*p).ok())
         engine().control_.send(*p, wire::kReject,
-                                   std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
+                               std::span(reinterpret_cast<const std::byte*>(why.data()), why.size()));
       engine().fail_peer(*p, absl::StatusCode::kUnavailable, why);
     }
     return;

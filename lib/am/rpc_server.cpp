@@ -216,7 +216,7 @@ Result RpcServer::reply_own(Message& m, std::span<const std::byte> header, SendC
   } else {
     r = reply(m, header, payload, 0, PayloadCopy::kNo, std::move(on_done), nullptr, nullptr);
   }
-  engine().delivery_.release(m);             // valid: answering() checked it (Message::release's test)
+  engine().delivery_.release(m);              // valid: answering() checked it (Message::release's test)
   engine().control_.maybe_return_credits(p);  // a queued reply carries it later
   return r;
 }

@@ -70,6 +70,7 @@ TEST_F(TransportFaults, LostCreditReturnsAreRecoveredFromTheNextHeartbeat) {
   // lost: without a repair the sender would wait for ever with 18 messages queued.
   Config c;
   c.credits = 2;
+  c.credits_max = 2;  // no loans: only the heartbeat's count can free the sender
   c.heartbeat = std::chrono::milliseconds(20);
   make(c);
   Fabric::on_send([](const Packet& p) { return is_ctrl(p, wire::kCredit); }, Action::kDrop, 2);
