@@ -74,8 +74,9 @@ void Control::return_credits(PeerData& p) {
 
 void Control::send_grant(PeerData& p) {
   std::array<std::byte, wire::kGrantSize> body;
-  wire::encode_grant({p.loan.lent(), p.tx.credits().given_up(), p.loan.target(),
-                      static_cast<std::uint32_t>(std::min<std::size_t>(p.tx.queued(), UINT32_MAX))},
+  auto count = [](std::size_t n) { return static_cast<std::uint32_t>(std::min<std::size_t>(n, UINT32_MAX)); };
+  wire::encode_grant({p.loan.lent(), p.tx.credits().given_up(), p.loan.target(), count(p.tx.queued()), p.loan.window(),
+                      p.calls.kept(), count(p.calls.queued())},
                      body.data());
   send(p, wire::kGrant, body);
 }

@@ -92,6 +92,8 @@ struct EngineCounters {
   Counter* credit_asks;
   Counter* credits_refused;
   Counter* peers_recalled;
+  Counter* windows_widened;
+  Counter* windows_reclaimed;
 
   // The traffic counters and a peer's share of them (live stats), counted together.
   void sent(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {

@@ -12,11 +12,20 @@ std::uint32_t CreditBank::cap() const { return std::max(engine().config_.credits
 
 std::uint32_t CreditBank::posted_for(std::uint32_t grant) const { return std::min(engine().config_.rx_posted, grant); }
 
+std::size_t CreditBank::for_newcomers(const PoolClass& c, std::size_t floor) {
+  return std::min(kNewcomers * floor, c.budget_slots() / 16);
+}
+
 std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
-  std::size_t room = engine().recv_pool_->eager().reservable();
+  const PoolClass& eager = engine().recv_pool_->eager();
+  std::size_t room = eager.reservable();
+  // Beyond its floor a HELLO leaves the newcomers' share: recalls free room for them a
+  // heartbeat interval later, and the next connects must not find the budget gone meanwhile.
+  std::size_t keep = for_newcomers(eager, cost(kFloor));
+  std::size_t spare = room > keep ? room - keep : 0;
   std::uint32_t grant = engine().config_.credits;
-  while (grant >= kFloor && cost(grant) > room) --grant;
-  if (grant < kFloor) {
+  while (grant > kFloor && cost(grant) > spare) --grant;
+  if (cost(grant) > room) {
     short_ = true;
     return 0;
   }
@@ -35,15 +44,74 @@ std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
   return grant;
 }
 
+std::uint32_t CreditBank::open_window(PeerData& p) {
+  const std::uint32_t want = engine().config_.rpc_window;
+  PoolClass& send = engine().send_pool_->eager();
+  std::size_t room = send.reservable(), keep = for_newcomers(send, 2);  // as open()
+  auto window = static_cast<std::uint32_t>(std::min<std::size_t>(want, room > keep ? (room - keep) / 2 : 0));
+  if (window == 0 && room >= 2) window = 1;
+  if (window < want) window_short_ = true;
+  if (window == 0) return 0;
+  send.reserve(2 * std::size_t{window}).IgnoreError();  // fits: reservable() said so
+  if (window < want) {
+    SLUICE_LOG(kInfo, "flow", "%s granted an RPC window of %u, not %u: send budget for replies (held for other peers)",
+               p.name(), window, want);
+  }
+  note_window(p, window);
+  engine().sender_.hold_replies(p, 2 * window);
+  engine().rpc_server_.grant(p, window);
+  return window;
+}
+
+void CreditBank::note_window(PeerData& p, std::uint32_t window) {
+  window_lenders_ -= p.loan.window_ > 1 ? 1 : 0;
+  window_lenders_ += window > 1 ? 1 : 0;
+  p.loan.window_ = window;
+}
+
+void CreditBank::widen(PeerData& p, std::uint32_t want) {
+  std::uint32_t w = p.loan.window_;
+  std::uint32_t cap = engine().config_.rpc_window;
+  std::uint32_t room = cap > w ? std::min(std::max(want, w), cap - w) : 0;
+  auto d = static_cast<std::uint32_t>(std::min<std::size_t>(room, engine().send_pool_->eager().reservable() / 2));
+  std::uint32_t unmet = room - d;
+  if (unmet != 0 && p.loan.window_wanted_ == 0) window_waiting_.push_back(p.id());
+  if (unmet == 0 && p.loan.window_wanted_ != 0) std::erase(window_waiting_, p.id());
+  p.loan.window_wanted_ = unmet;
+  if (d == 0) return;
+  engine().c_.windows_widened->add(d);
+  set_window(p, w + d);
+}
+
+void CreditBank::set_window(PeerData& p, std::uint32_t window) {
+  std::uint32_t held = p.requests.capacity();
+  if (window > held) {  // reply slots first, then the peer may use them
+    engine().send_pool_->eager().reserve(2 * std::size_t{window - held}).IgnoreError();  // caller checked
+    engine().sender_.hold_replies(p, 2 * window);
+    engine().rpc_server_.resize(p, window);
+  }
+  note_window(p, window);  // a lower one takes effect once the peer keeps to it (window_kept)
+  engine().control_.send_grant(p);
+}
+
+void CreditBank::window_kept(PeerData& p, std::uint32_t seen) {
+  std::uint32_t held = p.requests.capacity();
+  if (seen != p.loan.window_ || seen >= held) return;  // not the window we asked it to keep to
+  engine().send_pool_->eager().unreserve(2 * std::size_t{held - seen});
+  engine().sender_.hold_replies(p, 2 * seen);
+  engine().rpc_server_.resize(p, seen);
+  engine().c_.windows_reclaimed->add(held - seen);
+  serve_waiting();
+}
+
 void CreditBank::close(PeerData& p) {
   std::uint32_t posted = engine().receives_.close(p);
   if (std::uint32_t granted = Delivery::take_grant(p); granted != 0)
     engine().recv_pool_->eager().unreserve(granted + posted);
   set_target(p, 0);
-  if (p.loan.wanted_ != 0) {
-    p.loan.wanted_ = 0;
-    std::erase(waiting_, p.id());
-  }
+  note_window(p, 0);
+  if (std::exchange(p.loan.wanted_, 0) != 0) std::erase(waiting_, p.id());
+  if (std::exchange(p.loan.window_wanted_, 0) != 0) std::erase(window_waiting_, p.id());
 }
 
 void CreditBank::set_target(PeerData& p, std::uint32_t target) {
@@ -61,7 +129,20 @@ void CreditBank::set_grant(PeerData& p, std::uint32_t grant) {
   engine().receives_.resize(p, posted_for(grant));
 }
 
-bool CreditBank::on_grant(PeerData& p, std::uint64_t given_up, std::uint32_t waiting) {
+bool CreditBank::on_grant(PeerData& p, const wire::Grant& g) {
+  if (!credits_back(p, g.given_up)) return false;
+  if (g.waiting != 0) {
+    engine().c_.credit_asks->add();
+    // A peer whose credits our application holds (messages kept, not released) is not lent
+    // more: that is a slow receiver, which its waiting sends must feel.
+    if (p.rx.unreleased() * 2 <= p.rx.granted()) lend(p, g.waiting);
+  }
+  window_kept(p, g.window_seen);
+  if (g.calls_waiting != 0) widen(p, g.calls_waiting);
+  return true;
+}
+
+bool CreditBank::credits_back(PeerData& p, std::uint64_t given_up) {
   if (given_up != p.loan.given_up_) {
     // A correct peer gives back only credits it holds unspent: never below the floor, never one
     // whose message we still hold or whose return we still owe.
@@ -73,12 +154,6 @@ bool CreditBank::on_grant(PeerData& p, std::uint64_t given_up, std::uint32_t wai
     set_grant(p, granted - static_cast<std::uint32_t>(d));
     engine().c_.credits_reclaimed->add(d);
     serve_waiting();
-  }
-  if (waiting != 0) {
-    engine().c_.credit_asks->add();
-    // A peer whose credits our application holds (messages kept, not released) is not lent
-    // more: that is a slow receiver, which its waiting sends must feel.
-    if (p.rx.unreleased() * 2 <= p.rx.granted()) lend(p, waiting);
   }
   return true;
 }
@@ -105,38 +180,50 @@ void CreditBank::lend(PeerData& p, std::uint32_t want) {
 }
 
 void CreditBank::serve_waiting() {
-  // Oldest first; lend() takes a peer off the list once it has what it asked for.
+  // Oldest first; lend() and widen() take a peer off its list once it has what it asked for.
   for (std::size_t i = 0; i < waiting_.size() && engine().recv_pool_->eager().reservable() != 0;) {
     std::size_t before = waiting_.size();
     PeerData& p = engine().peers_.at(waiting_[i]);
     lend(p, p.loan.wanted_);
     if (waiting_.size() == before) ++i;
   }
+  for (std::size_t i = 0; i < window_waiting_.size() && engine().send_pool_->eager().reservable() >= 2;) {
+    std::size_t before = window_waiting_.size();
+    PeerData& p = engine().peers_.at(window_waiting_[i]);
+    widen(p, p.loan.window_wanted_);
+    if (window_waiting_.size() == before) ++i;
+  }
 }
 
 void CreditBank::tick(Clock::time_point now) {
-  if (!waiting_.empty()) serve_waiting();
+  if (waiting() != 0) serve_waiting();
   bool tight = engine().recv_pool_->eager().reservable() < cost(engine().config_.credits);
-  if ((waiting_.empty() && !(short_ && tight)) || lenders_ == 0) return;
-  reclaim(now);
+  bool window_tight = engine().send_pool_->eager().reservable() < 2 * std::size_t{engine().config_.rpc_window};
+  bool credits = (!waiting_.empty() || (short_ && tight)) && lenders_ != 0;
+  bool windows = (!window_waiting_.empty() || (window_short_ && window_tight)) && window_lenders_ != 0;
+  if (credits || windows) reclaim(now, credits, windows);
 }
 
-void CreditBank::reclaim(Clock::time_point now) {
+void CreditBank::reclaim(Clock::time_point now, bool credits, bool windows) {
   // Idle: nothing received from it for a heartbeat interval (as this walk saw it).
   const Duration idle_after = engine().config_.heartbeat;
   engine().peers_.for_each([&](PeerData& p) {
-    if (p.state() != PeerState::kReady || p.loan.target_ <= kFloor || p.loan.wanted_ != 0) return;
+    bool has_credits = credits && p.loan.target_ > kFloor && p.loan.wanted_ == 0;
+    bool has_window = windows && p.loan.window_ > 1 && p.loan.window_wanted_ == 0;
+    if (p.state() != PeerState::kReady || !(has_credits || has_window)) return;
     if (p.traffic.msgs_received() != p.loan.seen_msgs_) {
       p.loan.seen_msgs_ = p.traffic.msgs_received();
       p.loan.quiet_since_ = now;
       return;
     }
     if (now - p.loan.quiet_since_ < idle_after) return;
-    set_target(p, kFloor);
+    if (has_credits) set_target(p, kFloor);
+    if (has_window) note_window(p, 1);
     engine().c_.peers_recalled->add();
     engine().control_.send_grant(p);
   });
-  short_ = false;
+  if (credits) short_ = false;
+  if (windows) window_short_ = false;
 }
 
 }  // namespace sluice::detail

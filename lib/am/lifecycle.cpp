@@ -90,7 +90,9 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("flow.credits_reclaimed"),
                       &s.counter("flow.credit_asks"),
                       &s.counter("flow.credits_refused"),
-                      &s.counter("flow.peers_recalled")};
+                      &s.counter("flow.peers_recalled"),
+                      &s.counter("rpc.window_widened"),
+                      &s.counter("rpc.window_reclaimed")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {
@@ -369,14 +371,18 @@ const Stats& EngineCore::stats() {
   }
   stats_.counter("am.tx_inflight").set(sender_.inflight() + control_.inflight());
   stats_.counter("api.wrong_thread").set(guard_.wrong_thread_calls());
-  std::size_t held = 0, granted = 0, in_use = 0, from = 0;
+  std::size_t held = 0, granted = 0, in_use = 0, from = 0, windows = 0, windows_from = 0;
   peers_.for_each([&](const PeerData& p) {
     if (p.state() != PeerState::kReady) return;
     held += p.rx.granted() != 0 && p.rx.unreleased() >= p.rx.granted() ? 1 : 0;
     granted += p.rx.granted();
     in_use += p.rx.unreleased() + p.rx.owed().owed();
     from += p.tx.credits().granted();
+    windows += p.requests.capacity();
+    windows_from += p.calls.window().granted();
   });
+  stats_.counter("rpc.window_granted").set(windows);
+  stats_.counter("rpc.window_held").set(windows_from);
   stats_.counter("flow.peers_held").set(held);
   stats_.counter("flow.credits_granted").set(granted);
   stats_.counter("flow.credits_in_use").set(in_use);

@@ -52,20 +52,13 @@ bool LinkControl::send_hello(PeerData& p) {
   // Reply capacity (the NFSv4.1 backchannel lesson): for an RPC window of W requests, 2·W send
   // slots are held back for replies, so that a reply — even while the previous one is still in
   // flight — is never refused for want of send memory that one-way sends used up.
-  std::uint32_t window = engine().config_.rpc_window;
-  while (window >= 1 && !engine().send_pool_->eager().reserve(2 * std::size_t{window}).ok()) window /= 2;
+  std::uint32_t window = engine().bank_.open_window(p);
   if (window == 0) {
     reject(p, absl::StrFormat("cannot hold back 2 reply slots (%u B send slots) for %s: send budget "
-                              "exhausted; raise SLUICE_SEND_POOL_MAX",
+                              "exhausted (every other peer holds its minimum or is busy); raise SLUICE_SEND_POOL_MAX",
                               engine().send_pool_->eager().slot_size(), p.name()));
     return false;
   }
-  if (window < engine().config_.rpc_window) {
-    SLUICE_LOG(kInfo, "flow", "%s granted an RPC window of %u, not %u: send budget for replies", p.name(), window,
-               engine().config_.rpc_window);
-  }
-  engine().sender_.hold_replies(p, 2 * window);
-  engine().rpc_server_.grant(p, window);
   // reply_index: our index for the peer, which it puts in its tags to us.
   std::uint32_t me = p.rank() >= 0 ? static_cast<std::uint32_t>(engine().rank()) : wire::kClientRank;
   // Its messages can arrive once it has this HELLO: the receives for them go first.
@@ -134,13 +127,13 @@ void LinkControl::handle_ctrl(PeerData& p, const wire::Header& h, std::span<cons
     case wire::kGrant: {
       wire::Grant g;
       wire::Parse pr = wire::decode_grant(body, &g);
-      if (pr != wire::Parse::kOk || !engine().sender_.on_loan(p, g) ||
-          !engine().bank_.on_grant(p, g.given_up, g.waiting)) {
+      if (pr != wire::Parse::kOk || !engine().sender_.on_loan(p, g) || !engine().bank_.on_grant(p, g)) {
         engine().c_.parse_errors->add();
         SLUICE_LOG_RATE_LIMITED(kWarn, "flow", "%s sent a GRANT no correct peer sends (%s); ignored", p.name(),
                                 pr != wire::Parse::kOk ? wire::to_string(pr) : "counts out of range");
         return;
       }
+      engine().rpc_client_.regrant(p, g.window);
       break;
     }
     default:

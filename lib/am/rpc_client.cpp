@@ -101,6 +101,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   }
   if (p.state() == PeerState::kNew) engine().link_.start_handshake(p);
   mine.queue_.push_back({header_op, payload_op});
+  if (p.state() == PeerState::kReady) engine().sender_.ask(p);  // a wider window, if the server can
   return Result::kOk;
 }
 
@@ -128,7 +129,21 @@ void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::by
   if (pr.kind != Post::kPending) engine().done_.push_back({rx, pr.code, pr.length, pr.sender_tag});
 }
 
-void RpcClient::grant(PeerData& p, std::uint32_t window) { p.calls.window_.grant(window); }
+void RpcClient::grant(PeerData& p, std::uint32_t window) {
+  p.calls.window_.grant(window);
+  p.calls.kept_ = window;
+}
+
+void RpcClient::regrant(PeerData& p, std::uint32_t window) {
+  CallsTo& mine = p.calls;
+  mine.window_.grant(window);
+  // Kept once at most `window` calls are outstanding (sent, or queued to be sent): the server
+  // may then admit no more than that.
+  if (mine.kept_ == window || mine.window_.outstanding() > window) return;
+  bool lower = window < mine.kept_;
+  mine.kept_ = window;
+  if (lower) engine().control_.send_grant(p);
+}
 
 void RpcClient::start_waiting(PeerData& p) {
   CallsTo& mine = p.calls;
@@ -143,6 +158,8 @@ void RpcClient::start_waiting(PeerData& p) {
 
 void RpcClient::window_freed(PeerData& p) {
   p.calls.window_.finish();
+  if (p.calls.kept_ > p.calls.window_.granted()) [[unlikely]]
+    regrant(p, p.calls.window_.granted());         // a lower window now fits
   if (p.has_waiting()) engine().sender_.flush(p);  // a request waiting for the window may go now
 }
 

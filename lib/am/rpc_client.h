@@ -27,11 +27,15 @@ class CallsTo {
   bool waiting() const { return !queue_.empty(); }
   std::size_t queued() const { return queue_.size(); }
   const CallWindow& window() const { return window_; }
+  // The server's window we keep to (a lower one once our outstanding calls fit it): GRANTs
+  // tell the server, which then shrinks what it holds for us.
+  std::uint32_t kept() const { return kept_; }
 
  private:
   friend class RpcClient;
   std::deque<Pending> queue_;
   CallWindow window_;
+  std::uint32_t kept_ = 0;
 };
 
 class RpcClient {
@@ -52,8 +56,10 @@ class RpcClient {
   // and a waiting request may go.
   void window_freed(PeerData& p);
 
-  // The peer's HELLO granted `window` (a restarted peer's: 0 until then).
+  // The peer's HELLO granted `window` (a restarted peer's: 0 until then); its GRANT's window
+  // (a loan, or a recall: kept, and said, once our outstanding calls fit it).
   void grant(PeerData& p, std::uint32_t window);
+  void regrant(PeerData& p, std::uint32_t window);
   // The sender drains: requests waiting for the window join the send queue while it has room.
   void start_waiting(PeerData& p);
   // Deadlines and overdue warnings (the engine's timer tick); whether any call is outstanding.

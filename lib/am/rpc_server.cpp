@@ -12,6 +12,8 @@ namespace sluice::detail {
 
 void RpcServer::grant(PeerData& p, std::uint32_t window) { p.requests.window_ = RequestWindow(window); }
 
+void RpcServer::resize(PeerData& p, std::uint32_t window) { p.requests.window_.resize(window); }
+
 void RpcServer::reply_sent(PeerData& p) { p.requests.window_.reply_done(); }
 
 void RpcServer::answer_error(Message& m, absl::StatusCode code, std::string_view text) {

@@ -20,6 +20,12 @@ struct PeerData;
 
 // A peer's server part: RpcServer's alone.
 class RequestsFrom {
+ public:
+  // Requests it may have unanswered (what is admitted; a lower window takes effect once the
+  // peer keeps to it).
+  std::uint32_t capacity() const { return window_.capacity(); }
+
+ private:
   friend class RpcServer;
   RequestWindow window_;
 };
@@ -30,8 +36,10 @@ class RpcServer {
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
 
-  // The window granted to the peer (our HELLO), or the default for a new or failed peer.
+  // The window granted to the peer (our HELLO), or the default for a new or failed peer; a
+  // new capacity for the requests it has (a loan, or a lower window it keeps to).
   void grant(PeerData& p, std::uint32_t window);
+  void resize(PeerData& p, std::uint32_t window);
   void on_request(PeerData& p, Message& m);
   Result reply(Message& m, std::span<const std::byte> header, std::span<const std::byte> payload, std::uint16_t status,
                PayloadCopy copy = PayloadCopy::kPoolOrHeap, SendCallback&& on_done = {}, void* memh = nullptr,

@@ -194,6 +194,9 @@ class ReorderWindow {
 class RequestWindow {
  public:
   explicit RequestWindow(std::uint32_t capacity = 0) : capacity_(capacity) {}
+  // A new capacity (a loan, or a lower window the caller said it keeps to); requests admitted
+  // stay.
+  void resize(std::uint32_t capacity) { capacity_ = capacity; }
   bool try_admit() {
     if (busy_ >= capacity_) return false;
     ++busy_;

@@ -120,6 +120,8 @@ class PoolClass final : public SlotOwner {
   absl::Status reserve(std::size_t n);
   void unreserve(std::size_t n);
   std::size_t reserved() const { return reserved_; }
+  // Slots the whole budget would hold.
+  std::size_t budget_slots() const { return budget_->max / slot_size_; }
   // How many more slots reserve() would accept now.
   std::size_t reservable() const {
     std::size_t others = budget_->mapped - mapped_bytes();

@@ -89,6 +89,10 @@ void encode_grant(const Grant& g, std::byte* out) {
   put<std::uint64_t>(out + 8, g.given_up);
   put<std::uint32_t>(out + 16, g.target);
   put<std::uint32_t>(out + 20, g.waiting);
+  put<std::uint32_t>(out + 24, g.window);
+  put<std::uint32_t>(out + 28, g.window_seen);
+  put<std::uint32_t>(out + 32, g.calls_waiting);
+  put<std::uint32_t>(out + 36, 0);
 }
 
 Parse decode_grant(std::span<const std::byte> bytes, Grant* out) {
@@ -98,9 +102,12 @@ Parse decode_grant(std::span<const std::byte> bytes, Grant* out) {
   out->given_up = get<std::uint64_t>(p + 8);
   out->target = get<std::uint32_t>(p + 16);
   out->waiting = get<std::uint32_t>(p + 20);
-  // A grant never goes below the 2 credits every peer keeps (given_up is checked by its
-  // receiver, against what it lent).
-  if (out->target < 2 || out->lent < 2) return Parse::kBadField;
+  out->window = get<std::uint32_t>(p + 24);
+  out->window_seen = get<std::uint32_t>(p + 28);
+  out->calls_waiting = get<std::uint32_t>(p + 32);
+  // A grant never goes below the 2 credits or the 1 call every peer keeps (given_up and
+  // window_seen are checked by their receiver, against what it granted).
+  if (out->target < 2 || out->lent < 2 || out->window < 1 || get<std::uint32_t>(p + 36) != 0) return Parse::kBadField;
   return Parse::kOk;
 }
 

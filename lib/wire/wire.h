@@ -141,16 +141,22 @@ inline constexpr std::size_t kHelloSize = 40;
 // receiver of the peer's messages, the sender of a GRANT says how many credits it has granted
 // the peer in all (`lent`, the HELLO's included; never decreases) and how many the peer may
 // keep (`target`); as a sender it says how many of the peer's credits it gave back in all
-// (`given_up`) and how many of its messages wait for the peer's credits (`waiting`). Every
-// count is absolute, so a later GRANT supersedes an earlier one.
+// (`given_up`) and how many of its messages wait for the peer's credits (`waiting`). As an RPC
+// server it says the call window it grants the peer now (`window`); as a caller, the window of
+// the peer's it keeps to (`window_seen`: it has at most that many calls outstanding) and how
+// many of its calls wait for the window (`calls_waiting`). Every count is absolute, so a later
+// GRANT supersedes an earlier one.
 struct Grant {
   std::uint64_t lent = 0;
   std::uint64_t given_up = 0;
   std::uint32_t target = 0;
   std::uint32_t waiting = 0;
+  std::uint32_t window = 0;
+  std::uint32_t window_seen = 0;
+  std::uint32_t calls_waiting = 0;
   bool operator==(const Grant&) const = default;
 };
-inline constexpr std::size_t kGrantSize = 24;
+inline constexpr std::size_t kGrantSize = 40;
 
 enum class Parse : std::uint8_t {
   kOk,

@@ -4,6 +4,7 @@
 // the one that waits, and the budget is never exceeded.
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -17,7 +18,7 @@
 namespace sluice {
 namespace {
 
-constexpr HandlerId kBusy = 3, kIdle = 4;
+constexpr HandlerId kBusy = 3, kIdle = 4, kEcho = 5;
 const auto kLong = std::chrono::seconds(30);
 
 using Node = testing_support::SingleEngine;
@@ -30,6 +31,27 @@ void burst(Engine& e, Peer* to, std::uint32_t first, std::uint32_t n) {
     ASSERT_EQ(r, Result::kOk);
   }
 }
+
+// Drives an engine on a thread of its own (it answers heartbeats and recalls) until stop().
+class Idling {
+ public:
+  explicit Idling(Engine& e) : e_(e) {
+    e_.release_thread();
+    thread_ = std::thread([this] {
+      e_.run_until([&] { return done_.load(); }, Clock::now() + std::chrono::seconds(120));
+      e_.release_thread();
+    });
+  }
+  void stop() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  Engine& e_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // A server that counts the busy client's messages (checking their order) and the idle one's.
 struct Server {
@@ -47,6 +69,9 @@ struct Server {
                                        })
                     .ok());
     EXPECT_TRUE(node.engine->register_handler(kIdle, [&](Message&) { ++idle; }).ok());
+    EXPECT_TRUE(
+        node.engine->register_handler(kEcho, [](Message& m) { EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kOk); })
+            .ok());
   }
   // Serves until stop; then reads its counters (on its own thread, which drives it).
   void serve() {
@@ -55,7 +80,8 @@ struct Server {
       node.engine->run_until([&] { return stop.load(); }, Clock::now() + std::chrono::seconds(120));
       const Stats& s = node.engine->stats();
       for (const char* name : {"flow.peers_recalled", "flow.credits_reclaimed", "flow.credits_lent", "flow.credit_asks",
-                               "mem.recv.hwm_bytes", "wire.parse_errors", "peers.failed"})
+                               "mem.recv.hwm_bytes", "mem.send.hwm_bytes", "wire.parse_errors", "peers.failed",
+                               "rpc.window_reclaimed", "rpc.window_widened", "rpc.window_refused"})
         stats[name] = s.value(name);
     });
   }
@@ -112,12 +138,7 @@ TEST(Loans, IdleClientsGiveBackWhatABusyClientWaitsForWithinTheBudget) {
   std::uint32_t one = 1;
   ASSERT_EQ((*to_server)->send_copy(kIdle, {}, std::as_bytes(std::span(&one, 1))), Result::kOk);
   ASSERT_TRUE(idle.engine->run_until([&] { return server.idle.load() == 1; }, Clock::now() + kLong));
-  std::atomic<bool> done{false};
-  idle.engine->release_thread();
-  std::thread idling([&] {
-    idle.engine->run_until([&] { return done.load(); }, Clock::now() + std::chrono::seconds(120));
-    idle.engine->release_thread();
-  });
+  Idling idling(*idle.engine);
   // The busy client sends until it is lent more than the budget had free (the idle one is
   // recalled once it has been quiet for a heartbeat interval), or for 10 s.
   auto peer = busy.engine->connect(server.address());
@@ -129,8 +150,7 @@ TEST(Loans, IdleClientsGiveBackWhatABusyClientWaitsForWithinTheBudget) {
     held = busy.engine->stats().value("flow.credits_held");
   }
   ASSERT_TRUE(busy.engine->run_until([&] { return server.busy.load() == sent; }, Clock::now() + kLong));
-  done = true;
-  idling.join();
+  idling.stop();
   // The idle client is alive and may still send, within the floor it kept.
   for (int i = 0; i < 5; ++i)
     ASSERT_EQ((*to_server)->send_copy(kIdle, {}, std::as_bytes(std::span(&one, 1))), Result::kOk);
@@ -143,6 +163,60 @@ TEST(Loans, IdleClientsGiveBackWhatABusyClientWaitsForWithinTheBudget) {
   EXPECT_EQ(idle_held, 2u);
   EXPECT_GT(held, 32u + 10u) << "the busy client was lent more than the budget had free";
   EXPECT_LE(server.stats["mem.recv.hwm_bytes"], c.recv_pool_max);
+  EXPECT_EQ(server.stats["peers.failed"], 0u);
+  EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
+}
+
+// Keeps `window` calls to kEcho in flight until `enough` or 10 s; the calls that failed.
+int keep_calling(Engine& e, Peer* to, int window, const std::function<bool()>& enough) {
+  int outstanding = 0, failed = 0;
+  std::uint32_t v = 7;
+  for (auto until = Clock::now() + std::chrono::seconds(10); !enough() && Clock::now() < until;) {
+    while (outstanding < window &&
+           to->call(kEcho, {}, std::as_bytes(std::span(&v, 1)), {}, [&](absl::Status s, Message&) {
+             --outstanding;
+             failed += s.ok() ? 0 : 1;
+           }) == Result::kOk)
+      ++outstanding;
+    e.progress();
+  }
+  e.run_until([&] { return outstanding == 0; }, Clock::now() + kLong);
+  return failed;
+}
+
+TEST(Loans, IdleClientsGiveBackTheirRpcWindowToABusyCallerWithinTheSendBudget) {
+  Config c = *Config::from_env();
+  c.heartbeat = std::chrono::milliseconds(100);
+  c.pool_chunk = 64 << 10;
+  // The server's send budget holds back one full window's replies (2 x 32 slots of 8256 B) and
+  // 16 slots more: the second client's window starts at 8 and must grow from the idle one's.
+  c.send_pool_max = std::size_t{80} * 8256;
+  Server server(c);
+  server.serve();
+  Node idle(c), busy(c);
+  auto to_server = idle.engine->connect(server.address());
+  ASSERT_TRUE(to_server.ok()) << to_server.status();
+  EXPECT_EQ(keep_calling(*idle.engine, *to_server, 1, [] { return true; }), 0);
+  Idling idling(*idle.engine);
+  auto peer = busy.engine->connect(server.address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::uint64_t first = 0, held = 0;
+  int failed = keep_calling(*busy.engine, *peer, 32, [&] {
+    held = busy.engine->stats().value("rpc.window_held");
+    if (first == 0) first = held;
+    return held == 32;
+  });
+  idling.stop();
+  EXPECT_EQ(keep_calling(*idle.engine, *to_server, 1, [] { return true; }), 0) << "the idle client still calls";
+  std::uint64_t idle_held = idle.engine->stats().value("rpc.window_held");
+  server.finish();
+  EXPECT_EQ(failed, 0);
+  EXPECT_LT(first, 32u) << "the budget held back less than a full window for the second client";
+  EXPECT_EQ(held, 32u) << "widened to SLUICE_RPC_WINDOW as its calls waited";
+  EXPECT_EQ(idle_held, 1u) << "the idle client was recalled to one call";
+  EXPECT_EQ(server.stats["rpc.window_reclaimed"], 31u);
+  EXPECT_EQ(server.stats["rpc.window_refused"], 0u) << "no call was refused for the window";
+  EXPECT_LE(server.stats["mem.send.hwm_bytes"], c.send_pool_max);
   EXPECT_EQ(server.stats["peers.failed"], 0u);
   EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
 }

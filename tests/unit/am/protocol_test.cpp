@@ -428,5 +428,43 @@ TEST_F(ProtocolTest, APeerWhoseCreditsTheApplicationHoldsIsNotLentMore) {
   EXPECT_EQ(stat("flow.credits_granted"), 32u);
 }
 
+TEST_F(ProtocolTest, ACallerAsksForAWiderWindowAndKeepsToALowerOneOnceItsCallsFit) {
+  expect_hello();
+  rogue_.hello(64, 77, wire::kVersion, /*rpc_window=*/1);
+  std::uint32_t v = 0;
+  int replies = 0;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(
+        engine_->peer(1)->call(6, {}, std::as_bytes(std::span(&v, 1)), {}, [&](absl::Status, Message&) { ++replies; }),
+        Result::kOk);
+  }
+  auto requests = [&] {
+    return std::count_if(rogue_.received().begin(), rogue_.received().end(),
+                         [](const Received& r) { return (r.header.flags & wire::kFlagRequest) != 0; });
+  };
+  ASSERT_TRUE(pump([&] { return requests() == 1 && rogue_.last_grant().calls_waiting != 0; }));
+  EXPECT_EQ(rogue_.last_grant().calls_waiting, 9u) << "its calls waiting for the window";
+  EXPECT_EQ(rogue_.last_grant().window_seen, 1u);
+  rogue_.grant(64, 64, 0, 0, wire::kGrantSize, /*window=*/10);
+  ASSERT_TRUE(pump([&] { return requests() == 10; }));
+  EXPECT_EQ(stat("rpc.window_held"), 10u);
+  rogue_.grant(64, 64, 0, 0, wire::kGrantSize, /*window=*/2);  // recalled while 10 are outstanding
+  settle();
+  EXPECT_EQ(rogue_.last_grant().window_seen, 1u) << "not kept to before its calls fit";
+  std::vector<Received> reqs;
+  for (const auto& r : rogue_.received())
+    if (r.header.flags & wire::kFlagRequest) reqs.push_back(r);
+  for (std::size_t i = 0; i < 8; ++i) {  // 8 replies: 2 outstanding
+    wire::Header h;
+    h.flags = wire::kFlagReply;
+    h.seq = i + 1;
+    h.rpc_id = reqs[i].header.rpc_id;
+    rogue_.send(h, {});
+  }
+  ASSERT_TRUE(pump([&] { return replies == 8 && rogue_.last_grant().window_seen == 2; }));
+  EXPECT_EQ(stat("rpc.window_held"), 2u);
+  EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
 }  // namespace
 }  // namespace sluice::detail

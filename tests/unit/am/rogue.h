@@ -158,11 +158,14 @@ class Rogue {
   }
 
   // A GRANT (wire.h): what we lent the engine in all and its target; what we gave back of its
-  // loan and how many of our messages wait. `size`: the body's length (24 unless it lies).
+  // loan and how many of our messages wait; the window we grant it (hello()'s 4), the one of
+  // its we keep to (0: none said) and our calls waiting. `size`: the body's length (40 unless
+  // it lies).
   void grant(std::uint64_t lent, std::uint32_t target, std::uint64_t given_up = 0, std::uint32_t waiting = 0,
-             std::size_t size = wire::kGrantSize) {
+             std::size_t size = wire::kGrantSize, std::uint32_t window = 4, std::uint32_t window_seen = 0,
+             std::uint32_t calls_waiting = 0) {
     Bytes body(wire::kGrantSize);
-    wire::encode_grant({lent, given_up, target, waiting}, body.data());
+    wire::encode_grant({lent, given_up, target, waiting, window, window_seen, calls_waiting}, body.data());
     body.resize(size);
     ctrl(wire::kGrant, 0, body);
   }

@@ -284,7 +284,7 @@ TEST(Coalesced, RejectsWhatCannotBeCoalescedOrDoesNotFit) {
 }
 
 TEST(Grant, RoundTripsAndRefusesATargetBelowTheFloor) {
-  Grant g{0x1'0000'0002ULL, 77, 2, 0xffffffffu};
+  Grant g{0x1'0000'0002ULL, 77, 2, 0xffffffffu, 1, 0, 5};
   std::vector<std::byte> b(kGrantSize);
   encode_grant(g, b.data());
   Grant out;
@@ -298,6 +298,14 @@ TEST(Grant, RoundTripsAndRefusesATargetBelowTheFloor) {
   g.lent = 1;
   encode_grant(g, b.data());
   EXPECT_EQ(decode_grant(b, &out), Parse::kBadField) << "no HELLO grants fewer than 2";
+  g.lent = 2;
+  g.window = 0;
+  encode_grant(g, b.data());
+  EXPECT_EQ(decode_grant(b, &out), Parse::kBadField) << "no window below 1 call";
+  g.window = 1;
+  encode_grant(g, b.data());
+  b[36] = std::byte{1};
+  EXPECT_EQ(decode_grant(b, &out), Parse::kBadField) << "the reserved word is 0";
 }
 
 TEST(Hello, RoundTripsAndChecksItsSize) {
