@@ -189,7 +189,8 @@ TEST(Loans, IdleClientsGiveBackTheirRpcWindowToABusyCallerWithinTheSendBudget) {
   c.heartbeat = std::chrono::milliseconds(100);
   c.pool_chunk = 64 << 10;
   // The server's send budget holds back one full window's replies (2 x 32 slots of 8256 B) and
-  // 16 slots more: the second client's window starts at 8 and must grow from the idle one's.
+  // 16 slots more: the second client's window starts at 5 (the newcomers' share, a sixteenth,
+  // stays free) and must grow from the idle one's.
   c.send_pool_max = std::size_t{80} * 8256;
   Server server(c);
   server.serve();
