@@ -19,10 +19,11 @@ std::size_t CreditBank::for_newcomers(const PoolClass& c, std::size_t floor) {
 std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
   const PoolClass& eager = engine().recv_pool_->eager();
   std::size_t room = eager.reservable();
-  // Beyond its floor a HELLO leaves the newcomers' share: recalls free room for them a
-  // heartbeat interval later, and the next connects must not find the budget gone meanwhile.
+  // Beyond its floor a HELLO takes at most half the room left, and leaves the newcomers' share:
+  // recalls free room a heartbeat interval later, and the next connects (and the large
+  // classes) must not find the budget gone meanwhile.
   std::size_t keep = for_newcomers(eager, cost(kFloor));
-  std::size_t spare = room > keep ? room - keep : 0;
+  std::size_t spare = std::min(room > keep ? room - keep : 0, room / 2);
   std::uint32_t grant = engine().config_.credits;
   while (grant > kFloor && cost(grant) > spare) --grant;
   if (cost(grant) > room) {
@@ -48,7 +49,8 @@ std::uint32_t CreditBank::open_window(PeerData& p) {
   const std::uint32_t want = engine().config_.rpc_window;
   PoolClass& send = engine().send_pool_->eager();
   std::size_t room = send.reservable(), keep = for_newcomers(send, 2);  // as open()
-  auto window = static_cast<std::uint32_t>(std::min<std::size_t>(want, room > keep ? (room - keep) / 2 : 0));
+  std::size_t spare = std::min(room > keep ? room - keep : 0, room / 2);
+  auto window = static_cast<std::uint32_t>(std::min<std::size_t>(want, spare / 2));
   if (window == 0 && room >= 2) window = 1;
   if (window < want) window_short_ = true;
   if (window == 0) return 0;
