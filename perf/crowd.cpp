@@ -66,6 +66,7 @@ class Crowd {
   absl::Status start();
   absl::Status round(Round& r);
   absl::Status connect_idle(CrowdFigures& f);
+  absl::Status connected(Child& c, int n, CrowdFigures& f);
   absl::StatusOr<BusyRun> run_busy(int k, std::size_t size);
   void measure_idle_cpu(CrowdFigures& f);
   absl::StatusOr<double> recv_hwm();
@@ -117,24 +118,37 @@ absl::Status Crowd::round(Round& r) {
   return stop_idle(r.figures);
 }
 
-// The idle clients, a process of --per-process engines after another, each connecting its
-// engines one after another: the connects are sequential, and their times add up.
+// The idle clients, --per-process engines a process. One after another (--connects seq): a
+// process after another, each connecting its engines one after another, and connect_s is the
+// sum of the connects' times. All at once (--connects all): every process started together,
+// every engine connecting at once, and connect_s is the time until the last one is connected.
 absl::Status Crowd::connect_idle(CrowdFigures& f) {
   f.connect_s = f.connect_max_s = 0;
+  bool at_once = o_.connects == "all";
+  auto t0 = Clock::now();
   for (int done = 0, n = 0; done < o_.peers; done += n) {
     n = std::min(o_.per_process, o_.peers - done);
     std::string what = "idle clients " + std::to_string(done) + "-" + std::to_string(done + n - 1);
-    auto body = [&](int fd) { crowd::idle(fd, address_, n, o_.idle_poll); };
+    auto body = [&](int fd) { crowd::idle(fd, address_, n, at_once, o_.idle_poll); };
     SLUICE_ASSIGN_OR_RETURN(Child * c, children_.spawn(what, -1, body));
     idle_.push_back(c);
-    SLUICE_ASSIGN_OR_RETURN(std::string line, Children::expect(*c, "connected", std::chrono::seconds(60 + 11 * n)));
-    int ok = 0, failed = 0;
-    double seconds = 0, max_seconds = 0;
-    std::istringstream(line) >> ok >> failed >> seconds >> max_seconds;
-    f.connect_s += seconds;
-    f.connect_max_s = std::max(f.connect_max_s, max_seconds);
-    f.failed_connects += failed;
+    if (!at_once) SLUICE_RETURN_IF_ERROR(connected(*c, n, f));
   }
+  if (!at_once) return absl::OkStatus();
+  for (Child* c : idle_) SLUICE_RETURN_IF_ERROR(connected(*c, o_.per_process, f));
+  f.connect_s = Seconds(Clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+// Idle process `c`'s "connected" line (`n` engines) added to `f`.
+absl::Status Crowd::connected(Child& c, int n, CrowdFigures& f) {
+  SLUICE_ASSIGN_OR_RETURN(std::string line, Children::expect(c, "connected", std::chrono::seconds(60 + 11 * n)));
+  int ok = 0, failed = 0;
+  double seconds = 0, max_seconds = 0;
+  std::istringstream(line) >> ok >> failed >> seconds >> max_seconds;
+  f.connect_s += seconds;
+  f.connect_max_s = std::max(f.connect_max_s, max_seconds);
+  f.failed_connects += failed;
   return absl::OkStatus();
 }
 

@@ -4,12 +4,14 @@
 //   parent (no UCX)  ── socketpair lines ──  server: one engine, listen(127.0.0.1:0), an echo method
 //                                         ├─ busy: max(--busy) engines, a thread each, calling it
 //                                         └─ idle, ceil(N / --per-process) of them: engines that
-//                                            connect one after another, then are progressed
-//                                            every --idle-poll ms (or each sleeps in wait())
+//                                            connect (--connects: one after another, or all at
+//                                            once), then are progressed every --idle-poll ms (or
+//                                            each sleeps in wait())
 //
 // Each of -r rounds runs, per --busy K and size, K busy engines' calls (rpc_rate's, -W in
 // flight) for --seconds alone (the solo run); then the idle clients connect, one process after
-// another (each connect timed); the server's CPU time is read from /proc over --seconds with
+// another (each connect timed), or with --connects all every engine of every process at once
+// (the time until the last one is connected); the server's CPU time is read from /proc over --seconds with
 // every client idle; then the same K busy engines call again, among the N idle ones; then the
 // idle clients exit. Each (K, size) makes one row, of medians over the rounds (report.h's
 // CrowdFigures beside the usual figures).
@@ -100,11 +102,11 @@ constexpr HandlerId kEcho = 940;
 // answer each "run K SIZE WINDOW SECONDS" (the first K of them call for SECONDS after a short
 // warmup) with "done ERRORS P50_US P99_US AVG_US RATE_1 ... RATE_K" until "quit".
 [[noreturn]] void busy(int fd, const std::string& address, int engines);
-// `engines` idle clients of `address`, connected one after another: say "connected OK FAILED
-// SECONDS MAX_SECONDS", stay idle until "quit", then say "alive N" (their peers still alive)
-// and end. Idle: the main thread progresses every engine each `poll_ms` and sleeps in between
+// `engines` idle clients of `address`, connected one after another (or all at once, a thread
+// each): say "connected OK FAILED SECONDS MAX_SECONDS", stay idle until "quit", then say "alive N" (their peers still
+// alive) and end. Idle: the main thread progresses every engine each `poll_ms` and sleeps in between
 // (--idle-poll); with 0, each engine has a thread of its own, asleep in Engine::wait().
-[[noreturn]] void idle(int fd, const std::string& address, int engines, int poll_ms);
+[[noreturn]] void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms);
 
 }  // namespace crowd
 }  // namespace sluice::perf

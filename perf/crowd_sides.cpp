@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -62,6 +63,11 @@ struct Connects {
     if (first_error.empty()) first_error = peer.status().ToString();
     ++failed;
     return nullptr;
+  }
+  void add(const Connects& c) {
+    ok += c.ok, failed += c.failed, seconds += c.seconds;
+    max_seconds = std::max(max_seconds, c.max_seconds);
+    if (first_error.empty()) first_error = c.first_error;
   }
   void report(int fd) const {
     char line[128];
@@ -289,33 +295,78 @@ void busy(int fd, const std::string& address, int engines) {
 
 namespace {
 
-// A thread per engine, asleep in it (Engine::wait), woken by what arrives and by its timers.
-void idle_threads(int fd, const std::string& address, int engines) {
-  auto ctx = context(fd);
+// Connects every engine of `all` to `address` at once, a thread each. Each thread drives its
+// engine until every connect has ended (the early ones keep up their heartbeats meanwhile), then
+// lets go of it. The peers, nullptr where a connect failed.
+std::vector<Peer*> connect_at_once(std::vector<std::unique_ptr<Engine>>& all, const std::string& address,
+                                   Connects& connects) {
+  std::vector<Connects> each(all.size());
+  std::vector<Peer*> peers(all.size());
+  std::atomic<std::size_t> ended = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i)
+    threads.emplace_back([&, i] {
+      Engine& e = *all[i];
+      peers[i] = each[i].connect(e, address);
+      ++ended;
+      while (ended.load() < all.size()) e.wait(Clock::now() + std::chrono::milliseconds(20));
+      e.release_thread();
+    });
+  for (auto& t : threads) t.join();
+  for (const Connects& c : each) connects.add(c);
+  return peers;
+}
+
+// One process's idle engines and their peers (nullptr where the connect failed).
+struct IdleEngines {
   std::vector<std::unique_ptr<Engine>> all;
-  all.reserve(static_cast<std::size_t>(engines));  // the threads index it
+  std::vector<Peer*> peers;
+  Connects connects;
+};
+
+// `engines` engines of `ctx` connected to `address`: all at once, or one after another. Then
+// `connected(i)` for each engine i; in the sequential case it runs right after engine i's connect,
+// so that it can keep the engines connected so far driven.
+void connect_idle(int fd, Context& ctx, const std::string& address, int engines, bool at_once, IdleEngines& idle,
+                  const std::function<void(std::size_t)>& connected) {
+  idle.all.reserve(static_cast<std::size_t>(engines));  // the engines' threads index it
+  for (int i = 0; i < engines; ++i) {
+    idle.all.push_back(engine(fd, ctx));
+    if (!at_once) {
+      idle.peers.push_back(idle.connects.connect(*idle.all.back(), address));
+      connected(idle.all.size() - 1);
+    }
+  }
+  if (!at_once) return;
+  idle.peers = connect_at_once(idle.all, address, idle.connects);
+  for (std::size_t i = 0; i < idle.all.size(); ++i) connected(i);
+}
+
+// A thread per engine, asleep in it (Engine::wait), woken by what arrives and by its timers.
+void idle_threads(int fd, const std::string& address, int engines, bool at_once) {
+  auto ctx = context(fd);
+  IdleEngines idle;
   std::vector<std::thread> threads;
   std::atomic<bool> quit = false, posted = false;
   std::atomic<int> alive = 0;
-  Connects connects;
-  for (int i = 0; i < engines; ++i) {
-    all.push_back(engine(fd, *ctx));
-    Engine* e = all.back().get();
-    Peer* peer = connects.connect(*e, address);
-    e->release_thread();
-    threads.emplace_back([e, peer, &quit, &posted, &alive, &all, i] {
+  connect_idle(fd, *ctx, address, engines, at_once, idle, [&](std::size_t i) {
+    Engine* e = idle.all[i].get();
+    Peer* peer = idle.peers[i];
+    if (!at_once) e->release_thread();
+    threads.emplace_back([e, peer, &quit, &posted, &alive, &idle, i] {
       while (!quit.load()) e->wait(Clock::now() + std::chrono::seconds(1));
       if (peer != nullptr && peer->alive()) ++alive;
       posted.wait(false);  // the main thread is done posting to the engines
-      all[static_cast<std::size_t>(i)].reset();
+      idle.all[i].reset();
     });
-  }
-  connects.report(fd);
+  });
+  idle.connects.report(fd);
   Lines lines(fd);
   while (auto line = lines.next())
     if (*line == "quit") break;
   quit = true;
-  for (auto& e : all) e->post([] {});
+  for (auto& e : idle.all) e->post([] {});
   posted = true;
   posted.notify_all();
   for (auto& t : threads) t.join();
@@ -323,40 +374,36 @@ void idle_threads(int fd, const std::string& address, int engines) {
 }
 
 // The main thread drives every engine: progress() on each every `poll`, asleep in between.
-void idle_polled(int fd, const std::string& address, int engines, std::chrono::milliseconds poll) {
+void idle_polled(int fd, const std::string& address, int engines, bool at_once, std::chrono::milliseconds poll) {
   auto ctx = context(fd);
-  std::vector<std::unique_ptr<Engine>> all;
-  std::vector<Peer*> peers;
-  Connects connects;
-  for (int i = 0; i < engines; ++i) {
-    all.push_back(engine(fd, *ctx));
-    peers.push_back(connects.connect(*all.back(), address));
-    for (auto& e : all) e->progress();
-  }
-  connects.report(fd);
+  IdleEngines idle;
+  connect_idle(fd, *ctx, address, engines, at_once, idle, [&](std::size_t) {
+    for (auto& e : idle.all) e->progress();
+  });
+  idle.connects.report(fd);
   Lines lines(fd);
   while (true) {
     auto line = lines.next(Clock::now() + poll);
     if ((line && *line == "quit") || lines.eof()) break;
-    for (auto& e : all) e->progress();
+    for (auto& e : idle.all) e->progress();
   }
   int alive = 0;
-  for (Peer* p : peers) alive += p != nullptr && p->alive() ? 1 : 0;
+  for (Peer* p : idle.peers) alive += p != nullptr && p->alive() ? 1 : 0;
   // The orderly closes at once, a thread each: one after another, the engines still open would
   // go unprogressed for as long as the closes before them take, and the server would find them
   // silent (SLUICE_PEER_TIMEOUT) before their goodbyes.
   std::vector<std::thread> closes;
-  closes.reserve(all.size());
-  for (auto& e : all) closes.emplace_back([e = std::move(e)]() mutable { e.reset(); });
+  closes.reserve(idle.all.size());
+  for (auto& e : idle.all) closes.emplace_back([e = std::move(e)]() mutable { e.reset(); });
   for (auto& t : closes) t.join();
   say(fd, "alive " + std::to_string(alive));
 }
 
 }  // namespace
 
-void idle(int fd, const std::string& address, int engines, int poll_ms) {
-  if (poll_ms > 0) idle_polled(fd, address, engines, std::chrono::milliseconds(poll_ms));
-  else idle_threads(fd, address, engines);
+void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms) {
+  if (poll_ms > 0) idle_polled(fd, address, engines, at_once, std::chrono::milliseconds(poll_ms));
+  else idle_threads(fd, address, engines, at_once);
   std::_Exit(0);
 }
 

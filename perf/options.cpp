@@ -65,6 +65,8 @@ void print_crowd_options(FILE* out) {
       "  --peers N       crowd: idle clients [100]\n"
       "  --busy K[,K]    crowd: busy clients, a row each, 1-64 [1,8]\n"
       "  --per-process P  crowd: idle client engines per process [40]\n"
+      "  --connects seq|all  crowd: the idle clients connect one after another, or all at once\n"
+      "                  (every process together, a thread per engine) [seq]\n"
       "  --idle-poll MS  crowd: an idle process's thread progresses its engines every MS ms;\n"
       "                  0: a thread per engine, asleep in Engine::wait() [100]\n"
       "  --seconds S     crowd: each busy run, and the idle CPU measurement [5]\n"
@@ -82,12 +84,13 @@ void print_crowd(FILE* out) {
       "engines each, progressed every --idle-poll ms). The server and the busy clients are bound\n"
       "to a CPU each when there are two. Each of -r rounds: per K of --busy (and size), K busy\n"
       "engines call with WINDOW in flight [32] for --seconds alone (solo); the N idle clients\n"
-      "connect, one after another; the server's CPU is read over --seconds with every client\n"
+      "connect, one after another (--connects all: all at once); the server's CPU is read over --seconds with every client\n"
       "idle; the K busy engines call again among the idle ones; the idle clients exit. A row per\n"
       "K: rate_per_s the K busy clients' calls per second among the idle ones, baseline solo,\n"
       "ratio crowded/solo (the median of the rounds'); in columns of their own N, K, Jain's\n"
       "fairness index of the K rates, the server's receive-pool high-water mark / its budget\n"
-      "(SLUICE_RECV_POOL_MAX), the N connects' total seconds and the idle server's CPU (% of a\n"
+      "(SLUICE_RECV_POOL_MAX), the N connects' total seconds (all at once: until the last one is\n"
+      "connected) and the idle server's CPU (% of a\n"
       "core). Every process dies with sluice-perf (PR_SET_PDEATHSIG).\n",
       out);
 }
@@ -101,8 +104,8 @@ void usage(FILE* out) {
       "                   [--offset BYTES] [--format table|csv|json] [--stats] [--producers P]\n"
       "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
       "                   [--mpirun PATH] [--mpi-timeout SECONDS]\n"
-      "       sluice-perf -t crowd [--peers N] [--busy K[,K...]] [--per-process P] [--idle-poll MS]\n"
-      "                   [--seconds S] [-s SIZES] [-W WINDOW] [--format table|csv|json]\n"
+      "       sluice-perf -t crowd [--peers N] [--busy K[,K...]] [--per-process P] [--connects seq|all]\n"
+      "                   [--idle-poll MS] [--seconds S] [-s SIZES] [-W WINDOW] [--format table|csv|json]\n"
       "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
       "ucx_perftest; with --baseline, raw UCX, Open MPI (or Sluice's bounce mode) runs the\n"
       "same pattern interleaved with it, and each row prints the ratio. Run it under a\n"
@@ -252,8 +255,8 @@ const char* check_crowd(const Options& o) {
     return "-t crowd starts its own server and clients, and its baseline is their solo run: no --baseline, "
            "--server, --listen or --connect";
   if (!crowd && (o.peers != defaults.peers || o.busy != defaults.busy || o.per_process != defaults.per_process ||
-                 o.idle_poll != defaults.idle_poll || o.seconds != defaults.seconds))
-    return "--peers, --busy, --per-process, --idle-poll and --seconds need -t crowd";
+                 o.connects != defaults.connects || o.idle_poll != defaults.idle_poll || o.seconds != defaults.seconds))
+    return "--peers, --busy, --per-process, --connects, --idle-poll and --seconds need -t crowd";
   return nullptr;
 }
 
@@ -334,6 +337,7 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--peers") ok = number(1, &o.peers);
     else if (a == "--busy") ok = (v = value()) && parse_busy(*v, &o);
     else if (a == "--per-process") ok = number(1, &o.per_process);
+    else if (a == "--connects") ok = choice({"seq", "all"}, &o.connects);
     else if (a == "--idle-poll") ok = number(0, &o.idle_poll);
     else if (a == "--seconds") ok = number(1, &o.seconds);
     else if (a == "-h" || a == "--help") {

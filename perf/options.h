@@ -40,7 +40,8 @@ struct Options {
   int peers = 100;
   std::vector<int> busy = {1, 8};
   int per_process = 40;
-  int idle_poll = 100;  // ms between an idle process's rounds of progress(); 0: a thread per engine
+  std::string connects = "seq";  // the idle clients connect one after another, or "all" at once
+  int idle_poll = 100;           // ms between an idle process's rounds of progress(); 0: a thread per engine
   int seconds = 5;
 };
 

@@ -26,7 +26,7 @@ struct CrowdFigures {
   int peers = 0, busy = 0;  // --peers N idle clients, K busy ones
   double fairness = NAN;    // Jain's index of the K busy clients' rates among the idle ones
   double recv_hwm = NAN;    // the server's receive pool: high-water mark / budget
-  double connect_s = NAN;   // the N idle clients' connects, one after another: their sum
+  double connect_s = NAN;   // the N connects: their sum (one after another) or until the last (all at once)
   double server_cpu = NAN;  // the server's CPU time with every client idle, % of one core
   // For the note: the slowest connect, the idle clients' own CPU (% of a core, all of them),
   // how many idle clients' peers were still alive at the end, and failed calls and connects.

@@ -16,14 +16,16 @@ std::size_t CreditBank::for_newcomers(const PoolClass& c, std::size_t floor) {
   return std::min(kNewcomers * floor, c.budget_slots() / 16);
 }
 
+std::size_t CreditBank::beyond_floor(const PoolClass& c, std::size_t floor) {
+  // At most half the room left, and never the newcomers' share: recalls free room a heartbeat
+  // interval later, and the next connects (and the large classes) must not find it gone.
+  std::size_t room = c.reservable(), keep = for_newcomers(c, floor);
+  return std::min(room > keep ? room - keep : 0, room / 2);
+}
+
 std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
   const PoolClass& eager = engine().recv_pool_->eager();
-  std::size_t room = eager.reservable();
-  // Beyond its floor a HELLO takes at most half the room left, and leaves the newcomers' share:
-  // recalls free room a heartbeat interval later, and the next connects (and the large
-  // classes) must not find the budget gone meanwhile.
-  std::size_t keep = for_newcomers(eager, cost(kFloor));
-  std::size_t spare = std::min(room > keep ? room - keep : 0, room / 2);
+  std::size_t room = eager.reservable(), spare = beyond_floor(eager, cost(kFloor));
   std::uint32_t grant = engine().config_.credits;
   while (grant > kFloor && cost(grant) > spare) --grant;
   if (cost(grant) > room) {
@@ -48,8 +50,7 @@ std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
 std::uint32_t CreditBank::open_window(PeerData& p) {
   const std::uint32_t want = engine().config_.rpc_window;
   PoolClass& send = engine().send_pool_->eager();
-  std::size_t room = send.reservable(), keep = for_newcomers(send, 2);  // as open()
-  std::size_t spare = std::min(room > keep ? room - keep : 0, room / 2);
+  std::size_t room = send.reservable(), spare = beyond_floor(send, 2);
   auto window = static_cast<std::uint32_t>(std::min<std::size_t>(want, spare / 2));
   if (window == 0 && room >= 2) window = 1;
   if (window < want) window_short_ = true;
@@ -199,11 +200,22 @@ void CreditBank::serve_waiting() {
 
 void CreditBank::tick(Clock::time_point now) {
   if (waiting() != 0) serve_waiting();
-  bool tight = engine().recv_pool_->eager().reservable() < cost(engine().config_.credits);
-  bool window_tight = engine().send_pool_->eager().reservable() < 2 * std::size_t{engine().config_.rpc_window};
-  bool credits = (!waiting_.empty() || (short_ && tight)) && lenders_ != 0;
-  bool windows = (!window_waiting_.empty() || (window_short_ && window_tight)) && window_lenders_ != 0;
-  if (credits || windows) reclaim(now, credits, windows);
+  // A short HELLO stays the walks' cause until a full one fits again: in a storm of connects
+  // the first walks find every lender too young to recall.
+  if (short_ && beyond_floor(engine().recv_pool_->eager(), cost(kFloor)) >= cost(engine().config_.credits))
+    short_ = false;
+  if (window_short_ && beyond_floor(engine().send_pool_->eager(), 2) >= 2 * std::size_t{engine().config_.rpc_window})
+    window_short_ = false;
+  bool credits = (!waiting_.empty() || short_) && lenders_ != 0;
+  bool windows = (!window_waiting_.empty() || window_short_) && window_lenders_ != 0;
+  if ((credits || windows) && now >= next_walk_) {
+    next_walk_ = now + engine().config_.heartbeat / 4;
+    reclaim(now, credits, windows);
+  }
+}
+
+bool CreditBank::busy() const {
+  return waiting() != 0 || (short_ && lenders_ != 0) || (window_short_ && window_lenders_ != 0);
 }
 
 void CreditBank::reclaim(Clock::time_point now, bool credits, bool windows) {
@@ -224,8 +236,6 @@ void CreditBank::reclaim(Clock::time_point now, bool credits, bool windows) {
     engine().c_.peers_recalled->add();
     engine().control_.send_grant(p);
   });
-  if (credits) short_ = false;
-  if (windows) window_short_ = false;
 }
 
 }  // namespace sluice::detail

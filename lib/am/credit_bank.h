@@ -81,9 +81,11 @@ class CreditBank {
   // window. False for a count no correct peer sends (nothing changes).
   bool on_grant(PeerData& p, const wire::Grant& g);
   // Each timer tick: peers waiting for credits are served as the budget allows; while some
-  // still wait, or the budget cannot hold a full grant, idle peers are asked to come down to
-  // the floor (at most one walk over the peers per tick).
+  // still wait, or since a HELLO was short until a full grant fits again, idle peers are asked
+  // to come down to the floor (a walk over the peers, at most one per quarter heartbeat).
   void tick(Clock::time_point now);
+  // Whether the next tick has work: demand waiting, or a walk to come (the timer keeps ticking).
+  bool busy() const;
 
   // Peers whose demand waits for the budget (credits, or a wider window).
   std::size_t waiting() const { return waiting_.size() + window_waiting_.size(); }
@@ -111,6 +113,8 @@ class CreditBank {
   std::uint32_t cap() const;
   // Slots of `c` a HELLO leaves for newcomers' floors of `floor` slots each.
   static std::size_t for_newcomers(const PoolClass& c, std::size_t floor);
+  // Slots of `c` a HELLO may take beyond a floor of `floor` slots.
+  static std::size_t beyond_floor(const PoolClass& c, std::size_t floor);
   // The window: widened by up to `want` calls as the send budget allows (the rest remembered);
   // set to `window` with its reply slots (reserved first when it grows); the peer kept to
   // `seen`: a lower window takes effect and its slots go back.
@@ -125,6 +129,7 @@ class CreditBank {
   std::uint32_t window_lenders_ = 0;           // peers whose window is above 1
   bool short_ = false;                         // a HELLO granted less than SLUICE_CREDITS
   bool window_short_ = false;                  // a HELLO granted less than SLUICE_RPC_WINDOW
+  Clock::time_point next_walk_{};              // the earliest next recall walk
 };
 
 }  // namespace sluice::detail

@@ -168,9 +168,9 @@ void EngineCore::timers(Clock::time_point now) {
   });
   bank_.tick(now);
   rpc_client_.expire(now);
-  // Nothing watched and no call waiting: the next tick is the earliest sleeper's deadline, at
+  // Nothing watched, no call waiting, no loan to settle: the next tick is the earliest sleeper's deadline, at
   // least a tick and at most a second away.
-  if (!link_.busy() && rpc_client_.idle() && bank_.waiting() == 0)
+  if (!link_.busy() && rpc_client_.idle() && !bank_.busy())
     next_timer_ = std::clamp(link_.next_due(), now + tick, now + std::chrono::seconds(1));
   if (live_) [[unlikely]]
     next_timer_ = std::min(next_timer_, live_->next_due());

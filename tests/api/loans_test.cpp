@@ -2,6 +2,7 @@
 // each engine on its own thread): a client whose messages wait is lent more than
 // SLUICE_CREDITS; when the server's receive budget is short, idle clients give theirs back to
 // the one that waits, and the budget is never exceeded.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -223,6 +224,57 @@ TEST(Loans, IdleClientsGiveBackTheirRpcWindowToABusyCallerWithinTheSendBudget) {
   EXPECT_LE(server.stats["mem.send.hwm_bytes"], c.send_pool_max);
   EXPECT_EQ(server.stats["peers.failed"], 0u);
   EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
+}
+
+// A HELLO that finds the send budget short of a full window (beyond the newcomers' share) makes
+// the server recall idle clients' windows, walk after walk, until a full one fits again: the
+// client that comes next gets SLUICE_RPC_WINDOW. (In a storm of connects every HELLO counts: the
+// newcomers' share must not be the first thing spent.)
+TEST(Loans, AShortWindowRecallsIdleClientsUntilAFullWindowFitsAgain) {
+  Config c = *Config::from_env();
+  c.heartbeat = std::chrono::milliseconds(100);
+  c.pool_chunk = 64 << 10;
+  // 1,200 reply slots of 8256 B, 75 of them the newcomers' share: 17 clients get a full window
+  // of 32 calls (64 slots), the 18th 18 calls, and the 112 slots left still hold one full window.
+  c.send_pool_max = std::size_t{1200} * 8256;
+  Server server(c);
+  server.serve();
+  auto ctx = Context::create(ContextOptions{.config = c, .bootstrap = std::move(make_in_process_group(1).front())});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  std::vector<std::unique_ptr<Engine>> clients;
+  auto drive = [&](std::chrono::milliseconds d) {
+    for (auto until = Clock::now() + d; Clock::now() < until; std::this_thread::sleep_for(std::chrono::milliseconds(1)))
+      for (auto& e : clients) e->progress();
+  };
+  auto connect = [&]() -> std::uint64_t {
+    auto e = (*ctx)->create_engine();
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok()) return 0;
+    clients.push_back(std::move(*e));
+    auto peer = clients.back()->connect(server.address());
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    return clients.back()->stats().value("rpc.window_held");
+  };
+  std::vector<std::uint64_t> first;  // each client's window after its connect
+  for (int i = 0; i < 17; ++i) {
+    first.push_back(connect());
+    ASSERT_EQ(first.back(), 32u) << "client " << i;
+  }
+  first.push_back(connect());
+  ASSERT_LT(first.back(), 32u) << "the 18th client's HELLO found the budget short";
+  drive(std::chrono::milliseconds(600));  // six heartbeat intervals: every client idle
+  EXPECT_EQ(connect(), 32u) << "the idle clients' windows came back";
+  drive(std::chrono::milliseconds(100));
+  std::uint64_t recalled = 0, given_back = 0;
+  for (std::size_t i = 0; i < first.size(); ++i)
+    if (clients[i]->stats().value("rpc.window_held") == 1) ++recalled, given_back += first[i] - 1;
+  clients.clear();  // orderly closes, answered by the server
+  server.finish();
+  EXPECT_GE(recalled, 1u);
+  EXPECT_EQ(server.stats["flow.peers_recalled"], recalled) << "each recalled client came down to one call";
+  EXPECT_EQ(server.stats["rpc.window_reclaimed"], given_back) << "and its reply slots went back";
+  EXPECT_LE(server.stats["mem.send.hwm_bytes"], c.send_pool_max);
+  EXPECT_EQ(server.stats["peers.failed"], 0u);
 }
 
 }  // namespace

@@ -266,19 +266,30 @@ class PerfSmoke(unittest.TestCase):
             self.assertGreater(float(x["connect_s"]), 0, x)
             self.assertGreaterEqual(float(x["server_idle_cpu_pct"]), 0, x)
         self.assertEqual(rows[0]["fairness"], "1.0000", "one busy client is fair to itself")
-        # JSON carries the same columns; with --idle-poll 0 each idle engine has a thread.
-        r = subprocess.run([PERF, "-t", "crowd", "--peers", "3", "--busy", "1", "--seconds", "1", "-r", "1",
-                            "--idle-poll", "0", "--format", "json"], capture_output=True, text=True, timeout=240)
+        # JSON carries the same columns; with --idle-poll 0 each idle engine has a thread, and with
+        # --connects all the two processes' engines connect at once (each a thread of its own).
+        r = subprocess.run([PERF, "-t", "crowd", "--peers", "5", "--per-process", "3", "--busy", "1", "--seconds", "1",
+                            "-r", "1", "--idle-poll", "0", "--connects", "all", "--format", "json"], capture_output=True,
+                           text=True, timeout=240)
         self.assertEqual(r.returncode, 0, r.stderr)
         data = json.loads(r.stdout)
         self.assertEqual(set(data[0].keys()), set(COLUMNS))
-        self.assertEqual((data[0]["peers"], data[0]["busy"], data[0]["fairness"]), (3, 1, 1.0))
+        self.assertEqual((data[0]["peers"], data[0]["busy"], data[0]["fairness"]), (5, 1, 1.0))
+        self.assertGreater(data[0]["connect_s"], 0)
+        # The table's note says how they connected, that none failed and that all were still alive.
+        r = subprocess.run([PERF, "-t", "crowd", "--peers", "4", "--per-process", "2", "--busy", "1", "--seconds", "1",
+                            "-r", "1", "--connects", "all"], capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("4 connects at once in", r.stdout)
+        self.assertIn(", 0 failed)", r.stdout)
+        self.assertIn("4 of 4 idle still alive", r.stdout)
 
     def test_bad_flags_exit_2_with_usage(self):
         for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpich"], ["--format", "xml"], ["-n", "0"], ["--what"],
                      ["-m", "tcp"], ["--producers", "0"], ["--producers", "65"], ["--server"], ["-m", "cs", "--connect", "nohost"],
                      ["-m", "cs", "--server", "--connect", "127.0.0.1:1"], ["--peers", "5"], ["-t", "crowd,am_lat"],
-                     ["-t", "crowd", "--busy", "0"], ["-t", "crowd", "--busy", "65"], ["-t", "crowd", "--baseline", "ucx"]):
+                     ["-t", "crowd", "--busy", "0"], ["-t", "crowd", "--busy", "65"], ["-t", "crowd", "--baseline", "ucx"],
+                     ["--connects", "all"], ["-t", "crowd", "--connects", "some"]):
             r = perf(2, *args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn("usage", r.stderr)
