@@ -120,12 +120,12 @@ absl::Status Crowd::round(Round& r) {
 
 // The idle clients, --per-process engines a process. One after another (--connects seq): a
 // process after another, each connecting its engines one after another, and connect_s is the
-// sum of the connects' times. All at once (--connects all): every process started together,
-// every engine connecting at once, and connect_s is the time until the last one is connected.
+// sum of the connects' times. All at once (--connects all): every process creates its engines,
+// then all of them connect at once, and connect_s is the time from "go" until the last one is
+// connected.
 absl::Status Crowd::connect_idle(CrowdFigures& f) {
   f.connect_s = f.connect_max_s = 0;
   bool at_once = o_.connects == "all";
-  auto t0 = Clock::now();
   for (int done = 0, n = 0; done < o_.peers; done += n) {
     n = std::min(o_.per_process, o_.peers - done);
     std::string what = "idle clients " + std::to_string(done) + "-" + std::to_string(done + n - 1);
@@ -135,6 +135,12 @@ absl::Status Crowd::connect_idle(CrowdFigures& f) {
     if (!at_once) SLUICE_RETURN_IF_ERROR(connected(*c, n, f));
   }
   if (!at_once) return absl::OkStatus();
+  // Every process's engines exist before the first connect: connect_s counts connects only.
+  for (Child* c : idle_)
+    SLUICE_RETURN_IF_ERROR(Children::expect(*c, "ready", std::chrono::seconds(60 + o_.per_process)).status());
+  auto t0 = Clock::now();
+  for (Child* c : idle_)
+    if (!c->say("go")) return absl::UnavailableError(c->what + " is gone");
   for (Child* c : idle_) SLUICE_RETURN_IF_ERROR(connected(*c, o_.per_process, f));
   f.connect_s = Seconds(Clock::now() - t0).count();
   return absl::OkStatus();

@@ -11,7 +11,7 @@
 // Each of -r rounds runs, per --busy K and size, K busy engines' calls (rpc_rate's, -W in
 // flight) for --seconds alone (the solo run); then the idle clients connect, one process after
 // another (each connect timed), or with --connects all every engine of every process at once
-// (the time until the last one is connected); the server's CPU time is read from /proc over --seconds with
+// (the time from the word to the last connect's end); the server's CPU time is read from /proc over --seconds with
 // every client idle; then the same K busy engines call again, among the N idle ones; then the
 // idle clients exit. Each (K, size) makes one row, of medians over the rounds (report.h's
 // CrowdFigures beside the usual figures).
@@ -103,7 +103,8 @@ constexpr HandlerId kEcho = 940;
 // warmup) with "done ERRORS P50_US P99_US AVG_US RATE_1 ... RATE_K" until "quit".
 [[noreturn]] void busy(int fd, const std::string& address, int engines);
 // `engines` idle clients of `address`, connected one after another (or all at once, a thread
-// each): say "connected OK FAILED SECONDS MAX_SECONDS", stay idle until "quit", then say "alive N" (their peers still
+// each, after saying "ready" and reading "go"): say "connected OK FAILED SECONDS MAX_SECONDS",
+// stay idle until "quit", then say "alive N" (their peers still
 // alive) and end. Idle: the main thread progresses every engine each `poll_ms` and sleeps in between
 // (--idle-poll); with 0, each engine has a thread of its own, asleep in Engine::wait().
 [[noreturn]] void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms);

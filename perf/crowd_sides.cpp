@@ -325,11 +325,12 @@ struct IdleEngines {
   Connects connects;
 };
 
-// `engines` engines of `ctx` connected to `address`: all at once, or one after another. Then
-// `connected(i)` for each engine i; in the sequential case it runs right after engine i's connect,
-// so that it can keep the engines connected so far driven.
-void connect_idle(int fd, Context& ctx, const std::string& address, int engines, bool at_once, IdleEngines& idle,
-                  const std::function<void(std::size_t)>& connected) {
+// `engines` engines of `ctx` connected to `address`: one after another, or all at once once
+// the parent says "go" (after this process's "ready": its engines exist). Then `connected(i)`
+// for each engine i; in the sequential case it runs right after engine i's connect, so that it
+// can keep the engines connected so far driven.
+void connect_idle(int fd, Lines& lines, Context& ctx, const std::string& address, int engines, bool at_once,
+                  IdleEngines& idle, const std::function<void(std::size_t)>& connected) {
   idle.all.reserve(static_cast<std::size_t>(engines));  // the engines' threads index it
   for (int i = 0; i < engines; ++i) {
     idle.all.push_back(engine(fd, ctx));
@@ -339,6 +340,8 @@ void connect_idle(int fd, Context& ctx, const std::string& address, int engines,
     }
   }
   if (!at_once) return;
+  say(fd, "ready");
+  if (lines.next() != "go") std::_Exit(0);  // the parent went away, or ended the run
   idle.peers = connect_at_once(idle.all, address, idle.connects);
   for (std::size_t i = 0; i < idle.all.size(); ++i) connected(i);
 }
@@ -350,7 +353,8 @@ void idle_threads(int fd, const std::string& address, int engines, bool at_once)
   std::vector<std::thread> threads;
   std::atomic<bool> quit = false, posted = false;
   std::atomic<int> alive = 0;
-  connect_idle(fd, *ctx, address, engines, at_once, idle, [&](std::size_t i) {
+  Lines lines(fd);
+  connect_idle(fd, lines, *ctx, address, engines, at_once, idle, [&](std::size_t i) {
     Engine* e = idle.all[i].get();
     Peer* peer = idle.peers[i];
     if (!at_once) e->release_thread();
@@ -362,7 +366,6 @@ void idle_threads(int fd, const std::string& address, int engines, bool at_once)
     });
   });
   idle.connects.report(fd);
-  Lines lines(fd);
   while (auto line = lines.next())
     if (*line == "quit") break;
   quit = true;
@@ -377,11 +380,11 @@ void idle_threads(int fd, const std::string& address, int engines, bool at_once)
 void idle_polled(int fd, const std::string& address, int engines, bool at_once, std::chrono::milliseconds poll) {
   auto ctx = context(fd);
   IdleEngines idle;
-  connect_idle(fd, *ctx, address, engines, at_once, idle, [&](std::size_t) {
+  Lines lines(fd);
+  connect_idle(fd, lines, *ctx, address, engines, at_once, idle, [&](std::size_t) {
     for (auto& e : idle.all) e->progress();
   });
   idle.connects.report(fd);
-  Lines lines(fd);
   while (true) {
     auto line = lines.next(Clock::now() + poll);
     if ((line && *line == "quit") || lines.eof()) break;

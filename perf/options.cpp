@@ -89,8 +89,8 @@ void print_crowd(FILE* out) {
       "K: rate_per_s the K busy clients' calls per second among the idle ones, baseline solo,\n"
       "ratio crowded/solo (the median of the rounds'); in columns of their own N, K, Jain's\n"
       "fairness index of the K rates, the server's receive-pool high-water mark / its budget\n"
-      "(SLUICE_RECV_POOL_MAX), the N connects' total seconds (all at once: until the last one is\n"
-      "connected) and the idle server's CPU (% of a\n"
+      "(SLUICE_RECV_POOL_MAX), the N connects' total seconds (all at once: from the start of the\n"
+      "connects, the engines created, until the last one is connected) and the idle server's CPU (% of a\n"
       "core). Every process dies with sluice-perf (PR_SET_PDEATHSIG).\n",
       out);
 }
