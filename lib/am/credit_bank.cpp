@@ -2,6 +2,7 @@
 #include "am/credit_bank.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "am/engine_core.h"
 #include "core/log.h"
@@ -11,6 +12,13 @@ namespace sluice::detail {
 std::uint32_t CreditBank::cap() const { return std::max(engine().config_.credits_max, engine().config_.credits); }
 
 std::uint32_t CreditBank::posted_for(std::uint32_t grant) const { return std::min(engine().config_.rx_posted, grant); }
+
+std::uint32_t CreditBank::most_for(std::size_t slots) const {
+  // cost(g) is 2g up to SLUICE_RX_POSTED credits, g + SLUICE_RX_POSTED beyond.
+  std::size_t posted = engine().config_.rx_posted;
+  std::size_t g = slots >= 2 * posted ? slots - posted : slots / 2;
+  return static_cast<std::uint32_t>(std::min<std::size_t>(g, UINT32_MAX));
+}
 
 std::size_t CreditBank::for_newcomers(const PoolClass& c, std::size_t floor) {
   return std::min(kNewcomers * floor, c.budget_slots() / 16);
@@ -26,8 +34,7 @@ std::size_t CreditBank::beyond_floor(const PoolClass& c, std::size_t floor) {
 std::uint32_t CreditBank::open(PeerData& p, Clock::time_point now) {
   const PoolClass& eager = engine().recv_pool_->eager();
   std::size_t room = eager.reservable(), spare = beyond_floor(eager, cost(kFloor));
-  std::uint32_t grant = engine().config_.credits;
-  while (grant > kFloor && cost(grant) > spare) --grant;
+  std::uint32_t grant = std::max(kFloor, std::min(engine().config_.credits, most_for(spare)));
   if (cost(grant) > room) {
     short_ = true;
     return 0;
@@ -167,8 +174,7 @@ void CreditBank::lend(PeerData& p, std::uint32_t want) {
   want = std::max(want, g);
   std::uint32_t room = cap() > g ? std::min(want, cap() - g) : 0;
   std::size_t budget = engine().recv_pool_->eager().reservable();
-  std::uint32_t d = room;
-  while (d > 0 && cost(g + d) - cost(g) > budget) --d;
+  std::uint32_t d = std::min(room, most_for(budget + cost(g)) - g);
   std::uint32_t unmet = room - d;
   if (unmet != 0 && p.loan.wanted_ == 0) waiting_.push_back(p.id());
   if (unmet == 0 && p.loan.wanted_ != 0) std::erase(waiting_, p.id());

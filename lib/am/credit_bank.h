@@ -104,6 +104,8 @@ class CreditBank {
   // Receive slots `grant` credits take: the credits' and the posted receives'.
   std::uint32_t posted_for(std::uint32_t grant) const;
   std::size_t cost(std::uint32_t grant) const { return std::size_t{grant} + posted_for(grant); }
+  // The largest grant whose cost() fits in `slots` (cost grows with the grant).
+  std::uint32_t most_for(std::size_t slots) const;
   void serve_waiting();
   // Recalls idle peers' credits (`credits`) and windows (`windows`) to the floor.
   void reclaim(Clock::time_point now, bool credits, bool windows);
