@@ -275,7 +275,8 @@ class SLUICE_API Engine {
   // anything happened.
   bool progress();
   // Progresses until `done()` is true (returns true) or `deadline` passes (returns false).
-  // Busy-polls while there is work and for SLUICE_SPIN (100us) after the last of it, then
+  // Busy-polls while there is work and for at most SLUICE_SPIN (100us) after the last of it
+  // (less while its sleeps outlast the spin), then
   // sleeps as wait() does: a done() that another thread makes true should be followed by
   // post() on this engine, which wakes it (otherwise it is seen at the next timer tick,
   // within 50 ms with connected peers, 1 s without).

@@ -197,28 +197,30 @@ absl::StatusOr<Peer*> Engine::connect(std::string_view host_port, Duration timeo
 bool Engine::progress() { return core_->progress(); }
 bool Engine::run_until(const std::function<bool()>& done, Clock::time_point deadline) {
   if (!core_->guard().bind("Engine::run_until")) return false;
-  // Busy-polls while there is work, and for SLUICE_SPIN after the last of it; then sleeps in
-  // wait() until a message, a timer or post() wakes it. Polling threads that never sleep
-  // turn an oversubscribed machine into one where each hand-off between two of them waits
-  // for a scheduler time slice (measured: 1,000,000 messages between two engines beside
-  // another busy job took 125 s instead of 1-2 s). The clock is read every 64 calls.
-  const Duration spin = core_->spin();
+  // Busy-polls while there is work, and for a spin after the last of it (SLUICE_SPIN at most,
+  // shorter while sleeps outlast it: detail::SpinBudget); then sleeps in wait() until a
+  // message, a timer or post() wakes it. Polling threads that never sleep turn an
+  // oversubscribed machine into one where each hand-off between two of them waits for a
+  // scheduler time slice (measured: 1,000,000 messages between two engines beside another busy
+  // job took 125 s instead of 1-2 s). The clock is read after every pass that found nothing
+  // (a pass with 1,000 peers costs far more than the clock), and every 64 busy ones.
+  detail::SpinBudget& spin = core_->spin();
   constexpr auto kBusy = Clock::time_point::max();
   Clock::time_point idle_since = kBusy;
-  bool active = false;
   unsigned n = 0;
   while (!done()) {
-    active = core_->progress() || active;
-    if (++n % 64 != 0) continue;
+    bool active = core_->progress();
+    if (active) {
+      idle_since = kBusy;
+      if (++n % 64 != 0) continue;
+    }
     Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
-    if (active || spin == kInfinite) {
-      active = false;
-      idle_since = kBusy;
-    } else if (idle_since == kBusy) {
-      idle_since = now;
-    } else if (now - idle_since >= spin) {
+    if (active || spin.spin() == kInfinite) continue;
+    if (idle_since == kBusy) idle_since = now;
+    if (now - idle_since >= spin.spin()) {
       core_->wait(deadline);
+      spin.slept(Clock::now() - now);
       idle_since = kBusy;  // woken: spin again before the next sleep
     }
   }

@@ -226,7 +226,7 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
     engine().peers_.abandon(p, std::string(s.message()));
     return absl::Status(s.code(), absl::StrFormat("cannot connect to %s: %s", host_port, s.message()));
   }
-  engine().link_.connecting(p, deadline);
+  engine().link_.connecting(p, deadline, /*dialed=*/true);
   engine().link_.send_hello(p);
   // Then the HELLOs over UCX; a failure on the way (a REJECT, the link closing, the deadline)
   // fails the peer.

@@ -120,11 +120,12 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
 [[gnu::always_inline]] inline void Delivery::accept(PeerData* p, Slot* lender, std::span<std::byte> bytes,
                                                     const wire::Header& h) {
   std::size_t length = bytes.size();
-  engine().link_.heard(p->link, p->id(), engine().now_);
   if (h.flags & wire::kFlagCtrl) {
+    engine().link_.heard_ctrl(p->link, p->id(), h.handler, engine().now_);
     engine().link_.handle_ctrl(*p, h, std::span<const std::byte>(bytes.data() + wire::kHeaderSize, h.user_header_len));
     return;
   }
+  engine().link_.heard(p->link, p->id(), engine().now_);
   bool early = false;  // before its sender's HELLO
   if (p->state() != PeerState::kReady) [[unlikely]]
     if (!admit_unready(*p, &early)) return;

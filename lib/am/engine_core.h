@@ -62,6 +62,7 @@
 #include "core/log.h"
 #include "door/door.h"
 #include "flow/flow.h"
+#include "flow/spin.h"
 #include "mem/pool.h"
 #include "topo/topology.h"
 #include "transport/transport.h"
@@ -113,7 +114,8 @@ class EngineCore final {
   std::string stats_line(const char* trigger);
   PoolStats pool_stats(Direction d) const;
   std::size_t eager_limit() const { return eager_limit_; }
-  Duration spin() const { return config_.spin; }
+  // How long Engine::run_until() polls after the last work before it sleeps (SLUICE_SPIN at most).
+  SpinBudget& spin() { return spin_; }
   int rank() const { return boot_->rank(); }
   int size() const { return boot_->size(); }
   int id() const { return engine_id_; }
@@ -152,6 +154,7 @@ class EngineCore final {
   [[no_unique_address]] Delivery delivery_{*this};
   ApiGuard guard_{*this};
   const Config config_;
+  SpinBudget spin_{config_.spin};
   const Topology* topo_;
   const TransportContext* ucx_;
   Bootstrap* boot_;

@@ -17,8 +17,9 @@ void LinkControl::start_handshake(PeerData& p) {
   send_hello(p);
 }
 
-void LinkControl::connecting(PeerData& p, Clock::time_point deadline) {
+void LinkControl::connecting(PeerData& p, Clock::time_point deadline, bool dialed) {
   p.link.state_ = PeerState::kConnecting;
+  p.link.dialed_ = dialed;
   watch(p.link, p.id());
   p.link.hello_deadline_ = deadline;
 }

@@ -47,6 +47,9 @@ class LinkState {
   bool close_pending() const { return close_pending_; }
   // Visited on every timer tick (LinkControl::tick); false while it sleeps until a deadline.
   bool watched() const { return watched_; }
+  // We dialed it (a client's link to its server): its heartbeats keep the link alive, ours
+  // are the fallback (LinkControl::beat).
+  bool dialed() const { return dialed_; }
 
  private:
   friend class LinkControl;
@@ -66,6 +69,7 @@ class LinkState {
   std::string fail_reason_;
   bool close_pending_ = false;
   bool watched_ = false;
+  bool dialed_ = false;
   // Client/server: when its front-door link closed (its process ended, or it is closing: its
   // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.
   Clock::time_point lost_at_ = Clock::time_point::max();
@@ -80,8 +84,9 @@ class LinkControl {
   // ---- the handshake and control messages (link_control.cpp)
   // A new rank peer: its endpoint, then our HELLO, answered within SLUICE_CONNECT_TIMEOUT.
   void start_handshake(PeerData& p);
-  // The peer connects: its HELLO must come by `deadline`.
-  void connecting(PeerData& p, Clock::time_point deadline);
+  // The peer connects: its HELLO must come by `deadline`. `dialed`: we connected to it (the
+  // client's side of a client/server link).
+  void connecting(PeerData& p, Clock::time_point deadline, bool dialed = false);
   // SLUICE_CONNECT_TIMEOUT from now (max when infinite).
   Clock::time_point connect_deadline() const;
   bool send_hello(PeerData& p);
@@ -127,6 +132,12 @@ class LinkControl {
     if (!l.watched_) [[unlikely]]
       watch(l, index);
   }
+  // A control message arrived. A heartbeat (PING, PONG) leaves a sleeping peer asleep: its
+  // next deadline is worked out from this when it comes. Any other watches it, as data does.
+  void heard_ctrl(LinkState& l, std::uint32_t index, std::uint16_t kind, Clock::time_point now) {
+    if (kind == wire::kPing || kind == wire::kPong) l.last_heard_ = now;
+    else heard(l, index, now);
+  }
   // Data of a connecting peer waits for its HELLO (since `now`, unless it waited already).
   static void early(LinkState& l, Clock::time_point now) {
     if (l.early_since_ == Clock::time_point{}) l.early_since_ = now;
@@ -159,6 +170,10 @@ class LinkControl {
   void drop_early(PeerData& p);
   // A quiet link's next deadline: its heartbeat, or its silence's end.
   Clock::time_point quiet_until(const LinkState& l) const;
+  // How long the link may be silent before we ping it; and the quantum its pings are batched
+  // by (a quarter of SLUICE_HEARTBEAT).
+  Duration beat(const LinkState& l) const;
+  Duration batch() const;
   [[gnu::noinline]] void watch_index(std::uint32_t index);
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)

@@ -325,21 +325,29 @@ std::vector<Field> liveness_vars() {
                    "A peer silent this long (no message, no heartbeat answer) is declared "
                    "dead; its operations complete with Unavailable.",
                    &Config::peer_timeout, true),
-      duration_var("SLUICE_HEARTBEAT", "flow", "1s", "Interval of heartbeats to peers that have been idle this long.",
+      duration_var("SLUICE_HEARTBEAT", "flow", "1s",
+                   "Interval of heartbeats to peers that have been idle this long (longer with many "
+                   "peers: SLUICE_HEARTBEAT_RATE). A server pings its quiet clients; a client pings "
+                   "its server only after half of SLUICE_PEER_TIMEOUT without a word from it.",
                    &Config::heartbeat, false),
+      int_var<std::uint32_t>("SLUICE_HEARTBEAT_RATE", "flow", "500",
+                             "Heartbeats per second an engine sends at most: with more peers than this "
+                             "times SLUICE_HEARTBEAT, each is pinged less often (at most a third of "
+                             "SLUICE_PEER_TIMEOUT apart), so idle clients cost a server the same however many.",
+                             &Config::heartbeat_rate, 1u, 1000000u),
       duration_var("SLUICE_CONNECT_TIMEOUT", "flow", "10s",
-                   "Deadline for connecting and handshaking with a peer, and for bootstrap "
-                   "fences.",
+                   "Deadline for connecting and handshaking with a peer, and for bootstrap fences.",
                    &Config::connect_timeout, true),
       duration_var("SLUICE_CALL_WARN", "rpc", "30s",
                    "A call without a timeout outstanding this long is logged once (peer, method, "
                    "age) and counted in rpc.overdue; it goes on waiting. inf: never.",
                    &Config::call_warn, true),
       duration_var("SLUICE_SPIN", "progress", "100us",
-                   "Engine::run_until() busy-polls while there is work and this long after "
-                   "the last of it, then sleeps until a message, a timer or post() wakes it "
+                   "Engine::run_until() busy-polls while there is work and at most this long "
+                   "after the last of it, then sleeps until a message, a timer or post() wakes it "
                    "(the core goes to other threads: what keeps an oversubscribed machine "
-                   "from crawling). inf: never sleep.",
+                   "from crawling). Each sleep that outlasts the spin halves it, down to none; "
+                   "each that ends within this time doubles it again. inf: never sleep.",
                    &Config::spin, true),
   };
 }

@@ -392,6 +392,39 @@ TEST_P(ClientServer, ClientsComeAndGoAndTheServerKeepsServing) {
   EXPECT_EQ(reached_newcomer, 0) << "a gone client's Peer answers kUnavailable";
 }
 
+// Heartbeats on an idle client/server link: the server pings its quiet clients (in batches, at
+// its timer ticks), and a client that hears those pings sends none of its own; both stay up.
+TEST_P(ClientServer, TheServerPingsQuietClientsWhichOnlyAnswer) {
+  Config c = node_config(GetParam(), "", AuthMode::kAuto, Encrypt::kOff);
+  c.heartbeat = std::chrono::milliseconds(100);
+  c.peer_timeout = std::chrono::seconds(10);
+  testing_support::SingleEngine server(c), client(c);
+  auto port = server.engine->listen("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::atomic<bool> stop{false};
+  std::uint64_t server_pings = 0;
+  std::thread serving([&] {
+    server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong);
+    server_pings = server.engine->stats().value("peers.heartbeats");
+  });
+  auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  // Idle for 20 heartbeat intervals: the client's engine only answers what comes.
+  (void)client.engine->run_until([] { return false; }, Clock::now() + std::chrono::seconds(2));
+  std::uint64_t client_pings = client.engine->stats().value("peers.heartbeats");
+  bool alive = (*peer)->alive();
+  stop = true;
+  serving.join();
+  std::printf("2 s idle, heartbeat 100 ms: the server sent %llu pings, the client %llu\n",
+              static_cast<unsigned long long>(server_pings), static_cast<unsigned long long>(client_pings));
+  EXPECT_TRUE(alive);
+  EXPECT_GE(server_pings, 8u) << "the server pings its quiet client every heartbeat interval";
+  // Each side pinged whenever it had not heard from the other for 100 ms before: then about
+  // half the pings were the client's. A loaded machine may delay the server past the client's
+  // 200 ms now and then.
+  EXPECT_LE(client_pings, server_pings / 8) << "the client left the pinging to its server";
+}
+
 // ListenOptions::share_port: two engines of one process on one port each serve some of 16
 // clients (the kernel spreads them by source port; all on one engine: 2 in 65,536); an engine
 // that does not share the port cannot listen there, and its error says how to.

@@ -225,5 +225,32 @@ TEST_F(LinkTimersTest, AQuietPeerSleepsBetweenItsHeartbeatsATimeItsMessagesWakeI
   EXPECT_EQ(sluice::testing::watched_peers(*engine_), 0u) << "a dead peer is forgotten";
 }
 
+// More peers than SLUICE_HEARTBEAT_RATE allows at SLUICE_HEARTBEAT: each is pinged less often,
+// the engine's heartbeats per second staying at the rate (here 2 peers at 5 a second: 400 ms
+// apart, which is also a third of the timeout, instead of 50 ms).
+class HeartbeatRateTest : public LinkControlTest {
+ protected:
+  HeartbeatRateTest() {
+    env_.push_back({"SLUICE_HEARTBEAT", "50ms"});
+    env_.push_back({"SLUICE_HEARTBEAT_RATE", "5"});
+    env_.push_back({"SLUICE_PEER_TIMEOUT", "1200ms"});
+  }
+};
+
+TEST_F(HeartbeatRateTest, ASilentPeerIsPingedAtTheRateNotAtEachHeartbeat) {
+  ready(2);
+  rogue_.heartbeats().clear();
+  Clock::time_point start = Clock::now();
+  std::string log;
+  ASSERT_TRUE(until_dead(&log));
+  auto lived = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  std::size_t pings = 0;
+  for (const auto& r : rogue_.heartbeats()) pings += r.header.handler == wire::kPing ? 1 : 0;
+  std::printf("silent for %lld ms: pinged %zu times\n", static_cast<long long>(lived.count()), pings);
+  EXPECT_THAT(log, HasSubstr("SLUICE_PEER_TIMEOUT=1200ms"));
+  EXPECT_GE(pings, 2u) << "pinged before its silence ended it";
+  EXPECT_LE(pings, 4u) << "about 400 ms apart, not 50 ms (24 pings)";
+}
+
 }  // namespace
 }  // namespace sluice::detail
