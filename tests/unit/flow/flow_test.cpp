@@ -251,6 +251,31 @@ TEST(CallTable, ReplyTagBitsStayUniqueWhileOneEntryIsReused) {
   EXPECT_EQ(std::adjacent_find(low.begin(), low.end()), low.end());
 }
 
+TEST(CallTable, EntriesInEveryChunkAreFoundAndStayPut) {
+  // 1,000 calls span four chunks of 256: each is found by its id, at the address insert()
+  // gave, while later chunks are added; an id naming the first entry not yet made finds nothing.
+  CallTable<int> t;
+  std::vector<std::pair<std::uint64_t, int*>> calls;
+  for (int i = 0; i < 1000; ++i) {
+    auto [id, v] = t.insert();
+    *v = i;
+    calls.emplace_back(id, v);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(t.find(calls[static_cast<std::size_t>(i)].first), calls[static_cast<std::size_t>(i)].second) << i;
+    EXPECT_EQ(*calls[static_cast<std::size_t>(i)].second, i);
+  }
+  EXPECT_EQ(t.find((std::uint64_t{1000} << CallTable<int>::kSeqBits) | 1), nullptr);
+  EXPECT_EQ(t.ids_where([](const int& v) { return v == 255 || v == 256 || v == 999; }),
+            (std::vector<std::uint64_t>{calls[255].first, calls[256].first, calls[999].first}));
+  t.clear();
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.find(calls[0].first), nullptr) << "cleared";
+  auto [id, v] = t.insert();
+  EXPECT_NE(v, nullptr);
+  EXPECT_EQ(t.find(id), v);
+}
+
 TEST(CallTable, SelectsIdsAndCountsWhatIsLive) {
   CallTable<int> t;
   std::vector<std::uint64_t> ids;
