@@ -170,8 +170,8 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   state(m).lender = lender;
   if (!p->landings.blocked() && !early && p->rx.window_.take_in_order(seq)) [[likely]] {
     // A plain message in order (the common case) goes straight to its handler.
-    // An eager request goes straight to the RPC server (what process() and finish_incoming()
-    // would decide for it).
+    // An eager request goes straight to the RPC server, an eager reply to the RPC client (what
+    // process() and finish_incoming() would decide for them).
     constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
     constexpr std::uint8_t kNotEager = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagReply;
     bool closing = engine().shutting_down_;
@@ -179,6 +179,8 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
       engine().handlers_.dispatch(m);
     } else if ((h.flags & kNotEager) == 0 && !closing) {
       engine().rpc_server_.on_request(*p, m);
+    } else if ((h.flags & kNotPlain) == wire::kFlagReply) {  // an eager reply: a call of ours completes
+      engine().rpc_client_.on_reply(*p, m);
     } else {
       process(*p, m, h);
     }
