@@ -169,21 +169,7 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   state(m).borrowed = true;
   state(m).lender = lender;
   if (!p->landings.blocked() && !early && p->rx.window_.take_in_order(seq)) [[likely]] {
-    // A plain message in order (the common case) goes straight to its handler.
-    // An eager request goes straight to the RPC server, an eager reply to the RPC client (what
-    // process() and finish_incoming() would decide for them).
-    constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
-    constexpr std::uint8_t kNotEager = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagReply;
-    bool closing = engine().shutting_down_;
-    if ((h.flags & kNotPlain) == 0 && !closing) [[likely]] {
-      engine().handlers_.dispatch(m);
-    } else if ((h.flags & kNotEager) == 0 && !closing) {
-      engine().rpc_server_.on_request(*p, m);
-    } else if ((h.flags & kNotPlain) == wire::kFlagReply) {  // an eager reply: a call of ours completes
-      engine().rpc_client_.on_reply(*p, m);
-    } else {
-      process(*p, m, h);
-    }
+    hand_over(*p, m, h);
     // Still here (not kept, moved or released), and not a request waiting for its answer: its
     // credit goes back now, without the general release's checks (engine thread, nothing
     // owned but the borrow).
@@ -197,6 +183,24 @@ void Delivery::accept_coalesced(PeerData* p, std::span<const std::byte> batch) {
   }
   hold_or_drop(*p, std::move(m), h, seq);
   if (returned && p->has_waiting()) engine().sender_.flush(*p);
+}
+
+// Inlined into accept: a message in order goes to whoever takes it. A plain one (the common
+// case) straight to its handler, an eager request to the RPC server, an eager reply to the RPC
+// client (what process() and finish_incoming() would decide for them); the rest to process().
+[[gnu::always_inline]] inline void Delivery::hand_over(PeerData& p, Message& m, const wire::Header& h) {
+  constexpr std::uint8_t kNotPlain = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagRequest | wire::kFlagReply;
+  constexpr std::uint8_t kNotEager = wire::kFlagFrag | wire::kFlagRndv | wire::kFlagReply;
+  bool closing = engine().shutting_down_;
+  if ((h.flags & kNotPlain) == 0 && !closing) [[likely]] {
+    engine().handlers_.dispatch(m);
+  } else if ((h.flags & kNotEager) == 0 && !closing) {
+    engine().rpc_server_.on_request(p, m);
+  } else if ((h.flags & kNotPlain) == wire::kFlagReply) {  // an eager reply: a call of ours completes
+    engine().rpc_client_.on_reply(p, m);
+  } else {
+    process(p, m, h);
+  }
 }
 
 bool Delivery::admit_unready(PeerData& p, bool* early) {

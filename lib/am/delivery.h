@@ -83,6 +83,8 @@ class Delivery {
   // delivery.cpp: every received message passes here.
   void accept(PeerData* p, Slot* lender, std::span<std::byte> bytes, const wire::Header& h);
   void accept_coalesced(PeerData* p, std::span<const std::byte> bytes);
+  // An in-order message to its handler, the RPC server or client, or process() (inline).
+  void hand_over(PeerData& p, Message& m, const wire::Header& h);
   // A message from a peer not ready: true when it is taken (its HELLO came meanwhile, or it
   // waits for it: *early), false when dropped (counted).
   bool admit_unready(PeerData& p, bool* early);
