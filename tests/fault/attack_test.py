@@ -506,6 +506,7 @@ class Relay:
                                                is_header)
                             if self.tamper.state.get("cut"):
                                 to.sendall(out)
+                                self.close_after_peer(to)
                                 return
                         data = b""
                     to.sendall(out + data)
@@ -516,6 +517,16 @@ class Relay:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
+
+    @staticmethod
+    def close_after_peer(sock, seconds=10):
+        """Half-closes `sock` and reads until its peer closes too: a socket closed with unread bytes
+        sends a reset, which would race the half frame's end for the peer's attention."""
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(seconds)
+        with contextlib.suppress(OSError):
+            while sock.recv(65536):
+                pass
 
     def door_frames(self, state, data, records):
         """Takes the door's frames out of `data` as they complete: (their bytes, what follows)."""
