@@ -20,7 +20,7 @@ case "$target" in
   stream)
     # The stream transport's reader over a socketpair, with libsodium for the sealed mode.
     sources="$src/lib/transport/stream.cpp $src/lib/transport/stream_conn.cpp $src/lib/transport/stream_writer.cpp
-             $src/lib/transport/stream_crypto.cpp $src/lib/core/log.cpp"
+             $src/lib/transport/stream_crypto.cpp $src/lib/core/log.cpp $src/lib/core/net.cpp"
     flags=$(pkg-config --cflags --libs libsodium libcrypto absl_status absl_statusor absl_str_format) ;;
   *) sources="$src/lib/wire/${target}.cpp"; flags= ;;
 esac
