@@ -153,7 +153,7 @@ absl::Status PoolClass::grow() {
   }
   free_count_ += n;
   total_ += n;
-  budget_->mapped += n * slot_size_;
+  count_mapped(n * slot_size_, true);
   arenas_.push_back(std::move(*arena));
   descs_.push_back(std::move(descs));
   chunk_slots_.push_back(static_cast<std::uint32_t>(n));
@@ -188,7 +188,7 @@ std::size_t PoolClass::trim() {
     descs_[i].reset();
     chunk_slots_[i] = chunk_free_[i] = 0;
   }
-  budget_->mapped -= freed;
+  count_mapped(freed, false);
   SLUICE_LOG(kInfo, "mem", "%s pool class %s gave back %s it did not use (%u slots left)",
              to_string(budget_->direction), name_, format_size(freed), total_);
   return freed;
@@ -459,8 +459,9 @@ Result Pool::try_take_landing(std::size_t bytes, Slot* out) {
 }
 
 std::size_t Pool::landing_room() const {
-  // What is left once everything but the eager class (never unmapped) is: Budget::room.
-  std::size_t fixed = budget_.reserved_bytes + classes_.front()->mapped_bytes();
+  // What is left once everything but the eager class (never unmapped) is: Budget::room. Its
+  // reservations live in its mapped slots as far as those go (it is reserved_only here).
+  std::size_t fixed = std::max(budget_.reserved_bytes, classes_.front()->mapped_bytes());
   return budget_.max > fixed ? budget_.max - fixed : 0;
 }
 

@@ -50,16 +50,19 @@ struct Budget {
   std::size_t max;
   const char* variable;  // the variable that raises it
   std::size_t mapped = 0;
-  std::size_t reserved_bytes = 0;  // receive reservations (eager class)
-  std::size_t held_bytes = 0;      // in slots handed out now
+  std::size_t reserved_bytes = 0;    // reservations (eager class)
+  std::size_t reserving_mapped = 0;  // mapped by a reserved_only class (receive eager): backs its reservations
+  std::size_t held_bytes = 0;        // in slots handed out now
   std::size_t high_water_bytes = 0;
   std::uint64_t returns = 0;  // slots given back on the owner's thread, ever
   Pool* pool = nullptr;       // reclaims unheld memory for a class that cannot grow (receive)
 
-  // Bytes a class may still map. Reservations not backed yet are owed to the eager receive
-  // class (conservatively: all of them), so only the class holding them may map into them.
+  // Bytes a class may still map. Reservations not backed yet are owed to the class holding
+  // them, so only it may map into them: in the receive pool those beyond what its eager class
+  // has mapped; in the send pool (whose mapped eager slots may be in ordinary use) all of them.
   std::size_t room(bool holds_reservations) const {
-    std::size_t limit = holds_reservations ? max : (max > reserved_bytes ? max - reserved_bytes : 0);
+    std::size_t unbacked = reserved_bytes > reserving_mapped ? reserved_bytes - reserving_mapped : 0;
+    std::size_t limit = holds_reservations ? max : (max > unbacked ? max - unbacked : 0);
     return limit > mapped ? limit - mapped : 0;
   }
 };
@@ -146,6 +149,12 @@ class PoolClass final : public SlotOwner {
   absl::Status grow();
   std::size_t max_slots() const;
   void note_exhausted();
+  // The budget's mapped bytes follow this class's (a reserved_only class's back its reservations).
+  void count_mapped(std::size_t bytes, bool grown) {
+    budget_->mapped = grown ? budget_->mapped + bytes : budget_->mapped - bytes;
+    if (reserved_only_)
+      budget_->reserving_mapped = grown ? budget_->reserving_mapped + bytes : budget_->reserving_mapped - bytes;
+  }
   Result take(Slot* out, bool from_reserve);
   void put_back(SlotDesc* d) override;
 
@@ -222,7 +231,8 @@ class Pool {
   // Whether a landing of `bytes` fits the budget at all, whatever is released: in the smallest
   // class that holds it, or in a landing arena of its own.
   bool can_ever_land(std::size_t bytes) const;
-  // The budget less the eager class's reservations and mapped memory: what landings may map.
+  // The budget less what the eager class needs (its reservations, or its mapped memory if more):
+  // what landings may map.
   std::size_t landing_room() const;
   // Unmaps memory nobody holds (kept landing arenas, then whole free chunks of the large
   // classes) until `bytes` are freed or nothing more can be; the bytes freed.

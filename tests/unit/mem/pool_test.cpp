@@ -382,6 +382,37 @@ TEST(Pool, APayloadLandsInAnArenaWhenTheClassThatWouldHoldItExceedsTheBudget) {
   EXPECT_FALSE(tiny->can_ever_land(2 << 20));
 }
 
+TEST(Pool, ReservedSlotsTheEagerClassHasMappedCountOnceAgainstLandings) {
+  // 6 MiB of receive budget; 2.4 MiB of eager reservations (what a few peers' loans reach).
+  Config c = small(1 << 20, 6 << 20);
+  c.pool_chunk = 256 << 10;
+  Fixture f(c);
+  auto recv = f.make(Direction::kRecv);
+  PoolClass& eager = recv->eager();
+  const std::size_t n = (std::size_t{2400} << 10) / eager.slot_size();
+  ASSERT_TRUE(eager.reserve(n).ok());
+  // Not mapped yet: the reservations are owed to the eager class, so landings have the rest.
+  EXPECT_GE(recv->landing_room(), (std::size_t{6} << 20) - n * eager.slot_size() - (256 << 10));
+  // Every reserved slot used once (its chunks mapped, and never unmapped), then given back.
+  std::vector<Slot> used(n);
+  for (Slot& s : used) ASSERT_EQ(eager.try_take(&s), Result::kOk);
+  used.clear();
+  ASSERT_GE(eager.mapped_bytes(), n * eager.slot_size());
+  // The mapped slots back the reservations: counted once, not as reservation plus mapping
+  // (which left 1.2 MiB and refused a 2 MiB payload as one this budget "can never hold").
+  EXPECT_EQ(recv->landing_room(), (std::size_t{6} << 20) - eager.mapped_bytes());
+  EXPECT_TRUE(recv->can_ever_land(2 << 20));
+  Slot landing;
+  EXPECT_EQ(recv->try_take_landing(2 << 20, &landing), Result::kOk) << "and it lands now";
+  landing.release();
+  ASSERT_GE(recv->reclaim(std::size_t{2} << 20), std::size_t{2} << 20);  // its kept arena
+  // Reservations beyond what is mapped still keep landings out of their room.
+  const std::size_t more = (std::size_t{2} << 20) / eager.slot_size();
+  ASSERT_TRUE(eager.reserve(more).ok());
+  EXPECT_EQ(recv->landing_room(), (std::size_t{6} << 20) - (n + more) * eager.slot_size());
+  EXPECT_FALSE(recv->can_ever_land(2 << 20));
+}
+
 TEST(Pool, MemoryNobodyHoldsIsUnmappedWhenALandingNeedsTheRoom) {
   Config c = small(1 << 20, 16 << 20);
   c.pool_chunk = 2 << 20;
