@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include <sluice/engine.h>
 
@@ -26,6 +27,9 @@ struct ReplyLanding {
 };
 
 struct Call {
+  Call(std::uint32_t to, ReplyCallback&& cb, Clock::time_point due, Clock::time_point warn, HandlerId m)
+      : peer(to), on_reply(std::move(cb)), deadline(due), warn_at(warn), method(m) {}
+
   std::uint32_t peer;
   ReplyCallback on_reply;
   Clock::time_point deadline;

@@ -33,8 +33,8 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
       [[unlikely]]
     return r;
   CallsTo& mine = p.calls;
-  auto [id, new_call] = calls_.insert();
-  if (new_call == nullptr) [[unlikely]] {  // a million calls outstanding: wait for some to finish
+  CallId id = calls_.reserve();
+  if (id == 0) [[unlikely]] {  // a million calls outstanding: wait for some to finish
     engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
@@ -63,7 +63,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     // Bounce mode: the pieces go out at once, so the window is honoured here. A piece's
     // aux is its offset, so a large request cannot also announce a reply buffer's capacity.
     if (!options.reply_buffer.empty()) {
-      calls_.erase(id);
+      calls_.unreserve(id);
       return engine().guard_.invalid(
           absl::StrFormat("call(method %d) to %s: a %u-byte request above the eager limit cannot also give a reply "
                           "buffer in bounce mode (SLUICE_RNDV=n)",
@@ -71,20 +71,18 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     }
     if (p.state() != PeerState::kReady || !mine.window_.may_start()) {
       if (p.state() == PeerState::kNew) engine().link_.start_handshake(p);
-      calls_.erase(id);
+      calls_.unreserve(id);
       return Result::kWouldBlock;
     }
     fragmented = true;
   }
   if (r != Result::kOk) {
-    calls_.erase(id);
+    calls_.unreserve(id);
     return r;
   }
-  Call& c = *new_call;
-  c.peer = p.id();
-  c.on_reply = std::move(cb);
-  c.method = method;
-  set_deadline(c, options.timeout);
+  // Made now that it is sent or queued: until then the caller keeps its callback.
+  Deadlines d = deadlines(options.timeout);
+  Call& c = calls_.emplace(id, p.id(), std::move(cb), d.deadline, d.warn_at, method);
   if (engine().methods_.start(MethodCounters::kClient, method)) [[unlikely]]
     c.started = Clock::now();
   if (!options.reply_buffer.empty()) post_reply_rx(p, c, id, options.reply_buffer);
@@ -105,15 +103,12 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
   return Result::kOk;
 }
 
-void RpcClient::set_deadline(Call& c, Duration timeout) {
+RpcClient::Deadlines RpcClient::deadlines(Duration timeout) const {
   if (timeout == kInfinite) [[likely]] {
-    c.deadline = Clock::time_point::max();
-    c.warn_at =
-        engine().config_.call_warn == kInfinite ? Clock::time_point::max() : engine().now_ + engine().config_.call_warn;
-  } else {
-    c.deadline = Clock::now() + timeout;
-    c.warn_at = Clock::time_point::max();
+    Duration warn = engine().config_.call_warn;
+    return {Clock::time_point::max(), warn == kInfinite ? Clock::time_point::max() : engine().now_ + warn};
   }
+  return {Clock::now() + timeout, Clock::time_point::max()};
 }
 
 void RpcClient::post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer) {

@@ -84,7 +84,11 @@ class RpcClient {
   void ended(const Call& c, bool ok);
   // The reply-buffer receive of call `id`, posted before its request leaves.
   void post_reply_rx(PeerData& p, Call& c, CallId id, std::span<std::byte> buffer);
-  void set_deadline(Call& c, Duration timeout);
+  // A new call's deadline and when it is logged as overdue (SLUICE_CALL_WARN).
+  struct Deadlines {
+    Clock::time_point deadline, warn_at;
+  };
+  Deadlines deadlines(Duration timeout) const;
 
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   CallTable<Call> calls_;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace sluice::detail {
@@ -267,17 +268,31 @@ class CallTable {
   static constexpr std::size_t kMaxCalls = std::size_t{1} << (64 - kSeqBits);
   static constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
 
-  // A new default T and its id; {0, nullptr} when kMaxCalls are outstanding.
-  std::pair<std::uint64_t, T*> insert() {
+  // The id the next call will have, its entry set aside (find() does not see it yet); 0 when
+  // kMaxCalls are outstanding. Then emplace() makes it, or unreserve() gives it back.
+  std::uint64_t reserve() {
     if (free_.empty() && !grow()) [[unlikely]]
-      return {0, nullptr};
+      return 0;
     std::uint32_t index = free_.back();
     free_.pop_back();
-    Entry& e = at(index);
-    e.id = (std::uint64_t{index} << kSeqBits) | next_seq_;
+    std::uint64_t id = (std::uint64_t{index} << kSeqBits) | next_seq_;
     next_seq_ = next_seq_ == kSeqMask ? 1 : next_seq_ + 1;  // 2^44 calls before it wraps
-    e.value.emplace();
-    return {e.id, &*e.value};
+    return id;
+  }
+  template <typename... Args>
+  T& emplace(std::uint64_t id, Args&&... args) {
+    Entry& e = at(static_cast<std::uint32_t>(id >> kSeqBits));
+    e.id = id;
+    return e.value.emplace(std::forward<Args>(args)...);
+  }
+  void unreserve(std::uint64_t id) { free_.push_back(static_cast<std::uint32_t>(id >> kSeqBits)); }
+  // A new T(args...) and its id; {0, nullptr} when kMaxCalls are outstanding.
+  template <typename... Args>
+  std::pair<std::uint64_t, T*> insert(Args&&... args) {
+    std::uint64_t id = reserve();
+    if (id == 0) [[unlikely]]
+      return {0, nullptr};
+    return {id, &emplace(id, std::forward<Args>(args)...)};
   }
   T* find(std::uint64_t id) {
     std::uint64_t index = id >> kSeqBits;
