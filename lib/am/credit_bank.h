@@ -60,8 +60,9 @@ class CreditBank {
  public:
   static constexpr std::uint32_t kFloor = 2;
   // Newcomers whose floors a HELLO's grant above its own floor leaves room for (at most a
-  // sixteenth of the budget).
-  static constexpr std::size_t kNewcomers = 256;
+  // sixteenth of the budget): a storm of 1,000 connects lands before any peer has been quiet
+  // long enough to be recalled, so the floors must already be there.
+  static constexpr std::size_t kNewcomers = 1024;
 
   explicit CreditBank([[maybe_unused]] EngineCore& e) { assert(&engine() == &e); }
   CreditBank(const CreditBank&) = delete;
