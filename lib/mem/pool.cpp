@@ -153,7 +153,7 @@ absl::Status PoolClass::grow() {
   }
   free_count_ += n;
   total_ += n;
-  count_mapped(n * slot_size_, true);
+  budget_->mapped += n * slot_size_;
   arenas_.push_back(std::move(*arena));
   descs_.push_back(std::move(descs));
   chunk_slots_.push_back(static_cast<std::uint32_t>(n));
@@ -188,7 +188,7 @@ std::size_t PoolClass::trim() {
     descs_[i].reset();
     chunk_slots_[i] = chunk_free_[i] = 0;
   }
-  count_mapped(freed, false);
+  budget_->mapped -= freed;
   SLUICE_LOG(kInfo, "mem", "%s pool class %s gave back %s it did not use (%u slots left)",
              to_string(budget_->direction), name_, format_size(freed), total_);
   return freed;

@@ -50,9 +50,8 @@ struct Budget {
   std::size_t max;
   const char* variable;  // the variable that raises it
   std::size_t mapped = 0;
-  std::size_t reserved_bytes = 0;    // reservations (eager class)
-  std::size_t reserving_mapped = 0;  // mapped by a reserved_only class (receive eager): backs its reservations
-  std::size_t held_bytes = 0;        // in slots handed out now
+  std::size_t reserved_bytes = 0;  // reservations (eager class)
+  std::size_t held_bytes = 0;      // in slots handed out now
   std::size_t high_water_bytes = 0;
   std::uint64_t returns = 0;  // slots given back on the owner's thread, ever
   Pool* pool = nullptr;       // reclaims unheld memory for a class that cannot grow (receive)
@@ -60,11 +59,7 @@ struct Budget {
   // Bytes a class may still map. Reservations not backed yet are owed to the class holding
   // them, so only it may map into them: in the receive pool those beyond what its eager class
   // has mapped; in the send pool (whose mapped eager slots may be in ordinary use) all of them.
-  std::size_t room(bool holds_reservations) const {
-    std::size_t unbacked = reserved_bytes > reserving_mapped ? reserved_bytes - reserving_mapped : 0;
-    std::size_t limit = holds_reservations ? max : (max > unbacked ? max - unbacked : 0);
-    return limit > mapped ? limit - mapped : 0;
-  }
+  std::size_t room(bool holds_reservations) const;
 };
 
 // What a slot goes back to. release() on any thread; off the owner's thread the slot waits on
@@ -149,12 +144,6 @@ class PoolClass final : public SlotOwner {
   absl::Status grow();
   std::size_t max_slots() const;
   void note_exhausted();
-  // The budget's mapped bytes follow this class's (a reserved_only class's back its reservations).
-  void count_mapped(std::size_t bytes, bool grown) {
-    budget_->mapped = grown ? budget_->mapped + bytes : budget_->mapped - bytes;
-    if (reserved_only_)
-      budget_->reserving_mapped = grown ? budget_->reserving_mapped + bytes : budget_->reserving_mapped - bytes;
-  }
   Result take(Slot* out, bool from_reserve);
   void put_back(SlotDesc* d) override;
 
@@ -250,6 +239,15 @@ class Pool {
   std::vector<std::unique_ptr<PoolClass>> classes_;
   std::unique_ptr<LargeClass> large_;  // receive pool only
 };
+
+inline std::size_t Budget::room(bool holds_reservations) const {
+  // Only the receive pool (pool != nullptr) has a reserved_only eager class, whose mapped slots
+  // back its reservations.
+  std::size_t backed = pool != nullptr ? pool->eager().mapped_bytes() : 0;
+  std::size_t unbacked = reserved_bytes > backed ? reserved_bytes - backed : 0;
+  std::size_t limit = holds_reservations ? max : (max > unbacked ? max - unbacked : 0);
+  return limit > mapped ? limit - mapped : 0;
+}
 
 // The eager slot size for an eager limit: limit plus wire header, rounded to 64 bytes.
 std::size_t eager_slot_size(std::size_t eager_limit);
