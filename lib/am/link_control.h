@@ -47,9 +47,6 @@ class LinkState {
   bool close_pending() const { return close_pending_; }
   // Visited on every timer tick (LinkControl::tick); false while it sleeps until a deadline.
   bool watched() const { return watched_; }
-  // We dialed it (a client's link to its server): its heartbeats keep the link alive, ours
-  // are the fallback (LinkControl::beat).
-  bool dialed() const { return dialed_; }
 
  private:
   friend class LinkControl;
@@ -69,6 +66,8 @@ class LinkState {
   std::string fail_reason_;
   bool close_pending_ = false;
   bool watched_ = false;
+  // We dialed it (a client's link to its server): its heartbeats keep the link alive, ours
+  // are the fallback (LinkControl::beat).
   bool dialed_ = false;
   // Client/server: when its front-door link closed (its process ended, or it is closing: its
   // BYE may still be on the way); it fails kLinkGrace later unless it has closed by then.

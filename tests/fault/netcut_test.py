@@ -80,11 +80,22 @@ class Namespaces(FaultHarness):
         ip("iptables", "-F", ns=self.ns[1])
         return dropped
 
-    def check_ridden_out(self, rc, r, err):
+    def sockets(self, t0):
+        """Both sides' TCP sockets as the kernel sees them (ss -tin: send queue, retransmission
+        timeout and back-off, congestion state), `t0` the cut's start."""
+        out = "== %.1f s after the cut\n" % (time.time() - t0)
+        for side in (0, 1):
+            out += "-- side %s\n%s" % ("ab"[side], ip("ss", "-tin", ns=self.ns[side]))
+        return out
+
+    def check_ridden_out(self, rc, r, err, sockets=""):
         """Nobody failed, every send completed once, every receiver saw its senders in order."""
-        self.assertEqual(rc, 0, "%s\n%s" % (r, err))
+        # A failure's cause may be on the other side, or in the kernel's TCP: the other ranks'
+        # stderr and the sockets' state (`sockets`) go with rank 0's.
+        logs = err + "".join("rank %d's stderr:\n%s" % (rank, e) for rank, (_, _, e) in self.rest.items()) + sockets
+        self.assertEqual(rc, 0, "%s\n%s" % (r, logs))
         self.assertEqual(r["dead"], "0")
-        self.assertEqual(r["peers_failed"], "0", err)
+        self.assertEqual(r["peers_failed"], "0", logs)
         self.assertEqual(r["failed1"], "0")
         self.assertEqual(r["sent1"], r["ok1"], "every send to rank 1 completed, once")
         self.assertEqual(r["twice"], "0")
@@ -99,15 +110,21 @@ class NetworkCut(Namespaces):
         # 3 s without a packet, timeout 20 s. TCP's retransmission timeout doubles from at
         # least 200 ms, so its first retry after the cut comes at most about twice the cut's
         # length after it began (a 10 s timeout failed a peer after a 5 s cut in one run of the
-        # full suite). A 5 s cut also once ended in UCX's TCP transport failing a rendezvous
-        # receive (UNAVAILABLE) under a 20 s timeout; longer cuts are run by hand
-        # (docs/reliability.md).
+        # full suite). In 2 runs of 145 the kernel's TCP (BBR, no fq) retransmits once
+        # after the cut and then sends nothing towards rank 1 for longer than the timeout
+        # (docs/reliability.md, "Not done yet"); the sockets' state goes with such a failure.
+        # Longer cuts are run by hand.
         self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "20s", "SLUICE_HEARTBEAT": "200ms"}, args=["16"])
-        self.cut()
+        t_cut = self.cut()
         time.sleep(3)
         self.assertGreater(self.restore(), 0, "packets were dropped")
+        # The sockets after the cut, while the ranks still run (16 s), for a failure's message.
+        sockets = ""
+        for _ in range(3):
+            time.sleep(3)
+            sockets += self.sockets(t_cut)
         rc, r, err = self.finish()
-        self.check_ridden_out(rc, r, err)
+        self.check_ridden_out(rc, r, err, sockets)
         # The cut did stop the flow to rank 1 (rank 0 always has sends open towards it), and
         # it resumed well before the timeout.
         self.assertGreater(float(r["gap1_s"]), 2.5, r)
