@@ -80,12 +80,15 @@ class Namespaces(FaultHarness):
         ip("iptables", "-F", ns=self.ns[1])
         return dropped
 
-    def sockets(self, t0):
+    def sockets(self, t0, counters=False):
         """Both sides' TCP sockets as the kernel sees them (ss -tin: send queue, retransmission
-        timeout and back-off, congestion state), `t0` the cut's start."""
+        timeout and back-off, congestion state), `t0` the cut's start; with `counters`, also
+        each side's nonzero network counters (nstat: drops and their reasons)."""
         out = "== %.1f s after the cut\n" % (time.time() - t0)
         for side in (0, 1):
             out += "-- side %s\n%s" % ("ab"[side], ip("ss", "-tin", ns=self.ns[side]))
+            if counters:
+                out += ip("nstat", "-as", ns=self.ns[side])
         return out
 
     def check_ridden_out(self, rc, r, err, sockets=""):
@@ -120,9 +123,9 @@ class NetworkCut(Namespaces):
         self.assertGreater(self.restore(), 0, "packets were dropped")
         # The sockets after the cut, while the ranks still run (16 s), for a failure's message.
         sockets = ""
-        for _ in range(3):
+        for n in range(3):
             time.sleep(3)
-            sockets += self.sockets(t_cut)
+            sockets += self.sockets(t_cut, counters=n == 2)
         rc, r, err = self.finish()
         self.check_ridden_out(rc, r, err, sockets)
         # The cut did stop the flow to rank 1 (rank 0 always has sends open towards it), and
