@@ -113,10 +113,10 @@ class NetworkCut(Namespaces):
         # 3 s without a packet, timeout 20 s. TCP's retransmission timeout doubles from at
         # least 200 ms, so its first retry after the cut comes at most about twice the cut's
         # length after it began (a 10 s timeout failed a peer after a 5 s cut in one run of the
-        # full suite). In 2 runs of 145 the kernel's TCP (BBR, no fq) retransmits once
-        # after the cut and then sends nothing towards rank 1 for longer than the timeout
-        # (docs/reliability.md, "Not done yet"); the sockets' state goes with such a failure.
-        # Longer cuts are run by hand.
+        # full suite). 2 runs of 145 failed a peer for silence all the same; in the one sampled,
+        # the kernel's TCP (BBR, no fq) retransmitted once after the cut and then sent nothing
+        # towards rank 1 (docs/reliability.md, "Not done yet"). The sockets' state goes with
+        # such a failure. Longer cuts are run by hand.
         self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "20s", "SLUICE_HEARTBEAT": "200ms"}, args=["16"])
         t_cut = self.cut()
         time.sleep(3)
