@@ -51,6 +51,11 @@ class Namespaces(FaultHarness):
             ip("ip", "link", "set", self.dev[side], "up", ns=self.ns[side])
             ip("ip", "link", "set", "lo", "up", ns=self.ns[side])
 
+    def congestion_control(self, name):
+        """TCP's congestion control in both namespaces (they may choose reno or bbr only)."""
+        for n in self.ns:
+            ip("sysctl", "-qw", "net.ipv4.tcp_congestion_control=" + name, ns=n)
+
     def start_split(self, mode, extra, args=(), victim=None):
         # Rank 1 alone on side b; ranks 0 and 2 on side a. Each uses its side's veth only.
         side = lambda rank: 1 if rank == 1 else 0
@@ -113,10 +118,11 @@ class NetworkCut(Namespaces):
         # 3 s without a packet, timeout 20 s. TCP's retransmission timeout doubles from at
         # least 200 ms, so its first retry after the cut comes at most about twice the cut's
         # length after it began (a 10 s timeout failed a peer after a 5 s cut in one run of the
-        # full suite). 2 runs of 145 failed a peer for silence all the same; in the one sampled,
-        # the kernel's TCP (BBR, no fq) retransmitted once after the cut and then sent nothing
-        # towards rank 1 (docs/reliability.md, "Not done yet"). The sockets' state goes with
-        # such a failure. Longer cuts are run by hand.
+        # full suite). Reno, not this host's BBR: after a cut, BBR sometimes sends one
+        # retransmission and then nothing for 7 s, once for over 17 s (measured;
+        # docs/reliability.md, "Network cuts and BBR"). That stall is the kernel's, not what
+        # this test is about. The sockets' state goes with a failure. Longer cuts are run by hand.
+        self.congestion_control("reno")
         self.start_split("stop-survive", {"SLUICE_PEER_TIMEOUT": "20s", "SLUICE_HEARTBEAT": "200ms"}, args=["16"])
         t_cut = self.cut()
         time.sleep(3)
