@@ -205,9 +205,10 @@ class Server:
         out = sh(*on_srv(["ss", "-Hltnp"]))
         return sorted(line.split()[3] for line in out.splitlines() if "pid=%d," % self.proc.pid in line)
 
-    def failures(self, name):
-        """The reasons the server's log gives for failing the peer of `name` ("host:port")."""
-        return re.findall(r"peer client %s failed: (.*); its operations" % re.escape(name), self.log())
+    def failures(self, name, since=0):
+        """The reasons the server's log gives for failing the peer of `name` ("host:port"), from
+        offset `since` of the log on: an earlier connection may have had the same port."""
+        return re.findall(r"peer client %s failed: (.*); its operations" % re.escape(name), self.log()[since:])
 
     def stop(self):
         if self.alive():
@@ -367,6 +368,7 @@ class Link:
 
     def __init__(self, sock, name, link, keys, index):
         self.sock, self.name, self.link, self.index = sock, name, link, index
+        self.log_from = 0  # where the server's log starts for this link (failures())
         self.suite = link if link in (LINK_AES, LINK_CHACHA) else None
         self.tx_key, self.rx_key = keys
         self.tx = self.rx = 0
@@ -668,7 +670,9 @@ class AttackedServer:
         self.addCleanup(s.close)
         encrypted = self.ENV.get("SLUICE_ENCRYPT") == "on"
         self.assertEqual(link, LINK_CHACHA if encrypted else LINK_STREAM, "the attacker is on the stream")
-        return Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), index)
+        out = Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), index)
+        out.log_from = len(self.server.log())  # its failures are logged after this
+        return out
 
     def assert_serving(self, what):
         """The server lives, within its memory bound, and no legitimate client has stopped."""
@@ -683,7 +687,7 @@ class AttackedServer:
         """The server closed `link` and logged why it failed that peer."""
         self.assertTrue(closed(link.sock), "the server closed the attacker's connection (%s)" % why)
         link.sock.close()
-        reasons = wait_for(lambda: self.server.failures(link.name), 5)
+        reasons = wait_for(lambda: self.server.failures(link.name, link.log_from), 5)
         self.assertTrue(reasons and re.search(why, reasons[0]), (why, reasons))
         return reasons[0]
 
@@ -995,6 +999,7 @@ class StreamAttacks:
                                                                          incarnation, 5), aux=incarnation)}
         failed = {}
         for what, message in forged.items():
+            since = len(self.server.log())
             victim = Client(self.server, "victim-%d" % len(failed), True, self.env)
             self.assertTrue(wait_for(victim.connected, 30))
             type(self).admitted += 1
@@ -1005,7 +1010,7 @@ class StreamAttacks:
             time.sleep(0.5)
             link.sock.close()
             rc, r = victim.finish()
-            failed[what] = self.server.failures(name) or None
+            failed[what] = self.server.failures(name, since) or None
             print("%s forged for client %s's index %s: the victim %s" % (
                 what, name, index, "failed: %s" % failed[what] if failed[what] else "was not disturbed"))
         self.assertEqual([w for w, f in failed.items() if f], [], "no forged message failed another client")
@@ -1019,6 +1024,7 @@ class ManInTheMiddle:
 
     def mitm(self, direction, action, server_says, client_says=None):
         tamper = tamper_once(direction, action)
+        since = len(self.server.log())
         relay = Relay(self.server.port, tamper)
         victim = Client(self.server, "mitm-%s-%s" % (direction, action), True, self.env,
                         address="127.0.0.1:%d" % relay.port)
@@ -1027,12 +1033,12 @@ class ManInTheMiddle:
         self.assertTrue(wait_for(lambda: victim.proc.poll() is not None, 15), "the client's calls failed, none hung")
         took = time.monotonic() - tamper.state["at"]
         rc, r = victim.finish()
-        reasons = wait_for(lambda: self.server.failures(relay.name), 5)
+        reasons = wait_for(lambda: self.server.failures(relay.name, since), 5)
         print("%s %s: the client ended %.2f s after (%s: %s); the server: %s" % (
             action, direction, took, r["first_error"], victim.text("err").strip().splitlines()[-1], reasons))
         self.assertNotEqual(rc, 0)
         self.assertEqual((r["first_error"], r["outstanding"], r["mismatches"]), ("UNAVAILABLE", "0", "0"), r)
-        said = [line for line in self.server.log().splitlines() if relay.name in line]
+        said = [line for line in self.server.log()[since:].splitlines() if relay.name in line]
         self.assertTrue(reasons and re.search(server_says, reasons[0]),
                         "the server names why it failed the client: %s" % "\n".join(said))
         if client_says:
