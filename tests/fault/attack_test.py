@@ -366,9 +366,9 @@ def stream_header(kind, length=0, tag=0, tid=0, reserved=bytes(3)):
 class Link:
     """An authenticated attacker's stream link: its frames sealed when the server encrypts."""
 
-    def __init__(self, sock, name, link, keys, index):
+    def __init__(self, sock, name, link, keys, index, log_from):
         self.sock, self.name, self.link, self.index = sock, name, link, index
-        self.log_from = 0  # where the server's log starts for this link (failures())
+        self.log_from = log_from  # where the server's log starts for this link (failures())
         self.suite = link if link in (LINK_AES, LINK_CHACHA) else None
         self.tx_key, self.rx_key = keys
         self.tx = self.rx = 0
@@ -670,9 +670,7 @@ class AttackedServer:
         self.addCleanup(s.close)
         encrypted = self.ENV.get("SLUICE_ENCRYPT") == "on"
         self.assertEqual(link, LINK_CHACHA if encrypted else LINK_STREAM, "the attacker is on the stream")
-        out = Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), index)
-        out.log_from = len(self.server.log())  # its failures are logged after this
-        return out
+        return Link(s, "%s:%d" % s.getsockname(), link, KEY.session(nc, ns), index, len(self.server.log()))
 
     def assert_serving(self, what):
         """The server lives, within its memory bound, and no legitimate client has stopped."""
