@@ -233,8 +233,10 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
   while (p.state() == PeerState::kConnecting) {
     engine().wait(deadline);
     if (Clock::now() >= deadline && p.state() == PeerState::kConnecting) {
-      engine().fail_peer(p, absl::StatusCode::kDeadlineExceeded,
-                         absl::StrFormat("no handshake with %s within %s", host_port, limit_name));
+      engine().fail_peer(
+          p, absl::StatusCode::kDeadlineExceeded,
+          absl::StrFormat("no handshake with %s within %s: admitted at its front door, no HELLO over UCX", host_port,
+                          limit_name));
     }
   }
   if (p.state() != PeerState::kReady) {

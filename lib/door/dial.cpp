@@ -102,8 +102,13 @@ void Dialer::end(absl::StatusOr<Door::Dialed> result) {
 
 void Dialer::expire(Clock::time_point now) {
   if (!conn_ || now < conn_->deadline) return;
-  std::string step = conn_->step == DoorConn::Step::kConnecting ? "no TCP connection" : "no handshake";
-  end(absl::DeadlineExceededError(absl::StrFormat("%s with %s within %s", step, conn_->name, limit_)));
+  if (conn_->step == DoorConn::Step::kConnecting) {
+    return end(
+        absl::DeadlineExceededError(absl::StrFormat("no TCP connection with %s within %s", conn_->name, limit_)));
+  }
+  const char* missing = conn_->step == DoorConn::Step::kWantServerHello ? "sent no hello" : "did not answer our proof";
+  end(absl::DeadlineExceededError(
+      absl::StrFormat("no handshake with %s within %s: its front door %s", conn_->name, limit_, missing)));
 }
 
 void Dialer::on_event(std::uint32_t events) {

@@ -690,6 +690,20 @@ class ClientRedial(unittest.TestCase):
         self.assertEqual(door.accepted, 9, "the first dial and eight more")
         self.assertLess(took, 10.0, "no wait for the connect timeout")
 
+    def test_a_server_that_accepts_and_says_nothing_fails_the_client_at_its_timeout_naming_the_door(self):
+        silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nobody answers
+        self.addCleanup(silent.close)
+        env = dict(os.environ, SLUICE_CONNECT_TIMEOUT="1s")
+        t0 = time.monotonic()
+        r = subprocess.run([BLOCKSTORE, "check", "127.0.0.1:%d" % silent.getsockname()[1], "1"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no handshake with 127.0.0.1:%d within SLUICE_CONNECT_TIMEOUT=1s: its front door sent no hello"
+                      % silent.getsockname()[1], r.stderr)
+        self.assertGreaterEqual(took, 1.0)
+        self.assertLess(took, 5.0)
+
 
 class ManyClientsAtOnce(unittest.TestCase):
     def test_256_client_processes_connecting_at_once_all_connect_and_call(self):
