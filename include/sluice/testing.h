@@ -21,6 +21,9 @@ SLUICE_API std::size_t outstanding_sends(const Engine& engine);
 // Receives posted for rendezvous and reply-buffer payloads that have not completed (not the
 // receives kept posted for each peer's eager messages).
 SLUICE_API std::size_t posted_exact_receives(const Engine& engine);
+// Receive-pool eager slots the peer of `rank` holds: its posted receives' and those of its
+// messages kept beyond their handlers (at most its credits + min(SLUICE_RX_POSTED, credits)).
+SLUICE_API std::size_t receive_slots_held(const Engine& engine, int rank);
 // Peers whose timers the engine visits on every tick (traffic, a handshake, a queue, messages
 // held); the others sleep until their next heartbeat or silence deadline.
 SLUICE_API std::size_t watched_peers(const Engine& engine);

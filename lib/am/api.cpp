@@ -290,6 +290,13 @@ std::size_t posted_exact_receives(const Engine& engine) {
     return 0;
   return detail::EngineAccess::posted_exact_receives(*core);
 }
+std::size_t receive_slots_held(const Engine& engine, int rank) {
+  detail::EngineCore* core = &detail::EngineAccess::core(engine);
+  if (!core->guard().engine_thread("testing::receive_slots_held")) [[unlikely]]
+    return 0;
+  if (rank < 0 || rank >= engine.size()) return 0;
+  return detail::EngineAccess::receive_slots_held(*core, rank);
+}
 std::size_t watched_peers(const Engine& engine) {
   detail::EngineCore* core = &detail::EngineAccess::core(engine);
   if (!core->guard().engine_thread("testing::watched_peers")) [[unlikely]]

@@ -32,10 +32,21 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
       SLUICE_LOG_RATE_LIMITED(kWarn, "am", "receive failed: %s (a message larger than a slot?)",
                               absl::StatusCodeToString(code));
     }
-    return;
+  } else {
+    parse_and_accept(std::span<std::byte>(slot_data(slot), length), &slot, tag);
   }
-  parse_and_accept(std::span<std::byte>(slot_data(slot), length), &slot, tag);
-  if (slot && !op->slot) op->slot = std::move(slot);
+  // Back to its operation, unless a kept message took it (it holds it now) or the operation
+  // was re-posted with another meanwhile (this one goes back to the pool).
+  if (slot) [[likely]] {
+    if (!op->slot) [[likely]]
+      op->slot = std::move(slot);
+    else slot_back(op->peer, std::move(slot));
+  }
+}
+
+void Delivery::slot_back(std::uint32_t peer, Slot slot) {
+  slot.release();
+  engine().receives_.slot_freed(engine().peers_.at(peer));
 }
 
 // Inlined into on_rx, its one caller: every received message passes here.
@@ -279,17 +290,21 @@ void Delivery::own_bytes(Message& m) {
   state(m).lender = nullptr;
   state(m).borrowed = false;
   if (lender != nullptr && *lender) {
-    state(m).slot = std::move(*lender);  // the bytes stay where they are
+    state(m).slot = std::move(*lender);  // the bytes stay where they are, counted as its peer's
     return;
   }
+  // One of a coalesced tagged message's: a slot of its own while its peer may hold one more.
   std::size_t hl = state(m).header.size(), pl = state(m).payload.size();
   std::byte* d;
   Slot own;
-  if (engine().recv_pool_->eager().try_take(&own) == Result::kOk && slot_size(own) >= hl + pl) {
+  PeerData& p = engine().peers_.at(state(m).peer);
+  if (hl + pl <= engine().recv_pool_->eager().slot_size() && engine().receives_.hold_kept(p)) {
+    if (engine().recv_pool_->eager().try_take(&own) != Result::kOk) engine().receives_.slot_freed(p);
+  }
+  if (own) {
     d = slot_data(own);
     state(m).slot = std::move(own);
   } else {
-    own.release();
     state(m).heap.reset(new std::byte[hl + pl]);
     d = state(m).heap.get();
   }
@@ -321,6 +336,7 @@ void Delivery::release(Message& m) {
     engine().rpc_server_.answer_error(m, absl::StatusCode::kInternal,
                                       "the server's handler released the request without a reply");
   if (state(m).credit) return_credit(engine().peers_.at(state(m).peer), state(m).epoch);
+  if (state(m).slot) slot_back(state(m).peer, std::move(state(m).slot));
   detach(m);
   clear(state(m));
 }

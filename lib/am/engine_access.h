@@ -17,6 +17,9 @@ struct EngineAccess {
   }
   static std::size_t posted_exact_receives(const EngineCore& core) { return core.exact_posted_; }
   static std::size_t watched_peers(const EngineCore& core) { return core.link_.watched(); }
+  static std::size_t receive_slots_held(const EngineCore& core, int rank) {
+    return core.peers_.at(static_cast<std::uint32_t>(rank)).posted.held();
+  }
 };
 
 }  // namespace sluice::detail

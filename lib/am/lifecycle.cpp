@@ -92,7 +92,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("flow.credits_refused"),
                       &s.counter("flow.peers_recalled"),
                       &s.counter("rpc.window_widened"),
-                      &s.counter("rpc.window_reclaimed")};
+                      &s.counter("rpc.window_reclaimed"),
+                      &s.counter("am.receives_grown")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {

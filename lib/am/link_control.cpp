@@ -40,8 +40,8 @@ void LinkControl::reject(PeerData& p, const std::string& why) {
 bool LinkControl::send_hello(PeerData& p) {
   if (p.link.hello_sent_) return true;
   // Credits are receive slots set aside for this peer; never promise what the budget lacks.
-  // Besides the slots its credits reserve, min(SLUICE_RX_POSTED, credits) more for the
-  // receives posted for it: a handler keeping all its messages never leaves it without one.
+  // Besides the slots its credits reserve (a receive is posted in each), min(SLUICE_RX_POSTED,
+  // credits) more: a handler keeping all its messages never leaves it without a receive.
   std::uint32_t grant = engine().bank_.open(p, Clock::now());
   if (grant == 0) {
     reject(p, absl::StrFormat("cannot reserve the minimum of 2 credits and 2 posted receives (4 x %u B "

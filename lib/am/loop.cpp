@@ -62,8 +62,9 @@ bool EngineCore::progress() {
   }
   // Receives consumed in the last call are re-posted here, before polling, rather than at
   // the end of it: a handler's reply, or the caller's next send after progress() returns,
-  // then leaves before this bookkeeping instead of after it. (RX_POSTED receives stay posted
-  // but for those consumed since; one arriving meanwhile waits in UCX until matched.)
+  // then leaves before this bookkeeping instead of after it. (A peer's receives stay posted
+  // but for those consumed since; one arriving meanwhile waits in UCX until matched, and
+  // the receive that finds it brings one more: Receives.)
   receives_.post();
   landings_.retry(false);
   bool any = worker_->progress();

@@ -44,6 +44,7 @@ class PeerTable {
   // Message's, an operation's); the peer of `rank`, nullptr outside the job; the peer at
   // `index` (a tag's, a link's), nullptr when there is none.
   PeerData& at(std::uint32_t id) { return *peers_[id]; }
+  const PeerData& at(std::uint32_t id) const { return *peers_[id]; }
   PeerData* by_rank(int rank) {
     if (rank < 0 || rank >= ranks_) return nullptr;
     return peers_[static_cast<std::size_t>(rank)].get();

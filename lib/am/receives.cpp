@@ -13,7 +13,27 @@ namespace sluice::detail {
 
 void Receives::reserve(PeerData& p, std::uint32_t n) { p.posted.reserved_ = n; }
 
-void Receives::carry(PeerData& from, PeerData& to) { to.posted.ops_ = std::move(from.posted.ops_); }
+void Receives::carry(PeerData& from, PeerData& to) { to.posted = std::move(from.posted); }
+
+std::uint32_t Receives::slots_for(const PeerData& p) { return p.rx.granted() + p.posted.reserved_; }
+
+bool Receives::hold_kept(PeerData& p) {
+  if (p.posted.held_ >= slots_for(p)) return false;
+  ++p.posted.held_;
+  return true;
+}
+
+void Receives::slot_freed(PeerData& p) {
+  assert(p.posted.held_ > 0);
+  --p.posted.held_;
+  if (!p.posted.parked_.empty()) [[unlikely]]
+    unpark(p);
+}
+
+void Receives::unpark(PeerData& p) {
+  unposted_.insert(unposted_.end(), p.posted.parked_.begin(), p.posted.parked_.end());
+  p.posted.parked_.clear();
+}
 
 void Receives::post_waiting() {
   if (engine().closing_) return;
@@ -24,7 +44,10 @@ void Receives::post_waiting() {
     if (p.posted.key_ == 0 || op->recv.key != p.posted.key_) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
-      op->slot.release();
+      if (op->slot) {
+        op->slot.release();
+        --p.posted.held_;
+      }
       op->recv.queued = false;
       unposted_.pop_back();
       continue;
@@ -32,8 +55,17 @@ void Receives::post_waiting() {
     // Posted twice, one op's completions would take each other's slots (the check caught
     // open_receives re-queueing an op whose cancellation had not been handled).
     assert(!op->recv.busy);
-    // An operation usually still holds the slot it last received into (see on_rx).
-    if (!op->slot && cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
+    // An operation usually still holds the slot it last received into (see on_rx). One whose
+    // slot a kept message took waits while the peer holds all it may (slot_freed).
+    if (!op->slot) [[unlikely]] {
+      if (p.posted.held_ >= slots_for(p)) {
+        p.posted.parked_.push_back(op);
+        unposted_.pop_back();
+        continue;
+      }
+      if (cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
+      ++p.posted.held_;
+    }
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
     absl::StatusCode r = engine().worker_->post_recv_exact(p.ep(), op, slot_data(op->slot), slot_size(op->slot),
@@ -41,53 +73,62 @@ void Receives::post_waiting() {
     if (r != absl::StatusCode::kOk) [[unlikely]] {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r));
       op->slot.release();
+      --p.posted.held_;
       return;
     }
     op->recv.queued = false;
     op->recv.busy = true;
     unposted_.pop_back();
+    // Completed inside the post: its message was waiting in UCX, so the peer has more in flight
+    // than receives posted. One more, while its credits allow.
+    if (op->request == nullptr && p.posted.want_ < slots_for(p)) [[unlikely]] {
+      engine().c_.receives_grown->add();
+      arm(p, p.posted.want_++);
+    }
   }
 }
 
 void Receives::open(PeerData& p) {
   p.posted.key_ = next_key_ = next_key_ % wire::kIdMask + 1;  // never 0, never reused in 2^36
   p.posted.tag_ = wire::make_tag(wire::kEager, p.id(), p.posted.key_);
-  while (p.posted.ops_.size() < p.posted.reserved_) {
-    Op* op = engine().ops_.take(OpKind::kRx, p.id());
-    p.posted.ops_.push_back(op);
-    all_.push_back(op);
-  }
+  p.posted.want_ = p.posted.reserved_;
   // Ops still busy under the old key (cancelled, their completion not yet handled) come back
   // through on_rx and are posted under the new one.
-  for (std::size_t i = 0; i < p.posted.ops_.size(); ++i) {
-    Op* op = p.posted.ops_[i];
-    op->recv.key = i < p.posted.reserved_ ? p.posted.key_ : 0;
-    if (i < p.posted.reserved_ && !op->recv.busy && !op->recv.queued) {
-      op->recv.queued = true;
-      unposted_.push_back(op);
-    }
-  }
+  fit(p);
 }
 
 void Receives::resize(PeerData& p, std::uint32_t n) {
   p.posted.reserved_ = n;
-  if (p.posted.key_ == 0) return;  // opened later, with n
-  while (p.posted.ops_.size() < n) {
+  p.posted.want_ = std::clamp(p.posted.want_, n, slots_for(p));
+  if (p.posted.key_ != 0) fit(p);  // else opened later, with n
+}
+
+void Receives::arm(PeerData& p, std::size_t i) {
+  if (i == p.posted.ops_.size()) {
     Op* op = engine().ops_.take(OpKind::kRx, p.id());
     p.posted.ops_.push_back(op);
     all_.push_back(op);
   }
-  for (std::size_t i = 0; i < p.posted.ops_.size(); ++i) {
-    Op* op = p.posted.ops_[i];
+  Op* op = p.posted.ops_[i];
+  op->recv.key = p.posted.key_;
+  if (!op->recv.busy && !op->recv.queued) {
+    op->recv.queued = true;
+    unposted_.push_back(op);
+  }
+}
+
+void Receives::fit(PeerData& p) {
+  unpark(p);
+  const std::uint32_t n = p.posted.want_;
+  for (std::size_t i = 0; i < std::max<std::size_t>(n, p.posted.ops_.size()); ++i) {
+    Op* op = i < p.posted.ops_.size() ? p.posted.ops_[i] : nullptr;
     if (i < n) {
-      op->recv.key = p.posted.key_;
-      if (!op->recv.busy && !op->recv.queued) {
-        op->recv.queued = true;
-        unposted_.push_back(op);
-      }
+      arm(p, i);
     } else if (op->recv.key != 0) {
-      op->recv.key = 0;  // not re-posted when it comes back (post_waiting)
-      if (op->recv.busy) engine().worker_->cancel(op);
+      // Not re-posted when it comes back (post_waiting); one posted under this key is
+      // cancelled (one still busy under an old key was cancelled when its peer failed).
+      if (op->recv.busy && op->recv.key == p.posted.key_) engine().worker_->cancel(op);
+      op->recv.key = 0;
     }
   }
 }
@@ -105,6 +146,7 @@ std::uint32_t Receives::close(PeerData& p) {
   stale_tags_.push_back({wire::make_tag(wire::kRndv, p.id(), 0), kAnyId, p.id(), kDead});
   stale_tags_.push_back({wire::make_tag(wire::kReply, p.id(), 0), kAnyId, p.id(), kDead});
   p.posted.key_ = 0;
+  unpark(p);  // dropped by post_waiting
   return reserved;
 }
 

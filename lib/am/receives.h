@@ -1,8 +1,12 @@
 // Posted receives (internal): the receives each peer's messages land in, and what no posted
 // receive takes. Each peer gets min(SLUICE_RX_POSTED, credits) exact receives on its EAGER tag
-// under a key our HELLO gives it; a consumed one is re-posted at the start of the next
-// progress call. A HELLO or REJECT from a peer with no receive of ours yet (CTRL-class) is
-// taken from UCX's unexpected queue; so are a failed connection's stragglers, dropped.
+// under a key our HELLO gives it, and one more each time a re-posted receive finds its message
+// already waiting in UCX, up to one per credit beyond those; a consumed one is re-posted at
+// the start of the next progress call. Their slots and those of the peer's messages kept
+// beyond their handlers stay within what its grant reserved (credits + min(SLUICE_RX_POSTED,
+// credits)): a kept message may leave a receive unposted until it is released. A HELLO or
+// REJECT from a peer with no receive of ours yet (CTRL-class) is taken from UCX's unexpected
+// queue; so are a failed connection's stragglers, dropped.
 #pragma once
 
 #include <cassert>
@@ -26,13 +30,22 @@ class PostedFor {
   // The tag its EAGER messages to us carry (the key's, kept beside it: every re-post uses it).
   std::uint64_t tag() const { return tag_; }
   const std::vector<Op*>& ops() const { return ops_; }
-  // Receive slots reserved for them (beyond those its credits reserve).
+  // Receive slots reserved beyond those its credits reserve: min(SLUICE_RX_POSTED, credits).
   std::uint32_t reserved() const { return reserved_; }
+  // Receives kept posted: from reserved() up to credits + reserved(), grown by demand.
+  std::uint32_t want() const { return want_; }
+  // Receive slots its receives and its kept messages hold now (at most credits + reserved()).
+  std::uint32_t held() const { return held_; }
+  // Receives left unposted while its kept messages hold their slots.
+  std::size_t parked() const { return parked_.size(); }
 
  private:
   friend class Receives;
-  std::vector<Op*> ops_;  // open from our HELLO until the peer fails
+  std::vector<Op*> ops_;     // open from our HELLO until the peer fails
+  std::vector<Op*> parked_;  // waiting for a slot the peer may hold (queued, not in unposted_)
   std::uint32_t reserved_ = 0;
+  std::uint32_t want_ = 0;
+  std::uint32_t held_ = 0;
   std::uint64_t key_ = 0;
   std::uint64_t tag_ = 0;
 };
@@ -46,17 +59,25 @@ class Receives {
   Receives(const Receives&) = delete;
   Receives& operator=(const Receives&) = delete;
 
-  // `n` receives for the peer (their slots reserved by the caller); then open() posts them
-  // under a fresh key, with our HELLO. close() cancels them when the peer fails (its key's
-  // stragglers purged for a while) and returns how many slots were reserved for them.
+  // `n` slots reserved beyond the peer's credits (by the caller), and as many receives; then
+  // open() posts them under a fresh key, with our HELLO. close() cancels them when the peer
+  // fails (its key's stragglers purged for a while) and returns `n`.
   void reserve(PeerData& p, std::uint32_t n);
   void open(PeerData& p);
-  // The peer's grant changed: `n` receives from now on (slots reserved by the caller). Added
-  // ones are posted; ones beyond `n` are cancelled (a message that lands first is delivered).
+  // The peer's grant changed (Delivery has the new one): `n` extra slots from now on (reserved
+  // by the caller). Receives beyond what it allows are cancelled (a message that lands first
+  // is delivered).
   void resize(PeerData& p, std::uint32_t n);
   std::uint32_t close(PeerData& p);
-  // An index reused for a new client keeps the old one's receive operations.
+  // An index reused for a new client keeps the old one's receive operations, and the count of
+  // slots its kept messages still hold.
   static void carry(PeerData& from, PeerData& to);
+
+  // A receive slot of the peer's came to be held by one of its messages kept beyond its
+  // handler, besides its receives' (true), or could not (false: the message copies to the
+  // heap); and one of those came back to the pool.
+  bool hold_kept(PeerData& p);
+  void slot_freed(PeerData& p);
 
   // A receive completed: it goes back for re-posting (every received message passes here).
   void requeue(Op* op) {
@@ -93,6 +114,16 @@ class Receives {
 
  private:
   void post_waiting();
+  // Receives the peer may hold slots for: one per credit, plus reserved().
+  static std::uint32_t slots_for(const PeerData& p);
+  // Parked receives go back to be posted (a slot came back, the grant or key changed).
+  void unpark(PeerData& p);
+  // The peer's receive operations made as many as want() (made when missing, cancelled
+  // beyond), each under its key and queued to be posted unless it is.
+  void fit(PeerData& p);
+  // Operation `i` of the peer's under its key, queued to be posted unless it is (made first
+  // when it is the next).
+  void arm(PeerData& p, std::size_t i);
   void purge_stragglers(Clock::time_point now);
   // Receives one (a CTRL-class one is then handled at once); false when the transport
   // refused it (logged; UCX has let go of it).

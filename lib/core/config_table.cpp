@@ -234,9 +234,9 @@ std::vector<Field> flow_vars() {
                              "back down to 2 when another peer waits for them.",
                              &Config::credits_max, 2, 65535),
       int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
-                             "Receives kept posted for each connected peer (exact tag; at most "
-                             "its credits), each with a receive slot reserved beside the credits'. "
-                             "Messages beyond them wait in UCX until one is posted again.",
+                             "Receives first posted for each peer (exact tag; at most its credits), "
+                             "each with a receive slot reserved beside the credits'. One that finds "
+                             "a message waiting in UCX adds one, up to one per credit beyond these.",
                              &Config::rx_posted, 1, 1024),
       int_var<std::uint32_t>("SLUICE_SEND_QUEUE_MAX", "flow", "4096",
                              "Messages a peer's send queue holds while waiting for credits; "

@@ -249,32 +249,35 @@ int main(int argc, char** argv) {
   auto ps = e.pool_stats(Direction::kSend);
   std::size_t held = 0;
   for (const auto& c : ps.classes) held += c.slots_total - c.slots_free;
-  // Receive side: only the receives posted for live peers may hold eager slots; no landing slot of a
-  // large class may stay held by a payload that never completed.
+  // Receive side: every eager slot held is a live peer's (its posted receives, its kept messages),
+  // none the dead one's; no landing slot of a large class may stay held by a payload that never
+  // completed.
   auto rs = e.pool_stats(Direction::kRecv);
   std::size_t held_landing = 0;
   for (std::size_t k = 1; k < rs.classes.size(); ++k)
     held_landing += rs.classes[k].slots_total - rs.classes[k].slots_free;
   std::size_t held_eager = rs.classes[0].slots_total - rs.classes[0].slots_free;
+  std::size_t held_by_peers = 0;  // every one accounted to a peer, none to the dead one
+  for (int r = 1; r < e.size(); ++r) held_by_peers += testing::receive_slots_held(e, r);
   const Stats& st = e.stats();
   double detect = dead ? Secs(first_failure - last_ok).count() : -1;
   std::printf(
       "result dead=%d sent1=%ld ok1=%ld failed1=%ld twice=%ld sent2=%ld ok2=%ld failed2=%ld "
       "to2_after=%ld detect_s=%.3f outstanding=%zu held_send_slots=%zu posted_exact=%zu "
-      "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu "
+      "dropped=%lu from1_at_death=%d from1=%d peers_failed=%lu held_landing=%zu held_eager=%zu held_by_peers=%zu "
       "first_failure_wall=%.6f last_failure_wall=%.6f orphaned=%lu misordered=%ld gap1_s=%.3f "
       "dead_peer_segments=%d sink_given=%ld sink_delivered=%ld sink_returned=%ld sink_out=%zu "
       "sink_stray=%ld held_call=%s\n",
       dead, to1.sent, to1.ok, to1.failed, to1.twice + to2.twice, to2.sent, to2.ok, to2.failed,
       dead ? to2.ok - to2_after_failure_start : -1, detect, testing::outstanding_sends(e), held,
       testing::posted_exact_receives(e), static_cast<unsigned long>(st.value("am.dropped")), rank1_msgs_at_death, from1,
-      static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager, first_failure_wall,
+      static_cast<unsigned long>(st.value("peers.failed")), held_landing, held_eager, held_by_peers, first_failure_wall,
       last_failure_wall, static_cast<unsigned long>(st.value("am.orphaned_sends")), misordered, gap1,
       dead_peer_segments(), sink_given, sink_delivered, sink_returned, sink_out.size(), sink_stray, held_call.c_str());
   std::fflush(stdout);
   bool ok = to1.ok + to1.failed == to1.sent && to1.twice + to2.twice == 0 && to2.failed == 0 && misordered == 0 &&
             testing::outstanding_sends(e) == 0 && held == 0 && testing::posted_exact_receives(e) == 0 &&
-            held_landing == 0 && sink_out.empty() && sink_stray == 0 &&
-            held_eager <= (*ctx)->config().rx_posted * static_cast<std::size_t>(e.size() - 1);
+            held_landing == 0 && sink_out.empty() && sink_stray == 0 && held_eager == held_by_peers &&
+            (!dead || testing::receive_slots_held(e, 1) == 0);
   return ok ? 0 : 3;
 }

@@ -3,7 +3,8 @@
 // our HELLO gave, a restarted peer gets a fresh key and its old incarnation's stragglers are
 // dropped, messages reach the handler in sequence order with copies counted, credits go back
 // as Messages are released (piggybacked or in a CREDIT), a coalesced batch beyond the grant is
-// cut, and SLUICE_RX_POSTED bounds the receives posted for one peer.
+// cut, and a peer's posted receives start at SLUICE_RX_POSTED and grow, up to its credits and
+// those, when its messages arrive before a receive does.
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -229,13 +230,37 @@ class RxPostedTest : public ReceivesTest {
   RxPostedTest() { env_.push_back({"SLUICE_RX_POSTED", "2"}); }
 };
 
-TEST_F(RxPostedTest, TwoReceivesArePostedAndTakeTwoMessagesPerProgressCall) {
+TEST_F(RxPostedTest, TwoReceivesArePostedAtFirstAndOneMoreForEachMessageFoundWaiting) {
   six_with_posted(2);
-  // The rest wait in UCX until a consumed receive is re-posted (at the next call's start).
-  EXPECT_EQ(one_progress(), 2u);
-  EXPECT_EQ(one_progress(), 2u);
-  EXPECT_EQ(one_progress(), 2u);
+  EXPECT_EQ(one_progress(), 2u) << "two posted receives take two; four wait in UCX";
+  EXPECT_EQ(stat("am.receives_grown"), 0u);
+  // Re-posted at the next call's start, each finds a message waiting, and brings one more.
+  EXPECT_EQ(one_progress(), 4u);
+  EXPECT_EQ(stat("am.receives_grown"), 4u);
   EXPECT_EQ(delivered_, upto(6));
+  PoolClassStats c = eager();
+  EXPECT_EQ(c.slots_total - c.slots_free, 6u) << "six receives posted, each holding its slot";
+  EXPECT_EQ(c.reserved, 10u) << "within the reservation: 8 credits + 2";
+  // A burst as large as the last one now lands in posted receives, in one call.
+  for (std::uint32_t s = 7; s <= 12; ++s) rogue_.data(s, 5, s);
+  EXPECT_EQ(one_progress(), 6u);
+  EXPECT_EQ(stat("am.receives_grown"), 4u) << "none found waiting";
+  EXPECT_EQ(delivered_, upto(12));
+}
+
+TEST_F(RxPostedTest, PostedReceivesGrowNoFurtherThanTheCreditsAndTheTwo) {
+  ready(8);
+  settle();
+  // 16 messages from a rogue with 8 credits, none kept: receives grow to 10 and no further.
+  for (std::uint32_t s = 1; s <= 16; ++s) rogue_.data(s, 5, s);
+  ASSERT_TRUE(pump([&] { return delivered_.size() >= 16; }));
+  settle();
+  EXPECT_EQ(delivered_, upto(16));
+  EXPECT_EQ(stat("am.receives_grown"), 8u) << "from 2 to 8 + 2";
+  PoolClassStats c = eager();
+  EXPECT_EQ(c.slots_total - c.slots_free, 10u);
+  EXPECT_EQ(c.reserved, 10u);
+  EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
 TEST_F(RxPostedTest, KeptMessagesAndPostedReceivesNeverHoldMoreThanTheReservation) {
