@@ -35,13 +35,14 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
     SLUICE_LOG(kWarn, "am",
                "peer %s silent: our credits %u of %u, %u messages queued (%u entries), %u calls "
                "queued; we hold %u of its messages unreleased and owe it %u credits; next "
-               "sequence from it %u, %u held early; %u of its %u receives posted (receive slots: %u of "
-               "%u in use, %u reserved), %u sends in flight; a message of it waits unmatched in UCX: %s",
+               "sequence from it %u, %u held early; %u of its %u receives posted, %u parked (its receive "
+               "slots: %u held; the pool's: %u of %u in use, %u reserved), %u sends in flight; a "
+               "message of it waits unmatched in UCX: %s",
                p.name(), p.tx.credits().available(), p.tx.credits().granted(), p.tx.queued(), p.tx.entries(),
                p.calls.queued(), p.rx.unreleased(), p.rx.owed().owed(), p.rx.window().expected(), p.rx.window().held(),
                std::count_if(p.posted.ops().begin(), p.posted.ops().end(), [](const Op* op) { return op->recv.busy; }),
-               p.posted.ops().size(), rx.slots_total - rx.slots_free, rx.slots_total, rx.reserved,
-               engine().sender_.inflight() + engine().control_.inflight(),
+               p.posted.want(), p.posted.parked(), p.posted.held(), rx.slots_total - rx.slots_free, rx.slots_total,
+               rx.reserved, engine().sender_.inflight() + engine().control_.inflight(),
                engine().worker_->has_unexpected(wire::make_tag(wire::kEager, p.id(), p.posted.key()), kFullMask)
                    ? "yes"
                    : "no");
