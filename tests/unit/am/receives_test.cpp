@@ -248,6 +248,25 @@ TEST_F(RxPostedTest, TwoReceivesArePostedAtFirstAndOneMoreForEachMessageFoundWai
   EXPECT_EQ(delivered_, upto(12));
 }
 
+TEST_F(RxPostedTest, ReceivesGrownForAGrantThatShrinksAreCancelledAndTheirSlotsGoBack) {
+  six_with_posted(2);
+  EXPECT_EQ(one_progress(), 2u);
+  EXPECT_EQ(one_progress(), 4u);
+  settle();  // the six credits owed go back to the rogue (a CREDIT)
+  ASSERT_EQ(eager().slots_total - eager().slots_free, 6u);
+  rogue_.grant(8, 8, 6);  // 6 of its 8 credits given back: 2 + 2 receives from now on
+  ASSERT_TRUE(pump([&] { return stat("flow.credits_granted") == 2; }));
+  settle();
+  PoolClassStats c = eager();
+  EXPECT_EQ(c.reserved, 4u);
+  EXPECT_EQ(c.slots_total - c.slots_free, 4u) << "the two grown beyond it cancelled, their slots back";
+  rogue_.data(7, 5, 7);
+  rogue_.data(8, 5, 8);
+  ASSERT_TRUE(pump([&] { return delivered_.size() == 8; }));
+  EXPECT_EQ(delivered_, upto(8));
+  EXPECT_TRUE(engine_->peer(1)->alive());
+}
+
 TEST_F(RxPostedTest, PostedReceivesGrowNoFurtherThanTheCreditsAndTheTwo) {
   ready(8);
   settle();
