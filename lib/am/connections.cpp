@@ -235,8 +235,8 @@ absl::StatusOr<Peer*> Connections::connect(std::string_view host_port, std::opti
     if (Clock::now() >= deadline && p.state() == PeerState::kConnecting) {
       engine().fail_peer(
           p, absl::StatusCode::kDeadlineExceeded,
-          absl::StrFormat("no handshake with %s within %s: admitted at its front door, no HELLO over UCX", host_port,
-                          limit_name));
+          absl::StrFormat("no handshake with %s within %s: admitted at its front door, then no HELLO from it",
+                          host_port, limit_name));
     }
   }
   if (p.state() != PeerState::kReady) {

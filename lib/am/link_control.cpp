@@ -168,6 +168,8 @@ void LinkControl::on_bye(PeerData& p, const wire::Header& h) {
 }
 
 void LinkControl::handle_hello(PeerData& p, const wire::Hello& hello) {
+  SLUICE_LOG(kDebug, "am", "%s: HELLO of incarnation %x granting %u credits (we are %s)", p.name(), hello.incarnation,
+             hello.credits, to_string(p.state()));
   if (p.link.hello_received_ && hello.incarnation == p.link.incarnation_) {
     engine().c_.duplicates->add();
     return;

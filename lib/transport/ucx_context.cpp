@@ -61,13 +61,15 @@ static std::string chosen_tls(const Config& config, const ProcessEnv& env, bool 
   // client/server mode, whose remote peers use the stream transport instead.
   const std::string& given = !config.tls.empty() ? config.tls : env.ucx_tls;
   TlsList list(given);
+  TlsList kept = list.without("tcp");
   if (!list.excludes() && list.names("tcp")) {
     SLUICE_LOG(kWarn, "transport",
                "%s=%s: UCX's tcp is left out in client/server mode (peers on other hosts use Sluice's TCP "
-               "transport on the door's connection); SLUICE_UCX_TCP=y lets UCX open its TCP ports",
-               !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given);
+               "transport on the door's connection), so UCX gets %s; SLUICE_CS_TRANSPORT=stream carries every "
+               "client's data over TCP, on this host too; SLUICE_UCX_TCP=y lets UCX open its TCP ports",
+               !config.tls.empty() ? "SLUICE_TLS" : "UCX_TLS", given, kept.str());
   }
-  return list.without("tcp").str();
+  return kept.str();
 }
 
 absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const Config& config, const ProcessEnv& env,

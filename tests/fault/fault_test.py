@@ -112,10 +112,12 @@ class ClientChurn(unittest.TestCase):
             rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
         return open_fds(pid), shm, rss, dead_segments(pid)
 
-    def churn(self, tls):
-        # A killed client on shared memory is found by the heartbeat: a 2 s timeout.
-        env = dict(os.environ, SLUICE_TLS=tls, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
-        server, port = serve_blockstore(self, "127.0.0.1", env)
+    def churn(self, transport):
+        # A killed client on shared memory is found by the heartbeat: a 2 s timeout. Over TCP on
+        # one host, clients' data goes through Sluice's stream on the door's connection (UCX's
+        # tcp is not used in client/server mode).
+        env = dict(os.environ, SLUICE_CS_TRANSPORT=transport, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
+        server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
         client = [BLOCKSTORE, "check", "127.0.0.1:%d" % port, "44"]  # 34 MB each way: 0.25-0.45 s here
 
         def good_client():
@@ -146,9 +148,12 @@ class ClientChurn(unittest.TestCase):
         server.kill()
         _, err = server.communicate()
         dead = len(re.findall(r"peer client \S+ failed", err))
+        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", err)
+        self.assertTrue(over, "the server says what each client's data goes over (SLUICE_LOG_LEVEL=debug)")
+        self.assertEqual(set(over), {"sluice-tcp" if transport == "stream" else "ucx"}, "every client over %s" % transport)
         print("%s: the server reported %d of the %d killed clients failed; "
               "before: %d fds, %d shared memory mappings, rss %d KiB; after: %d, %d, %d KiB"
-              % (tls or "default transports", dead, self.CYCLES // 2, before[0], before[1], before[2] // 1024,
+              % (transport, dead, self.CYCLES // 2, before[0], before[1], before[2] // 1024,
                  after[0], after[1], after[2] // 1024))
         self.assertGreater(dead, 0, "some kills landed on connected clients")
         self.assertLessEqual(after[0], before[0], "file descriptors")
@@ -157,11 +162,11 @@ class ClientChurn(unittest.TestCase):
         return before, after
 
     def test_clients_come_and_go_half_killed_over_tcp_and_the_server_keeps_nothing_of_them(self):
-        before, after = self.churn("tcp")
+        before, after = self.churn("stream")
         self.assertLessEqual(after[1], before[1], "shared memory segments mapped")
 
     def test_clients_come_and_go_half_killed_over_shared_memory_and_the_server_keeps_its_fds(self):
-        self.churn("")
+        self.churn("auto")
 
     def test_clients_stopped_then_killed_mid_transfer_leave_no_shared_memory_in_the_server(self):
         # A client stopped while the server streams to it lets its receive FIFO fill; killed, its
