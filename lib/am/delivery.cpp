@@ -40,13 +40,8 @@ void Delivery::on_rx(Op* op, absl::StatusCode code, std::size_t length, std::uin
   if (slot) [[likely]] {
     if (!op->slot) [[likely]]
       op->slot = std::move(slot);
-    else slot_back(op->peer, std::move(slot));
+    else engine().receives_.give_back(engine().peers_.at(op->peer), std::move(slot));
   }
-}
-
-void Delivery::slot_back(std::uint32_t peer, Slot slot) {
-  slot.release();
-  engine().receives_.slot_freed(engine().peers_.at(peer));
 }
 
 // Inlined into on_rx, its one caller: every received message passes here.
@@ -298,10 +293,8 @@ void Delivery::own_bytes(Message& m) {
   std::byte* d;
   Slot own;
   PeerData& p = engine().peers_.at(state(m).peer);
-  if (hl + pl <= engine().recv_pool_->eager().slot_size() && engine().receives_.hold_kept(p)) {
-    if (engine().recv_pool_->eager().try_take(&own) != Result::kOk) engine().receives_.slot_freed(p);
-  }
-  if (own) {
+  if (hl + pl <= engine().recv_pool_->eager().slot_size() && !Receives::full(p) &&
+      engine().receives_.take_slot(p, &own) == Result::kOk) {
     d = slot_data(own);
     state(m).slot = std::move(own);
   } else {
@@ -336,7 +329,7 @@ void Delivery::release(Message& m) {
     engine().rpc_server_.answer_error(m, absl::StatusCode::kInternal,
                                       "the server's handler released the request without a reply");
   if (state(m).credit) return_credit(engine().peers_.at(state(m).peer), state(m).epoch);
-  if (state(m).slot) slot_back(state(m).peer, std::move(state(m).slot));
+  if (state(m).slot) engine().receives_.give_back(engine().peers_.at(state(m).peer), std::move(state(m).slot));
   detach(m);
   clear(state(m));
 }

@@ -41,8 +41,6 @@ class Delivery {
   // Message::release(): on another thread it is handed to the engine's; a sink buffer goes
   // back, an unanswered request is answered, the credit is owed back.
   void release(Message& m);
-  // A receive slot of the peer's goes back to the pool (Receives counts what each peer holds).
-  void slot_back(std::uint32_t peer, Slot slot);
   // A released Message's credit goes back to its peer (unless the peer failed or restarted
   // since it arrived).
   void return_credit(PeerData& p, std::uint64_t epoch);

@@ -151,7 +151,7 @@ void Landings::free_announcement(PeerData& p, Message& m) {
     copy.reset(new std::byte[hl]);
     std::memcpy(copy.get(), state(m).header.data(), hl);
   }
-  if (state(m).slot) engine().delivery_.slot_back(p.id(), std::move(state(m).slot));
+  if (state(m).slot) engine().receives_.give_back(p, std::move(state(m).slot));
   state(m).heap = std::move(copy);
   state(m).header = std::span<const std::byte>(state(m).heap.get(), hl);
   if (state(m).credit) {

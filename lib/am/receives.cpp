@@ -17,14 +17,17 @@ void Receives::carry(PeerData& from, PeerData& to) { to.posted = std::move(from.
 
 std::uint32_t Receives::slots_for(const PeerData& p) { return p.rx.granted() + p.posted.reserved_; }
 
-bool Receives::hold_kept(PeerData& p) {
-  if (p.posted.held_ >= slots_for(p)) return false;
-  ++p.posted.held_;
-  return true;
+bool Receives::full(const PeerData& p) { return p.posted.held_ >= slots_for(p); }
+
+Result Receives::take_slot(PeerData& p, Slot* out) {
+  Result r = engine().recv_pool_->eager().try_take(out);
+  if (r == Result::kOk) ++p.posted.held_;
+  return r;
 }
 
-void Receives::slot_freed(PeerData& p) {
+void Receives::give_back(PeerData& p, Slot slot) {
   assert(p.posted.held_ > 0);
+  slot.release();
   --p.posted.held_;
   if (!p.posted.parked_.empty()) [[unlikely]]
     unpark(p);
@@ -37,17 +40,13 @@ void Receives::unpark(PeerData& p) {
 
 void Receives::post_waiting() {
   if (engine().closing_) return;
-  PoolClass& cls = engine().recv_pool_->eager();
   while (!unposted_.empty()) {
     Op* op = unposted_.back();
     PeerData& p = engine().peers_.at(op->peer);
     if (p.posted.key_ == 0 || op->recv.key != p.posted.key_) [[unlikely]] {
       // The peer failed (its receives stay idle until it returns), or was granted again with
       // fewer posted receives than this op's index.
-      if (op->slot) {
-        op->slot.release();
-        --p.posted.held_;
-      }
+      if (op->slot) give_back(p, std::move(op->slot));
       op->recv.queued = false;
       unposted_.pop_back();
       continue;
@@ -56,15 +55,14 @@ void Receives::post_waiting() {
     // open_receives re-queueing an op whose cancellation had not been handled).
     assert(!op->recv.busy);
     // An operation usually still holds the slot it last received into (see on_rx). One whose
-    // slot a kept message took waits while the peer holds all it may (slot_freed).
+    // slot a kept message took waits while the peer holds all it may (give_back).
     if (!op->slot) [[unlikely]] {
-      if (p.posted.held_ >= slots_for(p)) {
+      if (full(p)) {
         p.posted.parked_.push_back(op);
         unposted_.pop_back();
         continue;
       }
-      if (cls.try_take(&op->slot) != Result::kOk) return;  // all reserved slots held: retry later
-      ++p.posted.held_;
+      if (take_slot(p, &op->slot) != Result::kOk) return;  // all reserved slots held: retry later
     }
     // Exact: UCX finds it in a hash. (Any receive with a partial mask would make UCX walk a
     // list of those for every arriving message.)
@@ -72,8 +70,7 @@ void Receives::post_waiting() {
                                                            p.posted.tag_, slot_memh(op->slot));
     if (r != absl::StatusCode::kOk) [[unlikely]] {
       SLUICE_LOG_RATE_LIMITED(kError, "am", "cannot post a receive: %s", absl::StatusCodeToString(r));
-      op->slot.release();
-      --p.posted.held_;
+      give_back(p, std::move(op->slot));
       return;
     }
     op->recv.queued = false;

@@ -73,11 +73,13 @@ class Receives {
   // slots its kept messages still hold.
   static void carry(PeerData& from, PeerData& to);
 
-  // A receive slot of the peer's came to be held by one of its messages kept beyond its
-  // handler, besides its receives' (true), or could not (false: the message copies to the
-  // heap); and one of those came back to the pool.
-  bool hold_kept(PeerData& p);
-  void slot_freed(PeerData& p);
+  // The eager receive slots of a peer's receives and of its messages kept beyond their
+  // handlers, counted here: whether it holds all it may (credits + reserved()); one more,
+  // taken from the pool (kWouldBlock when the pool has none free; the caller checked full());
+  // one back to the pool, which lets a receive parked for want of it be posted again.
+  static bool full(const PeerData& p);
+  Result take_slot(PeerData& p, Slot* out);
+  void give_back(PeerData& p, Slot slot);
 
   // A receive completed: it goes back for re-posting (every received message passes here).
   void requeue(Op* op) {
