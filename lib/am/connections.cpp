@@ -90,7 +90,7 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
   absl::StatusOr<Endpoint> ep = absl::UnavailableError("SLUICE_CS_TRANSPORT=stream");
   if (engine().config_.cs_transport == CsTransport::kAuto)
     ep = engine().worker_->connect(a.address, &PeerTable::on_ep_error, &p);
-  if (ep.ok() && (engine().config_.ucx_tcp == UcxTcp::kYes || ep->transports().find("tcp") == std::string::npos)) {
+  if (ep.ok() && ucx_carries(p, *ep)) {
     PeerTable::set_endpoint(p, std::move(*ep));
     return door::Link::kUcx;
   }
@@ -104,6 +104,51 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
                                                                                       : door::Link::kStreamChaCha;
   PeerTable::set_endpoint(p, stream_endpoint(p, link, a.keys, /*client=*/false));
   return link;
+}
+
+bool Connections::ucx_carries(const PeerData& p, const Endpoint& ep) {
+  std::string tls = ep.transports();
+  if (!through_shared_fifo(tls))
+    return engine().config_.ucx_tcp == UcxTcp::kYes || tls.find("tcp") == std::string::npos;
+  // The client's messages would come through our FIFO: only while a probe gets through it
+  // now, else this client too would wait behind what stopped it.
+  Worker::Fifo fifo = engine().worker_->check_fifo(fifo_stall_after());
+  // Another sender preempted between claiming an element and marking it written holds the
+  // probe back for a moment: a few milliseconds more before this client goes to the stream.
+  for (Clock::time_point until = Clock::now() + kFifoPatience; fifo == Worker::Fifo::kSlow && Clock::now() < until;)
+    fifo = engine().worker_->check_fifo(fifo_stall_after());
+  if (fifo == Worker::Fifo::kFlowing || fifo == Worker::Fifo::kNone) {
+    fifo_used_ = true;
+    return true;
+  }
+  SLUICE_LOG(kInfo, "am", "%s is served over Sluice's TCP transport: this server's shared-memory FIFO %s", p.name(),
+             fifo == Worker::Fifo::kStalled ? "has stopped" : "did not pass a probe just now");
+  return false;
+}
+
+Duration Connections::fifo_stall_after() const {
+  return std::max<Duration>(engine().config_.peer_timeout / 2, std::chrono::seconds(1));
+}
+
+void Connections::watch_fifo(Clock::time_point now) {
+  if (!fifo_used_ || fifo_stalled_ || now < fifo_due_) return;
+  fifo_due_ = now + std::max<Duration>(fifo_stall_after() / 4, std::chrono::milliseconds(100));
+  if (engine().worker_->check_fifo(fifo_stall_after()) != Worker::Fifo::kStalled) return;
+  fifo_stalled_ = true;
+  engine().c_.fifo_stalls->add();
+  std::vector<std::uint32_t> cut;
+  engine().peers_.for_each([&](PeerData& p) {
+    if (p.state() != PeerState::kDead && p.rank() < 0 && p.ep().valid() && !p.ep().stream() &&
+        through_shared_fifo(p.ep().transports()))
+      cut.push_back(p.id());
+  });
+  SLUICE_LOG(kError, "am",
+             "this server's shared-memory FIFO stopped: no probe passed it in %s (a local process killed while "
+             "writing into it stops it for every local sender: UCX 1.13's sysv and posix transports); the %u local "
+             "clients over it fail, new ones are served over Sluice's TCP transport",
+             format_duration(fifo_stall_after()), cut.size());
+  const std::string why = "this server's shared-memory FIFO stopped: nothing the client sends over it can arrive";
+  for (std::uint32_t id : cut) engine().fail_peer(engine().peers_.at(id), absl::StatusCode::kUnavailable, why);
 }
 
 absl::StatusOr<Door::Admitted> Connections::admit(const Door::Admission& a) {

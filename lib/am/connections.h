@@ -58,12 +58,18 @@ class Connections final : private Door::Owner {
     return door_->poll(now);
   }
   int fd() const { return door_ ? door_->fd() : -1; }
+  // From the timers, once a client came over UCX's shared memory: a probe through the
+  // worker's FIFO (Worker::check_fifo). A FIFO stopped for fifo_stall_after() fails the
+  // clients it carried, and later clients get the stream.
+  void watch_fifo(Clock::time_point now);
   Clock::time_point next_deadline() const { return door_ ? door_->next_deadline() : Clock::time_point::max(); }
   void woke(bool readable);
 
  private:
   // How often a busy engine looks at its front door (a poll of one epoll fd).
   static constexpr Duration kDoorEvery = std::chrono::microseconds(50);
+  // How long an admission waits for a probe through the shared-memory FIFO (ucx_carries).
+  static constexpr Duration kFifoPatience = std::chrono::milliseconds(5);
 
   Door& door();
   // Door::Owner: a client passed the pre-handshake; its stream's socket.
@@ -77,6 +83,12 @@ class Connections final : private Door::Owner {
   // shared memory (or SLUICE_UCX_TCP=y lets UCX's TCP carry it), else the stream, encrypted
   // when either side asks.
   absl::StatusOr<door::Link> choose_link(PeerData& p, const Door::Admission& a);
+  // Whether UCX's endpoint to an admitted client may carry it: over TCP only with
+  // SLUICE_UCX_TCP=y; over shared memory only while a probe passes the worker's FIFO now.
+  bool ucx_carries(const PeerData& p, const Endpoint& ep);
+  // Half of SLUICE_PEER_TIMEOUT, at least a second: a FIFO silent this long has stopped (the
+  // local clients would be declared dead for silence soon after, for the wrong reason).
+  Duration fifo_stall_after() const;
   // The client's side: the endpoint the server's ACCEPT asked for.
   absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
@@ -85,6 +97,9 @@ class Connections final : private Door::Owner {
   std::unique_ptr<Door> door_;
   int listen_port_ = -1;
   Clock::time_point door_due_{};  // poll_due() polls the door from then on
+  bool fifo_used_ = false;        // a client was admitted over UCX's shared memory: watch_fifo probes
+  bool fifo_stalled_ = false;     // watch_fifo found the FIFO stopped (for good)
+  Clock::time_point fifo_due_{};  // watch_fifo's next probe
 };
 
 }  // namespace sluice::detail

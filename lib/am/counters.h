@@ -95,6 +95,7 @@ struct EngineCounters {
   Counter* windows_widened;
   Counter* windows_reclaimed;
   Counter* receives_grown;
+  Counter* fifo_stalls;
 
   // The traffic counters and a peer's share of them (live stats), counted together.
   void sent(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {

@@ -93,7 +93,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("flow.peers_recalled"),
                       &s.counter("rpc.window_widened"),
                       &s.counter("rpc.window_reclaimed"),
-                      &s.counter("am.receives_grown")};
+                      &s.counter("am.receives_grown"),
+                      &s.counter("peers.fifo_stalls")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {

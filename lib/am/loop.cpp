@@ -169,6 +169,7 @@ void EngineCore::timers(Clock::time_point now) {
   });
   bank_.tick(now);
   rpc_client_.expire(now);
+  connections_.watch_fifo(now);
   // Nothing watched, no call waiting, no loan to settle: the next tick is the earliest sleeper's deadline, at
   // least a tick and at most a second away.
   if (!link_.busy() && rpc_client_.idle() && !bank_.busy())

@@ -322,13 +322,14 @@ std::vector<Field> mem_vars() {
 std::vector<Field> liveness_vars() {
   return {
       duration_var("SLUICE_PEER_TIMEOUT", "flow", "10s",
-                   "A peer silent this long (no message, no heartbeat answer) is declared "
-                   "dead; its operations complete with Unavailable.",
+                   "A peer silent this long (no message, no heartbeat answer) is declared dead; its operations "
+                   "complete with Unavailable. A server whose shared-memory FIFO passes no probe for half of it "
+                   "(at least 1 s) fails the local clients over it and serves later ones over Sluice's TCP transport.",
                    &Config::peer_timeout, true),
       duration_var("SLUICE_HEARTBEAT", "flow", "1s",
-                   "Interval of heartbeats to peers that have been idle this long (longer with many "
-                   "peers: SLUICE_HEARTBEAT_RATE). A server pings its quiet clients; a client pings "
-                   "its server only after half of SLUICE_PEER_TIMEOUT without a word from it.",
+                   "Interval of heartbeats to peers that have been idle this long (longer with many peers: "
+                   "SLUICE_HEARTBEAT_RATE). A server pings its quiet clients; a client pings its server only "
+                   "after half of SLUICE_PEER_TIMEOUT without a word from it.",
                    &Config::heartbeat, false),
       int_var<std::uint32_t>("SLUICE_HEARTBEAT_RATE", "flow", "500",
                              "Heartbeats per second an engine sends at most: with more peers than this "
@@ -391,10 +392,9 @@ std::vector<Field> door_vars() {
                "else ChaCha20-Poly1305 (OpenSSL).",
                &Config::encrypt, {{"off", Encrypt::kOff}, {"on", Encrypt::kOn}}),
       enum_var("SLUICE_CS_TRANSPORT", "door", "auto",
-               "What carries a client/server peer's data, chosen by the server when it admits the "
-               "client: auto (UCX over shared memory when it reaches the client, i.e. on the same "
-               "host; else Sluice's TCP transport on the door's connection), stream (Sluice's TCP "
-               "transport for every client, on the same host too).",
+               "What carries a client/server peer's data, chosen by the server when it admits the client: auto (UCX "
+               "over shared memory when it reaches the client, i.e. on the same host; else Sluice's TCP transport "
+               "on the door's connection), stream (Sluice's TCP transport for every client, on the same host too).",
                &Config::cs_transport, {{"auto", CsTransport::kAuto}, {"stream", CsTransport::kStream}}),
   };
 }

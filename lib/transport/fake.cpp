@@ -232,6 +232,9 @@ bool Worker::has_unexpected(Tag tag, Tag mask) {
                      [&](const MsgPtr& m) { return matches(m->tag, tag, mask); });
 }
 
+// The fake fabric has no shared-memory FIFO to stall.
+Worker::Fifo Worker::check_fifo(std::chrono::steady_clock::duration) { return Fifo::kNone; }
+
 bool Worker::progress() {
   FabricState& f = fabric();
   std::lock_guard lock(f.mu);

@@ -52,7 +52,14 @@ struct PostResult {
   Tag sender_tag = 0;                             // with kDone receives
 };
 
+// Whether an endpoint's lanes (Endpoint::transports(): "sysv/memory cma/memory") carry its
+// messages through the receiver's shared-memory FIFO (Worker::check_fifo).
+inline bool through_shared_fifo(std::string_view transports) {
+  return transports.find("sysv/") != std::string_view::npos || transports.find("posix/") != std::string_view::npos;
+}
+
 class Worker;
+class FifoWatch;
 class StreamConn;
 class StreamHub;
 
@@ -151,6 +158,7 @@ class Endpoint {
 
  private:
   friend class Worker;
+  friend class FifoWatch;
   void close_stream();
   void* ep_ = nullptr;
   void* worker_ = nullptr;
@@ -221,6 +229,16 @@ class Worker {
   // (ucp_tag_probe_nb without removing it): for diagnostics.
   bool has_unexpected(Tag tag, Tag mask);
 
+  // The health of this worker's shared-memory receive FIFO. UCX's sysv and posix transports
+  // carry every local peer's messages through one FIFO per worker, read in order; UCX 1.13
+  // marks an element written only after filling it, so a sender killed in between stops the
+  // FIFO for every local sender, for good. The check sends a probe through it from a second
+  // worker of the same context (made at the first check), progresses both, and says whether
+  // the probe came through: kFlowing; kSlow while it has not, for less than `stall_after`
+  // since it was sent; kStalled after that, and from then on. kNone: no such FIFO here.
+  enum class Fifo { kNone, kFlowing, kSlow, kStalled };
+  Fifo check_fifo(std::chrono::steady_clock::duration stall_after);
+
   // Progresses communication; returns whether anything happened.
   bool progress();
   // Event-driven waiting: the fd to poll, and arm() which returns false when events are
@@ -243,6 +261,7 @@ class Worker {
   void* close_failed(Endpoint& ep, std::chrono::steady_clock::duration flush_bound);
 
  private:
+  friend class FifoWatch;
   Worker();
   static absl::StatusOr<Endpoint> make_endpoint(void* worker, void* params, Endpoint::ErrorCallback on_error, void* arg,
                                                 const char* what);
@@ -251,8 +270,11 @@ class Worker {
   void release_streams();
   bool progress_with_streams();
   void* worker_ = nullptr;
+  void* context_ = nullptr;  // the context the worker belongs to (check_fifo's second worker)
   int efd_ = -1;
   std::string address_;
+  FifoWatch* fifo_ = nullptr;           // owned: check_fifo's probe, once made
+  bool no_fifo_ = false;                // check_fifo found no shared-memory FIFO to watch
   std::unique_ptr<StreamHub> streams_;  // made by the first stream_endpoint()
 };
 

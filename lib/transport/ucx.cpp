@@ -22,6 +22,7 @@
 #include <absl/strings/str_format.h>
 
 #include "core/log.h"
+#include "transport/ucx_fifo.h"
 
 namespace sluice::detail {
 namespace {
@@ -289,6 +290,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_create(ctx_of(ctx.handle()), &p, &w), "ucp_worker_create"));
   std::unique_ptr<Worker> out(new Worker());
   out->worker_ = w;
+  out->context_ = ctx.handle();
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_efd(w, &out->efd_), "ucp_worker_get_efd"));
   ucp_address_t* addr = nullptr;
   std::size_t len = 0;
@@ -300,6 +302,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
 
 Worker::~Worker() {
   streams_.reset();  // calls nothing back
+  delete fifo_;      // its receive on this worker cancelled, its worker gone
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
 }
 

@@ -13,7 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import BLOCKSTORE, BUILD, WATCHDOG, FaultHarness, dead_segments, open_fds, serve_blockstore
+from harness import BLOCKSTORE, BUILD, DOOR_CLIENT, FIFO_WEDGE, WATCHDOG, FaultHarness, dead_segments, open_fds, serve_blockstore
 
 RUN = os.path.join(BUILD, "apps/sluice-run")
 CROSS_FAIL = os.path.join(BUILD, "tests/cross_fail")
@@ -150,7 +150,16 @@ class ClientChurn(unittest.TestCase):
         dead = len(re.findall(r"peer client \S+ failed", err))
         over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", err)
         self.assertTrue(over, "the server says what each client's data goes over (SLUICE_LOG_LEVEL=debug)")
-        self.assertEqual(set(over), {"sluice-tcp" if transport == "stream" else "ucx"}, "every client over %s" % transport)
+        if transport == "stream":
+            self.assertEqual(set(over), {"sluice-tcp"}, "every client over the stream")
+        else:
+            # Over shared memory, but for clients that came while the FIFO passed no probe (a
+            # killed client stopped it: StalledFifo), each said so.
+            moved = len(re.findall(r"is served over Sluice's TCP transport: this server's shared-memory FIFO", err))
+            self.assertEqual((over.count("ucx"), over.count("sluice-tcp")), (len(over) - moved, moved),
+                             "every client over UCX's shared memory but those the FIFO's probe sent to the stream")
+            print("shared memory: %d clients over the stream, the FIFO's probe having failed; %s"
+                  % (moved, "; ".join(re.findall(r"shared-memory FIFO stopped: [^;]*", err)) or "it never stopped"))
         print("%s: the server reported %d of the %d killed clients failed; "
               "before: %d fds, %d shared memory mappings, rss %d KiB; after: %d, %d, %d KiB"
               % (transport, dead, self.CYCLES // 2, before[0], before[1], before[2] // 1024,
@@ -221,6 +230,48 @@ class ClientChurn(unittest.TestCase):
             # unread: both are the link closing.
             self.assertLessEqual(set(reasons), {"its connection to us closed", "its connection to us was reset"},
                                  err[-3000:])
+
+
+class StalledFifo(unittest.TestCase):
+    """docs/reliability.md: a local client killed while it writes into the server's shared-memory
+    FIFO stops that FIFO for every local sender (UCX 1.13). The server finds it with a probe, fails
+    the local clients it carried, and serves every later client over Sluice's TCP transport."""
+
+    def test_a_client_killed_mid_write_into_the_fifo_stops_neither_the_server_nor_its_clients(self):
+        env = dict(os.environ, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
+        server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
+        address = "127.0.0.1:%d" % port
+        # A client writing blocks all along (20 s: gdb takes seconds to start under load); it
+        # reconnects when the server fails it (door_client.cpp).
+        writer = subprocess.Popen([DOOR_CLIENT, address, "20"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        wedge = subprocess.run(["gdb", "-q", "-batch", "-x", FIFO_WEDGE, "--args", BLOCKSTORE, "check", address, "4"],
+                               env=env, capture_output=True, text=True, timeout=60)
+        if "ptrace: Operation not permitted" in wedge.stdout + wedge.stderr:
+            self.skipTest("gdb may not trace here (ptrace not permitted)")
+        self.assertIn("fifo_wedge: claimed a FIFO element", wedge.stdout, wedge.stdout + wedge.stderr)
+        # A client arriving now: its messages would wait behind the dead one's element for ever.
+        r = subprocess.run([BLOCKSTORE, "check", address, "4"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        out, err = writer.communicate(timeout=60)
+        result = dict(kv.split("=", 1) for kv in re.search(r"result (.*)", out).group(1).split())
+        print("the writer: %s" % result)
+        # Failed once, with every call completed once; reconnected; what the server acknowledged
+        # before is still there, and a block written afterwards reads back.
+        self.assertEqual((result["connects"], result["twice"], result["other"], result["outstanding"]),
+                         ("2", "0", "0", "0"), out + err)
+        self.assertGreaterEqual(int(result["unavailable"]), 1, out)
+        self.assertEqual((result["old_block"], result["new_block"]), ("ok", "ok"), out + err)
+        self.assertIsNone(server.poll(), "the server still serves")
+        server.kill()
+        log = server.communicate()[1]
+        self.assertRegex(log, r"shared-memory FIFO stopped: no probe passed it in 1s .*the 1 local clients over it fail")
+        self.assertRegex(log, r"peer client \S+ failed: this server's shared-memory FIFO stopped")
+        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
+        self.assertEqual(over[:2], ["ucx", "ucx"], "the writer and the killed client came over shared memory")
+        self.assertEqual(set(over[2:]), {"sluice-tcp"}, "every later client over the stream: %s" % over)
+        self.assertGreaterEqual(len(over), 4, "the late client and the writer's reconnect: %s" % over)
 
 
 class FailedDuringWireUp(unittest.TestCase):

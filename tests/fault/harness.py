@@ -12,6 +12,9 @@ import unittest
 BUILD = os.environ.get("TEST_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
 PROG = os.path.join(BUILD, "tests/peer_fault")
 BLOCKSTORE = os.path.join(BUILD, "apps/examples/blockstore")
+DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
+# A gdb script that kills a process just after it claims an element of a shared-memory FIFO.
+FIFO_WEDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fifo_wedge.py")
 WATCHDOG = 120
 
 

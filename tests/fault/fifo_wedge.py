@@ -1,0 +1,25 @@
+"""A gdb script (gdb -batch -x fifo_wedge.py --args PROGRAM ARGS...): runs PROGRAM until its first
+send into another process's UCX shared-memory FIFO (uct_mm_ep_am_short or _bcopy), steps to just
+past the compare-and-swap that claims the FIFO's head element, and kills it there: the element is
+claimed and never marked written, as when a process is killed at that instant (UCX 1.13)."""
+import gdb
+
+gdb.execute("set pagination off")
+gdb.execute("set breakpoint pending on")
+gdb.execute("set confirm off")
+for fn in ("uct_mm_ep_am_short", "uct_mm_ep_am_bcopy"):
+    gdb.Breakpoint(fn)
+gdb.execute("run")
+claimed = False
+for steps in range(20000):
+    insn = gdb.execute("x/i $pc", to_string=True)
+    gdb.execute("stepi", to_string=True)
+    # The swap fails (ZF clear) when another sender moved the head meanwhile: UCX retries.
+    if "cmpxchg" in insn and int(gdb.parse_and_eval("$eflags")) & 0x40:
+        print("fifo_wedge: claimed a FIFO element after %d instructions (%s); killed"
+              % (steps, insn.split("\t")[-1].strip()))
+        claimed = True
+        break
+if not claimed:
+    print("fifo_wedge: no successful compare-and-swap within 20000 instructions")
+gdb.execute("kill")
