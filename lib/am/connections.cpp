@@ -94,6 +94,8 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
     PeerTable::set_endpoint(p, std::move(*ep));
     return door::Link::kUcx;
   }
+  if (!ep.ok() && engine().config_.cs_transport == CsTransport::kAuto)
+    SLUICE_LOG(kDebug, "am", "%s is served over Sluice's TCP transport: %s", p.name(), ep.status().message());
   bool encrypt = engine().config_.encrypt == Encrypt::kOn || (a.client_link & door::kWantsEncryption) != 0;
   if (encrypt && !a.keys) {
     return absl::PermissionDeniedError(

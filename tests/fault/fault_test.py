@@ -157,7 +157,8 @@ class ClientChurn(unittest.TestCase):
             # killed client stopped it: StalledFifo), each said so.
             moved = len(re.findall(r"is served over Sluice's TCP transport: this server's shared-memory FIFO", err))
             self.assertEqual((over.count("ucx"), over.count("sluice-tcp")), (len(over) - moved, moved),
-                             "every client over UCX's shared memory but those the FIFO's probe sent to the stream")
+                             "every client over UCX's shared memory but those the FIFO's probe sent to the stream:\n%s"
+                             % "\n".join(re.findall(r".*(?:Sluice's TCP transport|over sluice-tcp|FIFO).*", err)))
             print("shared memory: %d clients over the stream, the FIFO's probe having failed; %s"
                   % (moved, "; ".join(re.findall(r"shared-memory FIFO stopped: [^;]*", err)) or "it never stopped"))
         print("%s: the server reported %d of the %d killed clients failed; "

@@ -131,6 +131,38 @@ TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
 
 // ucx.h, shm_fifo_size: twice what one sender can leave unconsumed (3 per credit and 16), a
 // power of two, between UCX's 64 and kShmFifoMax.
+// The FIFO's probe (Worker::check_fifo) passes a healthy FIFO every time, and neither takes the
+// worker's messages nor leaves anything of its own for the worker's receives.
+TEST_F(Loopback, TheFifoProbePassesAHealthyFifoAndTouchesNoMessageOfTheWorker) {
+  std::vector<std::byte> bytes(24, std::byte{7});
+  constexpr Tag kEngineTag = (Tag{1} << 60) | 42;  // an EAGER-class tag, as the engine's
+  send_unexpected(bytes, kEngineTag);
+  for (int i = 0; i < 200; ++i)
+    ASSERT_EQ(worker_->check_fifo(std::chrono::seconds(1)), Worker::Fifo::kFlowing) << "probe " << i;
+  EXPECT_TRUE(worker_->has_unexpected(kEngineTag, kFullMask)) << "the probe took the worker's message";
+  Worker::Unexpected u = worker_->take_unexpected(0, 0);  // anything at all
+  ASSERT_NE(u.message, nullptr);
+  EXPECT_EQ(u.tag, kEngineTag) << "something of the probe's waits unexpected";
+  std::vector<std::byte> buf(64);
+  Done d;
+  d.on_complete = record;
+  ASSERT_NE(worker_->post_recv_message(&d, u, buf.data(), buf.size(), nullptr).kind, Post::kError);
+  for (auto until = Clock::now() + std::chrono::seconds(5); d.calls == 0 && Clock::now() < until;) worker_->progress();
+  EXPECT_EQ(worker_->take_unexpected(0, 0).message, nullptr) << "a second message waits unexpected";
+}
+
+// Without a shared-memory transport there is no FIFO to watch.
+TEST(FifoProbe, NoSharedMemoryNoFifo) {
+  Config config;
+  config.tls = "tcp";
+  auto ctx = TransportContext::create(config);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto w = Worker::create(**ctx);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->check_fifo(std::chrono::seconds(1)), Worker::Fifo::kNone);
+  EXPECT_EQ((*w)->check_fifo(std::chrono::seconds(1)), Worker::Fifo::kNone);
+}
+
 TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
   EXPECT_EQ(shm_fifo_size(2), 64u);    // 2 x 22 = 44
   EXPECT_EQ(shm_fifo_size(32), 256u);  // 2 x 112 = 224
