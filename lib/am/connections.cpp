@@ -95,7 +95,8 @@ absl::StatusOr<door::Link> Connections::choose_link(PeerData& p, const Door::Adm
     return door::Link::kUcx;
   }
   if (!ep.ok() && engine().config_.cs_transport == CsTransport::kAuto)
-    SLUICE_LOG(kDebug, "am", "%s is served over Sluice's TCP transport: %s", p.name(), ep.status().message());
+    SLUICE_LOG(kDebug, "am", "%s is served over Sluice's TCP transport (UCX does not reach it: %s)", p.name(),
+               ep.status().message());
   bool encrypt = engine().config_.encrypt == Encrypt::kOn || (a.client_link & door::kWantsEncryption) != 0;
   if (encrypt && !a.keys) {
     return absl::PermissionDeniedError(

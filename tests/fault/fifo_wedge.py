@@ -1,14 +1,28 @@
 """A gdb script (gdb -batch -x fifo_wedge.py --args PROGRAM ARGS...): runs PROGRAM until its first
 send into another process's UCX shared-memory FIFO (uct_mm_ep_am_short or _bcopy), steps to just
 past the compare-and-swap that claims the FIFO's head element, and kills it there: the element is
-claimed and never marked written, as when a process is killed at that instant (UCX 1.13)."""
+claimed and never marked written, as when a process is killed at that instant (UCX 1.13).
+FIFO_WEDGE_SKIP=N lets its first N such sends through."""
+import os
+
 import gdb
 
 gdb.execute("set pagination off")
 gdb.execute("set breakpoint pending on")
 gdb.execute("set confirm off")
+SKIP = int(os.environ.get("FIFO_WEDGE_SKIP", "0"))  # sends let through first (a client mid-traffic)
+
+
+class Send(gdb.Breakpoint):
+    seen = 0
+
+    def stop(self):
+        Send.seen += 1
+        return Send.seen > SKIP
+
+
 for fn in ("uct_mm_ep_am_short", "uct_mm_ep_am_bcopy"):
-    gdb.Breakpoint(fn)
+    Send(fn)
 gdb.execute("run")
 claimed = False
 for steps in range(20000):
