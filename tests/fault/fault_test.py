@@ -114,7 +114,7 @@ class ClientChurn(unittest.TestCase):
                      if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == "anon_inode:[eventpoll]")
         return open_fds(pid), shm, rss, dead_segments(pid), epolls
 
-    def churn(self, transport):
+    def churn(self, transport, wedge_at=None):
         # A killed client on shared memory is found by the heartbeat: a 2 s timeout. Over TCP on
         # one host, clients' data goes through Sluice's stream on the door's connection (UCX's
         # tcp is not used in client/server mode).
@@ -137,6 +137,11 @@ class ClientChurn(unittest.TestCase):
         for cycle in range(self.CYCLES):
             if cycle % 2 == 0:
                 good_client()
+                continue
+            if cycle == wedge_at:  # killed just as it claims an element of the server's FIFO
+                wedge = subprocess.run(["gdb", "-q", "-batch", "-x", FIFO_WEDGE, "--args"] + client, capture_output=True,
+                                       text=True, timeout=120, env=dict(env, FIFO_WEDGE_SKIP=str(rng.randrange(10, 60))))
+                self.assertIn("fifo_wedge: claimed a FIFO element", wedge.stdout, wedge.stdout + wedge.stderr)
                 continue
             p = subprocess.Popen(client, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(rng.uniform(0.01, 0.3))  # starting, connecting, writing or reading
@@ -179,14 +184,20 @@ class ClientChurn(unittest.TestCase):
         self.assertLessEqual(after[0], fds_allowed, "file descriptors")
         self.assertLess(after[2] - before[2], 64 << 20, "resident memory")
         self.assertEqual(after[3], [], "segments of dead clients still mapped")
-        return before, after
+        return before, after, err
 
     def test_clients_come_and_go_half_killed_over_tcp_and_the_server_keeps_nothing_of_them(self):
-        before, after = self.churn("stream")
+        before, after, _ = self.churn("stream")
         self.assertLessEqual(after[1], before[1], "shared memory segments mapped")
 
     def test_clients_come_and_go_half_killed_over_shared_memory_and_the_server_keeps_its_fds(self):
         self.churn("auto")
+
+    def test_a_client_that_stops_the_fifo_mid_churn_leaves_the_server_its_fds_and_clients(self):
+        # Cycle 21 of 40 stops the server's FIFO (StalledFifo): the clients after it go over the
+        # stream, and the server ends where it started all the same.
+        _, _, err = self.churn("auto", wedge_at=21)
+        self.assertRegex(err, r"shared-memory FIFO stopped: no probe passed it")
 
     def test_clients_stopped_then_killed_mid_transfer_leave_no_shared_memory_in_the_server(self):
         # A client stopped while the server streams to it lets its receive FIFO fill; killed, its
