@@ -95,11 +95,14 @@ class TransportContext {
   bool ucx_tcp() const { return ucx_tcp_; }
   // What UCX reports about its transports and devices, then the UCX settings Sluice made.
   std::string describe() const;
+  // The shared-memory FIFO size Sluice set (UCX_MM_FIFO_SIZE), or empty: UCX's own or the user's.
+  const std::string& fifo_size() const { return fifo_size_; }
 
  private:
   TransportContext() = default;
   void* context_ = nullptr;
   bool ucx_tcp_ = true;
+  std::string fifo_size_;
   std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };
 
@@ -233,7 +236,8 @@ class Worker {
   // carry every local peer's messages through one FIFO per worker, read in order; UCX 1.13
   // marks an element written only after filling it, so a sender killed in between stops the
   // FIFO for every local sender, for good. The check sends a probe through it from a second
-  // worker of the same context (made at the first check), progresses both, and says whether
+  // worker (of a context of its own with the shared-memory transports only, made at the first
+  // check: no TCP port, as little memory as UCX allows), progresses both, and says whether
   // the probe came through: kFlowing; kSlow while it has not, for less than `stall_after`
   // since it was sent; kStalled after that, and from then on. kNone: no such FIFO here.
   enum class Fifo { kNone, kFlowing, kSlow, kStalled };
@@ -270,7 +274,7 @@ class Worker {
   void release_streams();
   bool progress_with_streams();
   void* worker_ = nullptr;
-  void* context_ = nullptr;  // the context the worker belongs to (check_fifo's second worker)
+  const TransportContext* ctx_ = nullptr;  // the context the worker belongs to (check_fifo)
   int efd_ = -1;
   std::string address_;
   FifoWatch* fifo_ = nullptr;           // owned: check_fifo's probe, once made

@@ -290,7 +290,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_create(ctx_of(ctx.handle()), &p, &w), "ucp_worker_create"));
   std::unique_ptr<Worker> out(new Worker());
   out->worker_ = w;
-  out->context_ = ctx.handle();
+  out->ctx_ = &ctx;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_efd(w, &out->efd_), "ucp_worker_get_efd"));
   ucp_address_t* addr = nullptr;
   std::size_t len = 0;

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   const TlsList list(chosen);
   // `shown` is how `ucx_info -c` names the setting.
   std::vector<std::string> settings;
+  std::string fifo_size;
   auto set = [&](const char* name, const std::string& value, const char* shown) {
     ucs_status_t s = ucp_config_modify(cfg, name, value.c_str());
     if (s == UCS_OK) {
@@ -106,8 +107,10 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     // A peer's receive FIFO that fills up keeps that peer's shared memory mapped here for good
     // once UCX fails the endpoint (shm_fifo_size() in ucx.h), so it is made larger than what
     // this process can leave in it. A size the user gave UCX is left alone.
-    if (!env.ucx_fifo_size_set)
-      set("MM_FIFO_SIZE", std::to_string(shm_fifo_size(config.credits)), "UCX_{SYSV,POSIX}_FIFO_SIZE");
+    if (!env.ucx_fifo_size_set) {
+      fifo_size = std::to_string(shm_fifo_size(config.credits));
+      set("MM_FIFO_SIZE", fifo_size, "UCX_{SYSV,POSIX}_FIFO_SIZE");
+    }
   }
   if (list.may_use("cma")) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
   // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
@@ -141,6 +144,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   if (!ucx_tcp) settings.push_back(absl::StrFormat("UCX_TLS=%s", tls));
   out->settings_ = std::move(settings);
   out->ucx_tcp_ = ucx_tcp;
+  out->fifo_size_ = std::move(fifo_size);
   return out;
 }
 

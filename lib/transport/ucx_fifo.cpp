@@ -25,32 +25,57 @@ void probe_ep_failed(void* /*arg*/, int status) {
 
 }  // namespace
 
-std::unique_ptr<FifoWatch> FifoWatch::create(void* context, void* main, const std::string& address) {
+// The probe's own context: UCX's shared-memory transports alone (a worker of the main context
+// would open UCX's TCP ports too, where SLUICE_UCX_TCP=y allows them), with the main context's
+// FIFO size (a sender indexes the receiver's FIFO with its own size) and error handling (peer
+// error mode, as the engine's endpoints use, takes shared memory only with it).
+static void* probe_context(const TransportContext& main) {
+  ucp_config_t* cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return nullptr;
+  bool ok = ucp_config_modify(cfg, "TLS", "sysv,posix") == UCS_OK &&
+            ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") == UCS_OK &&
+            ucp_config_modify(cfg, "UNIFIED_MODE", "n") == UCS_OK &&
+            (main.fifo_size().empty() || ucp_config_modify(cfg, "MM_FIFO_SIZE", main.fifo_size().c_str()) == UCS_OK);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG;
+  ucp_context_h ctx = nullptr;
+  if (ok && ucp_init(&params, cfg, &ctx) != UCS_OK) ctx = nullptr;
+  ucp_config_release(cfg);
+  return ctx;
+}
+
+std::unique_ptr<FifoWatch> FifoWatch::create(const TransportContext& main_ctx, void* main, const std::string& address) {
+  std::unique_ptr<FifoWatch> w(new FifoWatch());
+  w->main_ = main;
+  w->context_ = probe_context(main_ctx);
+  if (w->context_ == nullptr) {
+    SLUICE_LOG(kDebug, "transport", "no shared-memory FIFO to watch: UCX has no sysv or posix transport here");
+    return nullptr;
+  }
   ucp_worker_params_t p{};
   p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   p.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h probe = nullptr;
-  if (ucs_status_t st = ucp_worker_create(static_cast<ucp_context_h>(context), &p, &probe); st != UCS_OK) {
+  if (ucs_status_t st = ucp_worker_create(static_cast<ucp_context_h>(w->context_), &p, &probe); st != UCS_OK) {
     SLUICE_LOG(kWarn, "transport", "no watch over the shared-memory FIFO: ucp_worker_create: %s",
                ucs_status_string(st));
     return nullptr;
   }
-  std::unique_ptr<FifoWatch> w(new FifoWatch());
-  w->main_ = main;
   w->probe_ = probe;
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
   absl::StatusOr<Endpoint> e =
       Worker::make_endpoint(probe, &ep, probe_ep_failed, nullptr, "ucp_ep_create (FIFO probe)");
-  if (!e.ok()) {
-    SLUICE_LOG(kWarn, "transport", "no watch over the shared-memory FIFO: %s", e.status().message());
+  if (!e.ok()) {  // the main worker has neither (UCX_TLS without them)
+    SLUICE_LOG(kDebug, "transport", "no shared-memory FIFO to watch: %s", e.status().message());
     return nullptr;
   }
   w->ep_ = std::move(*e);
   std::string tls = w->ep_.transports();
   if (!through_shared_fifo(tls)) {
-    SLUICE_LOG(kDebug, "transport", "no shared-memory FIFO to watch (a second worker reaches this one over %s)",
+    SLUICE_LOG(kDebug, "transport", "no shared-memory FIFO to watch (the probe reaches this worker over %s)",
                tls.empty() ? "nothing" : tls);
     return nullptr;
   }
@@ -64,6 +89,7 @@ FifoWatch::~FifoWatch() {
   if (rx_ != nullptr) ucp_request_cancel(worker_of(main_), rx_);
   ep_ = Endpoint();  // force-closed before its worker goes
   if (probe_ != nullptr) ucp_worker_destroy(worker_of(probe_));
+  if (context_ != nullptr) ucp_cleanup(static_cast<ucp_context_h>(context_));
 }
 
 Worker::Fifo FifoWatch::check(std::chrono::steady_clock::duration stall_after) {
@@ -117,7 +143,7 @@ Worker::Fifo FifoWatch::check(std::chrono::steady_clock::duration stall_after) {
 Worker::Fifo Worker::check_fifo(std::chrono::steady_clock::duration stall_after) {
   if (no_fifo_) return Fifo::kNone;
   if (fifo_ == nullptr) {
-    std::unique_ptr<FifoWatch> w = FifoWatch::create(context_, worker_, address_);
+    std::unique_ptr<FifoWatch> w = FifoWatch::create(*ctx_, worker_, address_);
     if (w == nullptr) {
       no_fifo_ = true;
       return Fifo::kNone;

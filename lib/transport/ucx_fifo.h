@@ -9,8 +9,8 @@
 
 namespace sluice::detail {
 
-// A second worker of the main worker's context, with an endpoint to it, that sends one probe
-// at a time through the main worker's FIFO into a receive posted there. In-process, it goes
+// A second worker, of a context of its own, with an endpoint to the main worker, that sends
+// one probe at a time through the main worker's FIFO into a receive posted there. In-process, it goes
 // through the same shared-memory transport as other local processes: self (UCX's loopback)
 // reaches only its own worker.
 class FifoWatch {
@@ -21,7 +21,7 @@ class FifoWatch {
 
   // nullptr when the main worker is not reached through a shared-memory FIFO (UCX has no
   // sysv or posix transport here), or the second worker cannot be made (logged).
-  static std::unique_ptr<FifoWatch> create(void* context, void* main, const std::string& address);
+  static std::unique_ptr<FifoWatch> create(const TransportContext& main_ctx, void* main, const std::string& address);
   ~FifoWatch();
   FifoWatch(const FifoWatch&) = delete;
   FifoWatch& operator=(const FifoWatch&) = delete;
@@ -32,10 +32,11 @@ class FifoWatch {
 
  private:
   FifoWatch() = default;
-  void* main_ = nullptr;   // the watched worker (not owned)
-  void* probe_ = nullptr;  // the second worker
-  Endpoint ep_;            // from probe_ to main_
-  void* rx_ = nullptr;     // the receive's request on main_, while it waits for the probe
+  void* main_ = nullptr;     // the watched worker (not owned)
+  void* context_ = nullptr;  // the probe's UCX context: sysv and posix only
+  void* probe_ = nullptr;    // the second worker, of context_
+  Endpoint ep_;              // from probe_ to main_
+  void* rx_ = nullptr;       // the receive's request on main_, while it waits for the probe
   std::uint64_t rx_buf_ = 0, tx_buf_ = 0;
   std::chrono::steady_clock::time_point sent_{};
   bool stalled_ = false;

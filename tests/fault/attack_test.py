@@ -1095,6 +1095,13 @@ class UcxTcp(unittest.TestCase):
         for hostport in ports:
             if not hostport.endswith(":%d" % server.port):
                 self.assertIn(hostport.rsplit(":", 1)[1], m.group(1), "the engine named UCX's port %s" % hostport)
+        # A client over shared memory makes the server watch its FIFO with a second UCX worker,
+        # of a context without tcp: no port more.
+        r = subprocess.run(on_srv([BLOCKSTORE, "check", "%s:%d" % (SRV_IP, server.port), "4"]), capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, SLUICE_AUTH_KEY_FILE=KEY_FILE))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("watching this worker's shared-memory FIFO", server.log())
+        self.assertEqual(sorted(server.listening()), sorted(ports), "the FIFO's watch opened a port")
 
     def test_ucx_tcp_y_lets_13_bytes_abort_the_server(self):
         # Why UCX's TCP transport stays off in client/server mode: UCX 1.13.1 trusts whatever

@@ -263,9 +263,9 @@ class StalledFifo(unittest.TestCase):
         env = dict(os.environ, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
         server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
         address = "127.0.0.1:%d" % port
-        # A client writing blocks all along (20 s: gdb takes seconds to start under load); it
-        # reconnects when the server fails it (door_client.cpp).
-        writer = subprocess.Popen([DOOR_CLIENT, address, "20"], env=env, stdout=subprocess.PIPE,
+        # A client writing blocks until the server fails it, then reconnecting and checking
+        # (door_client.cpp); 120 s at most, while gdb starts, however slowly under load.
+        writer = subprocess.Popen([DOOR_CLIENT, address, "120"], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         time.sleep(1)
         wedge = subprocess.run(["gdb", "-q", "-batch", "-x", FIFO_WEDGE, "--args", BLOCKSTORE, "check", address, "4"],
@@ -276,7 +276,7 @@ class StalledFifo(unittest.TestCase):
         # A client arriving now: its messages would wait behind the dead one's element for ever.
         r = subprocess.run([BLOCKSTORE, "check", address, "4"], env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        out, err = writer.communicate(timeout=60)
+        out, err = writer.communicate(timeout=180)
         result = dict(kv.split("=", 1) for kv in re.search(r"result (.*)", out).group(1).split())
         print("the writer: %s" % result)
         # Failed once, with every call completed once; reconnected; what the server acknowledged
