@@ -121,7 +121,7 @@ bool Connections::ucx_carries(const PeerData& p, const Endpoint& ep) {
   for (Clock::time_point until = Clock::now() + kFifoPatience; fifo == Worker::Fifo::kSlow && Clock::now() < until;)
     fifo = engine().worker_->check_fifo(fifo_stall_after());
   if (fifo == Worker::Fifo::kFlowing || fifo == Worker::Fifo::kNone) {
-    fifo_used_ = true;
+    watching_fifo_ = true;
     return true;
   }
   SLUICE_LOG(kInfo, "am", "%s is served over Sluice's TCP transport: this server's shared-memory FIFO %s", p.name(),
@@ -134,10 +134,10 @@ Duration Connections::fifo_stall_after() const {
 }
 
 void Connections::watch_fifo(Clock::time_point now) {
-  if (!fifo_used_ || fifo_stalled_ || now < fifo_due_) return;
+  if (!watching_fifo_ || now < fifo_due_) return;
   fifo_due_ = now + std::max<Duration>(fifo_stall_after() / 4, std::chrono::milliseconds(100));
   if (engine().worker_->check_fifo(fifo_stall_after()) != Worker::Fifo::kStalled) return;
-  fifo_stalled_ = true;
+  watching_fifo_ = false;  // stopped for good (check_fifo says so to every admission)
   engine().c_.fifo_stalls->add();
   std::vector<std::uint32_t> cut;
   engine().peers_.for_each([&](PeerData& p) {

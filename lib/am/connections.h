@@ -97,8 +97,7 @@ class Connections final : private Door::Owner {
   std::unique_ptr<Door> door_;
   int listen_port_ = -1;
   Clock::time_point door_due_{};  // poll_due() polls the door from then on
-  bool fifo_used_ = false;        // a client was admitted over UCX's shared memory: watch_fifo probes
-  bool fifo_stalled_ = false;     // watch_fifo found the FIFO stopped (for good)
+  bool watching_fifo_ = false;    // a client came over UCX's shared memory, and the FIFO has not stopped
   Clock::time_point fifo_due_{};  // watch_fifo's next probe
 };
 

@@ -23,13 +23,11 @@ void probe_ep_failed(void* /*arg*/, int status) {
   SLUICE_LOG(kWarn, "transport", "the shared-memory FIFO's probe endpoint failed: %s", ucx_status_name(status));
 }
 
-}  // namespace
-
 // The probe's own context: UCX's shared-memory transports alone (a worker of the main context
 // would open UCX's TCP ports too, where SLUICE_UCX_TCP=y allows them), with the main context's
 // FIFO size (a sender indexes the receiver's FIFO with its own size) and error handling (peer
 // error mode, as the engine's endpoints use, takes shared memory only with it).
-static void* probe_context(const TransportContext& main) {
+void* probe_context(const TransportContext& main) {
   ucp_config_t* cfg = nullptr;
   if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return nullptr;
   bool ok = ucp_config_modify(cfg, "TLS", "sysv,posix") == UCS_OK &&
@@ -44,6 +42,8 @@ static void* probe_context(const TransportContext& main) {
   ucp_config_release(cfg);
   return ctx;
 }
+
+}  // namespace
 
 std::unique_ptr<FifoWatch> FifoWatch::create(const TransportContext& main_ctx, void* main, const std::string& address) {
   std::unique_ptr<FifoWatch> w(new FifoWatch());
