@@ -165,8 +165,8 @@ class SLUICE_API Peer {
   }
   // Calls `method` on the peer; `on_reply` runs once (ReplyCallback: the statuses it gets).
   // Requests beyond the RPC window the server granted wait in this peer's queue. `id` (optional)
-  // receives the call's id for Engine::cancel(); ids are never 0 and never reused, and not
-  // consecutive. A call without a timeout outstanding longer than SLUICE_CALL_WARN is logged
+  // receives the call's id for Engine::cancel(); ids are never 0, not reused within 2^28 calls
+  // of this engine, and not consecutive. A call without a timeout outstanding longer than SLUICE_CALL_WARN is logged
   // once (it goes on waiting). Returns as send(), and:
   //   kWouldBlock       also when 2^20 calls of this engine are outstanding
   //   kInvalidArgument  also without an on_reply, or (bounce mode, SLUICE_RNDV=n) a request

@@ -9,6 +9,9 @@
 
 namespace sluice::detail {
 
+// A call id fits the compact wire header (wire.h).
+static_assert(CallTable<Call>::kIndexBits + CallTable<Call>::kSeqBits <= wire::kCompactIdBits);
+
 // kOk, or why call() refuses at once: a dead peer, bad arguments, a full queue.
 [[gnu::always_inline]] inline Result RpcClient::refusal(const PeerData& p, HandlerId method, bool has_cb,
                                                         std::size_t header, std::size_t payload) {
@@ -38,6 +41,7 @@ Result RpcClient::call(PeerData& p, HandlerId method, std::span<const std::byte>
     engine().c_.would_block->add();
     return Result::kWouldBlock;
   }
+  if (id >> wire::kCompactIdBits) __builtin_unreachable();  // (the static_assert above): no check below
   std::uint8_t flags = wire::kFlagRequest;
   if (!options.reply_buffer.empty()) flags |= wire::kFlagReplyBuf;
   Outgoing out{.flags = flags,
@@ -199,7 +203,9 @@ void RpcClient::on_reply(PeerData& p, Message& m) {
     return;
   }
   if (c.reply_rx == nullptr) [[likely]] {
-    // Complete as it arrived: the callback gets this message (no moves through the call).
+    // Complete as it arrived: the callback gets this message (no moves through the call),
+    // with its method (a compact reply does not carry it).
+    state(m).handler = c.method;
     ReplyCallback cb = std::move(c.on_reply);
     ended(c, true);
     calls_.erase(id);

@@ -31,16 +31,16 @@ inline void copy_bytes(std::byte* to, const std::byte* from, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
 }
 
-// Whether a message takes the compact header: its flags allow it and it has no aux word
-// (a reply buffer's capacity).
-constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wire::compactable(flags) && aux == 0; }
+// Whether a message takes the compact header: its flags and rpc id allow it and it has no aux
+// word (a reply buffer's capacity).
+constexpr bool takes_compact(const Outgoing& m) { return wire::compactable(m.flags, m.rpc_id) && m.aux == 0; }
 
-[[gnu::always_inline]] inline std::size_t Sender::encode_next(const PeerData& p, const Outgoing& m,
+[[gnu::always_inline]] inline std::size_t Sender::encode_next(const PeerData& p, const Outgoing& m, bool compact,
                                                               std::byte* out) const {
   std::size_t hs;
   auto credits = static_cast<std::uint16_t>(p.rx.owed().owed());
   auto header_len = static_cast<std::uint16_t>(m.header.size());
-  if (takes_compact(m.flags, m.aux)) [[likely]] {
+  if (compact) [[likely]] {
     hs = wire::encode_compact(m.flags, m.handler, header_len, credits, m.status, p.tx.next_seq_, m.rpc_id, out);
   } else {
     wire::Header wire_header;
@@ -71,10 +71,16 @@ constexpr bool takes_compact(std::uint8_t flags, std::uint64_t aux) { return wir
 }
 
 [[gnu::always_inline]] inline bool Sender::send_inline(PeerData& p, const Outgoing& m) {
-  std::size_t hs = takes_compact(m.flags, m.aux) ? wire::compact_size(m.flags) : wire::kHeaderSize;
+  // The header form by the flags alone (constants where this is inlined, so the other form's
+  // encoding drops out); a call id too wide for the compact one (a foreign caller's: every
+  // engine's fits) leaves by the queued path instead.
+  bool compact = wire::compactable(m.flags) && m.aux == 0;
+  if (compact && !takes_compact(m)) [[unlikely]]
+    return false;
+  std::size_t hs = compact ? wire::compact_size(m.flags) : wire::kHeaderSize;
   if (hs + m.header.size() + m.payload.size() > kInlineMax || !p.can_send_now()) return false;
   alignas(8) std::byte buf[kInlineMax];
-  std::size_t total = encode_next(p, m, buf);
+  std::size_t total = encode_next(p, m, compact, buf);
   if (p.ep().send_now(buf, total, p.tx.tag_) != absl::StatusCode::kOk) return false;
   // Sent: now it counts, exactly as transmit() counts a queued message.
   count_sent_now(p, total);

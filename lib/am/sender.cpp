@@ -67,7 +67,8 @@ bool Sender::send_direct(PeerData& p, HandlerId h, std::span<const std::byte> he
   // here, so it is counted once).
   if (engine().send_pool_->eager().try_take(&slot) != Result::kOk) return false;
   Op* op = engine().ops_.take(OpKind::kSend, p.id());
-  op->send.message_len = encode_next(p, plain_message(h, header, payload), slot_data(slot));
+  Outgoing m = plain_message(h, header, payload);
+  op->send.message_len = encode_next(p, m, takes_compact(m), slot_data(slot));
   op->slot = std::move(slot);
   op->epoch = p.epoch();
   op->send.on_done = std::move(cb);

@@ -125,10 +125,10 @@ class Sender {
 
  private:
   // Writes the wire header of the next message to `p` (its sequence number, the credits we
-  // owe it; the compact header when the flags allow, else the full one with our
+  // owe it; the compact header when `compact` (takes_compact), else the full one with our
   // acknowledgement), the user header and the payload at `out`; returns the bytes. The
   // message must leave as written: a queued one is patched at transmit (full header only).
-  std::size_t encode_next(const PeerData& p, const Outgoing& m, std::byte* out) const;
+  std::size_t encode_next(const PeerData& p, const Outgoing& m, bool compact, std::byte* out) const;
   // Counts a message that left at once (encode_next's header): its credit, the credits
   // returned with it, its sequence number.
   void count_sent_now(PeerData& p, std::size_t total);

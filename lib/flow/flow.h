@@ -255,17 +255,19 @@ class CallWindow {
 };
 
 // A caller's outstanding calls, by id, without hashing: an id is (index << kSeqBits) | sequence,
-// where index is the call's entry and sequence a counter that never repeats (44 bits). An id is
-// never reused, so a stale one (a late reply, a cancel after completion) finds nothing, and its
-// low 36 bits — what a REPLY tag carries — are as unique as a plain counter's. Entries are
+// where index is the call's entry (20 bits) and sequence a counter (28 bits), 48 bits in all,
+// what the compact wire header carries. An id comes back only after 2^28 calls, so a stale one
+// (a late reply, a cancel after completion) finds nothing, and its low 36 bits — what a REPLY
+// tag carries — are as unique among outstanding calls as a plain counter's. Entries are
 // reused last-freed first (warm in cache), and never move: a T* stays valid until its erase.
 // They live in chunks of 256 found by shift and mask (a std::deque's indexing cost the client
 // about 95 instructions per call in its three look-ups).
 template <typename T>
 class CallTable {
  public:
-  static constexpr int kSeqBits = 44;
-  static constexpr std::size_t kMaxCalls = std::size_t{1} << (64 - kSeqBits);
+  static constexpr int kSeqBits = 28;
+  static constexpr int kIndexBits = 20;
+  static constexpr std::size_t kMaxCalls = std::size_t{1} << kIndexBits;
   static constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
 
   // The id the next call will have, its entry set aside (find() does not see it yet); 0 when
@@ -276,7 +278,7 @@ class CallTable {
     std::uint32_t index = free_.back();
     free_.pop_back();
     std::uint64_t id = (std::uint64_t{index} << kSeqBits) | next_seq_;
-    next_seq_ = next_seq_ == kSeqMask ? 1 : next_seq_ + 1;  // 2^44 calls before it wraps
+    next_seq_ = next_seq_ == kSeqMask ? 1 : next_seq_ + 1;  // 2^28 calls before it wraps
     return id;
   }
   template <typename... Args>

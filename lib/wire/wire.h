@@ -36,9 +36,11 @@
 namespace sluice::detail::wire {
 
 inline constexpr std::uint16_t kMagic = 0x51CE;
-inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::uint8_t kVersion = 4;
 inline constexpr std::size_t kHeaderSize = 48;
-inline constexpr std::size_t kCompactHeaderSize = 16;  // + 8 with an rpc id
+inline constexpr std::size_t kCompactHeaderSize = 16;  // + 4 with an rpc id
+// The bits of an rpc id the compact header carries (a call id of CallTable's always fits).
+inline constexpr int kCompactIdBits = 48;
 
 enum TagClass : std::uint64_t { kEager = 1, kRndv = 2, kCtrl = 3, kReply = 4 };
 inline constexpr int kClassShift = 60;
@@ -103,14 +105,16 @@ struct Header {
 
 // Bytes of wire header in front of the user header.
 constexpr std::size_t compact_size(std::uint8_t flags) {
-  return kCompactHeaderSize + ((flags & (kFlagRequest | kFlagReply)) ? 8 : 0);
+  return kCompactHeaderSize + ((flags & (kFlagRequest | kFlagReply)) ? 4 : 0);
 }
 inline std::size_t header_size(const Header& h) {
   return (h.flags & kFlagCompact) ? compact_size(h.flags) : kHeaderSize;
 }
-// Whether a message with these flags may take the compact header (its payload inline, no
-// reply buffer, not a fragment or control message).
-constexpr bool compactable(std::uint8_t flags) { return (flags & ~(kFlagRequest | kFlagReply)) == 0; }
+// Whether a message with these flags and rpc id may take the compact header (its payload
+// inline, no reply buffer, not a fragment or control message; an id of kCompactIdBits).
+constexpr bool compactable(std::uint8_t flags, std::uint64_t rpc_id = 0) {
+  return (flags & ~(kFlagRequest | kFlagReply)) == 0 && (rpc_id >> kCompactIdBits) == 0;
+}
 // The full sequence of a compact header's low 32 bits: the one nearest `expected` (credits
 // keep every sequence a sender may still send within 2^31 of it).
 inline std::uint64_t extend_seq(std::uint64_t expected, std::uint32_t low) {
@@ -206,21 +210,23 @@ inline void encode(const Header& h, std::byte* out) {
   put<std::uint64_t>(out + 32, h.rpc_id);
   put<std::uint64_t>(out + 40, h.aux);
 }
-// Writes compact_size(flags) bytes; `flags` is compactable(): 0, REQUEST or REPLY.
+// Writes compact_size(flags) bytes; compactable(flags, rpc_id): flags 0, REQUEST or REPLY.
+// A reply's handler is not sent (its caller knows the method); its status takes that place,
+// and an RPC's id's bits 32-47 take the status's, so that an RPC's header is 20 bytes.
 inline std::size_t encode_compact(std::uint8_t flags, std::uint16_t handler, std::uint16_t user_header_len,
                                   std::uint16_t credits, std::uint16_t status, std::uint64_t seq, std::uint64_t rpc_id,
                                   std::byte* out) {
   put<std::uint16_t>(out + 0, kMagic);
   put<std::uint8_t>(out + 2, kVersion);
   put<std::uint8_t>(out + 3, static_cast<std::uint8_t>(flags | kFlagCompact));
-  put<std::uint16_t>(out + 4, handler);
+  put<std::uint16_t>(out + 4, flags == kFlagReply ? status : handler);
   put<std::uint16_t>(out + 6, user_header_len);
   put<std::uint16_t>(out + 8, credits);
-  put<std::uint16_t>(out + 10, status);
+  put<std::uint16_t>(out + 10, flags == 0 ? status : static_cast<std::uint16_t>(rpc_id >> 32));
   put<std::uint32_t>(out + 12, static_cast<std::uint32_t>(seq));
   if (flags == 0) return kCompactHeaderSize;
-  put<std::uint64_t>(out + 16, rpc_id);
-  return kCompactHeaderSize + 8;
+  put<std::uint32_t>(out + 16, static_cast<std::uint32_t>(rpc_id));
+  return kCompactHeaderSize + 4;
 }
 // Writes a decoded header back in the form it came in (compact or full); returns its size.
 inline std::size_t encode_as_decoded(const Header& h, std::byte* out) {
@@ -263,19 +269,24 @@ inline Parse decode(std::span<const std::byte> bytes, Header* out) {
   std::size_t hs = compact_size(flags);
   if (bytes.size() < hs) return Parse::kTooShort;
   std::uint16_t uh = get<std::uint16_t>(p + 6);
-  std::uint16_t status = get<std::uint16_t>(p + 10);
   std::size_t body = bytes.size() - hs;
   if (uh > body) return Parse::kBadLength;
-  if (status != 0 && rest != kFlagReply) return Parse::kBadFlags;
   Header h;
   h.flags = flags;
-  h.handler = get<std::uint16_t>(p + 4);
   h.user_header_len = uh;
   h.payload_len = static_cast<std::uint32_t>(body - uh);
   h.credits = get<std::uint16_t>(p + 8);
-  h.status = status;
   h.seq = get<std::uint32_t>(p + 12);
-  if (rest != 0) h.rpc_id = get<std::uint64_t>(p + 16);
+  std::uint16_t at4 = get<std::uint16_t>(p + 4);
+  std::uint16_t at10 = get<std::uint16_t>(p + 10);
+  if (rest == 0) [[likely]] {
+    if (at10 != 0) return Parse::kBadFlags;  // a status on a plain message
+    h.handler = at4;
+  } else {
+    h.rpc_id = (std::uint64_t{at10} << 32) | get<std::uint32_t>(p + 16);
+    if (rest == kFlagReply) h.status = at4;  // a reply's handler stays 0: its caller knows the method
+    else h.handler = at4;
+  }
   *out = h;
   return Parse::kOk;
 }

@@ -64,6 +64,8 @@ INVALID_ARGUMENT, PERMISSION_DENIED = 3, 7
 # The stream transport (lib/transport/stream_frame.h).
 EAGER, RTS, CTS, DATA = 1, 2, 3, 4
 SEAL_CHUNK, MAC = 64 * 1024, 16
+# The wire protocol (lib/wire/wire.h kMagic, kVersion).
+WIRE_MAGIC, WIRE_VERSION = 0x51CE, 4
 CTRL_TAG = 3 << 60  # class CTRL, index 0, id 0: the class a server takes out of the unexpected queue
 NO_TAG = 0xF << 60  # a class no receive ever matches
 
@@ -988,8 +990,8 @@ class StreamAttacks:
         # with another client's index: a REJECT, a message of another wire version (which the
         # server answers with a REJECT and a failure of the peer it names), a HELLO of a new
         # incarnation. Only the sender's connection may suffer: it fails, for the tag.
-        def control(kind, body=b"", version=3, aux=0):
-            return struct.pack("<HBBHHIHHQQQQ", 0x51CE, version, 0x10, kind, len(body), 0, 0, 0, 0, 0, 0, aux) + body
+        def control(kind, body=b"", version=WIRE_VERSION, aux=0):
+            return struct.pack("<HBBHHIHHQQQQ", WIRE_MAGIC, version, 0x10, kind, len(body), 0, 0, 0, 0, 0, 0, aux) + body
         incarnation = random.getrandbits(63) + 1
         forged = {"a REJECT": control(6, b"forged by another client"),
                   "another wire version": control(1, version=99),

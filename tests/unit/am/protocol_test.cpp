@@ -342,6 +342,45 @@ TEST_F(ProtocolTest, AReplyIntoABufferTheCallDidNotGiveFailsTheCallNotTheConnect
   EXPECT_TRUE(engine_->peer(1)->alive());
 }
 
+TEST_F(ProtocolTest, AReplyEchoesTheCallIdWholeInTheHeaderThatCanCarryIt) {
+  // The compact header carries 48 bits of a call id. A caller's id beyond that (no engine
+  // makes one, a peer may) comes back whole in a full header; one within it, compact.
+  expect_hello();
+  rogue_.hello(8);
+  ASSERT_TRUE(
+      engine_->register_handler(6, [](Message& m) { EXPECT_EQ(m.reply_copy({}, m.payload()), Result::kOk); }).ok());
+  const std::uint64_t ids[] = {(std::uint64_t{1} << 60) | 5, 0xabcdef123456ULL};
+  for (std::size_t i = 0; i < 2; ++i) {
+    wire::Header h;
+    h.flags = wire::kFlagRequest;
+    h.handler = 6;
+    h.seq = i + 1;
+    h.rpc_id = ids[i];
+    h.payload_len = sizeof(std::uint32_t);
+    auto v = static_cast<std::uint32_t>(40 + i);
+    rogue_.send(h, std::as_bytes(std::span(&v, 1)));
+  }
+  auto replies = [&] {
+    return std::count_if(rogue_.received().begin(), rogue_.received().end(),
+                         [](const Received& r) { return (r.header.flags & wire::kFlagReply) != 0; });
+  };
+  ASSERT_TRUE(pump([&] { return replies() == 2; }));
+  std::vector<const Received*> got;
+  for (const Received& r : rogue_.received())
+    if (r.header.flags & wire::kFlagReply) got.push_back(&r);
+  EXPECT_EQ(got[0]->header.rpc_id, ids[0]);
+  EXPECT_FALSE(got[0]->header.flags & wire::kFlagCompact);
+  EXPECT_EQ(got[1]->header.rpc_id, ids[1]);
+  EXPECT_TRUE(got[1]->header.flags & wire::kFlagCompact);
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::uint32_t v = 0;
+    ASSERT_GE(got[i]->body.size(), sizeof(v));
+    std::memcpy(&v, got[i]->body.data() + got[i]->body.size() - sizeof(v), sizeof(v));
+    EXPECT_EQ(v, 40 + i);
+  }
+  EXPECT_EQ(stat("wire.parse_errors"), 0u);
+}
+
 TEST_F(ProtocolTest, AnEngineWhoseMessagesWaitAsksForCreditsAndSpendsWhatItIsLent) {
   expect_hello();  // message 1 is queued at the engine
   rogue_.hello(4);

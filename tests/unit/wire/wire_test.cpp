@@ -142,29 +142,44 @@ TEST(Compact, RoundTripsPlainRequestAndReply) {
   EXPECT_EQ(header_size(out), kCompactHeaderSize);
   EXPECT_EQ(inline_payload(out, plain.size()), 5u);
 
-  auto request = compact(kFlagRequest, 9, 0, 8, 0, 0, 4, 0xfeedfacecafebeefULL);
-  EXPECT_EQ(request.size(), kCompactHeaderSize + 8 + 8);
+  // An RPC's header is 20 bytes: an 8-byte call fits the first 64-byte line of UCX's
+  // shared-memory FIFO element after UCX's 36 bytes (docs/performance.md).
+  auto request = compact(kFlagRequest, 9, 0, 8, 0, 0, 4, 0xfacecafebeefULL);
+  EXPECT_EQ(request.size(), std::size_t{20 + 8});
   ASSERT_EQ(decode(request, &out), Parse::kOk);
   EXPECT_EQ(out.flags, kFlagCompact | kFlagRequest);
-  EXPECT_EQ(out.rpc_id, 0xfeedfacecafebeefULL);
+  EXPECT_EQ(out.handler, 9u);
+  EXPECT_EQ(out.rpc_id, 0xfacecafebeefULL);
+  EXPECT_EQ(out.status, 0u);
   EXPECT_EQ(out.payload_len, 8u);
-  EXPECT_EQ(header_size(out), kCompactHeaderSize + 8);
+  EXPECT_EQ(header_size(out), std::size_t{20});
 
-  auto reply = compact(kFlagReply, 9, 0, 0, 1, 13, 5, 44);
+  // A reply carries its status where a request has its method (the caller knows that).
+  auto reply = compact(kFlagReply, 9, 0, 0, 1, 13, 5, 0xffffffffffffULL);
+  EXPECT_EQ(reply.size(), std::size_t{20});
   ASSERT_EQ(decode(reply, &out), Parse::kOk);
   EXPECT_EQ(out.flags, kFlagCompact | kFlagReply);
   EXPECT_EQ(out.status, 13u);
-  EXPECT_EQ(out.rpc_id, 44u);
+  EXPECT_EQ(out.handler, 0u);
+  EXPECT_EQ(out.rpc_id, 0xffffffffffffULL);
   EXPECT_EQ(out.payload_len, 0u);
+}
+
+TEST(Compact, TakesRpcIdsOf48BitsOnly) {
+  EXPECT_TRUE(compactable(kFlagRequest, (std::uint64_t{1} << kCompactIdBits) - 1));
+  EXPECT_TRUE(compactable(kFlagReply, 1));
+  EXPECT_FALSE(compactable(kFlagRequest, std::uint64_t{1} << kCompactIdBits));
+  EXPECT_FALSE(compactable(kFlagReply, ~std::uint64_t{0}));
+  EXPECT_FALSE(compactable(kFlagRequest | kFlagReplyBuf, 1));
 }
 
 TEST(Compact, RejectsWhatTheFormCannotCarry) {
   Header out;
-  // Shorter than its header: 16 bytes, 24 with an rpc id.
+  // Shorter than its header: 16 bytes, 20 with an rpc id.
   auto plain = compact(0, 1, 0, 0, 0, 0, 1, 0);
   EXPECT_EQ(decode(std::span(plain).first(kCompactHeaderSize - 1), &out), Parse::kTooShort);
   auto request = compact(kFlagRequest, 1, 0, 0, 0, 0, 1, 2);
-  EXPECT_EQ(decode(std::span(request).first(kCompactHeaderSize + 7), &out), Parse::kTooShort);
+  EXPECT_EQ(decode(std::span(request).first(kCompactHeaderSize + 3), &out), Parse::kTooShort);
   // A user header longer than the bytes after the header.
   auto b = compact(0, 1, 4, 0, 0, 0, 1, 0);
   EXPECT_EQ(decode(std::span(b).first(b.size() - 1), &out), Parse::kBadLength);
@@ -175,8 +190,8 @@ TEST(Compact, RejectsWhatTheFormCannotCarry) {
     c[3] = static_cast<std::byte>(kFlagCompact | f);
     EXPECT_EQ(decode(c, &out), Parse::kBadFlags) << int(f);
   }
-  // A status on anything but a reply.
-  auto s = compact(kFlagRequest, 1, 0, 0, 0, 0, 1, 2);
+  // A status on a plain message (a request has none: those bytes are its id's).
+  auto s = compact(0, 1, 0, 0, 0, 0, 1, 0);
   s[10] = std::byte{1};
   EXPECT_EQ(decode(s, &out), Parse::kBadFlags);
   // Magic and version are checked as in the full form.
