@@ -77,6 +77,7 @@ struct SLUICE_API Config {
   std::uint32_t rx_posted = 8;
   std::uint32_t send_queue_max = 4096;
   std::uint32_t rpc_window = 32;
+  std::uint32_t rpc_window_max = 128;  // a client's window grows by demand up to max(this, rpc_window)
   // mem
   std::size_t send_pool_max = std::size_t{256} << 20;
   std::size_t recv_pool_max = std::size_t{256} << 20;

@@ -81,7 +81,7 @@ void CreditBank::note_window(PeerData& p, std::uint32_t window) {
 
 void CreditBank::widen(PeerData& p, std::uint32_t want) {
   std::uint32_t w = p.loan.window_;
-  std::uint32_t cap = engine().config_.rpc_window;
+  std::uint32_t cap = std::max(engine().config_.rpc_window, engine().config_.rpc_window_max);
   std::uint32_t room = cap > w ? std::min(std::max(want, w), cap - w) : 0;
   auto d = static_cast<std::uint32_t>(std::min<std::size_t>(room, engine().send_pool_->eager().reservable() / 2));
   std::uint32_t unmet = room - d;

@@ -192,8 +192,9 @@ TEST(Loans, IdleClientsGiveBackTheirRpcWindowToABusyCallerWithinTheSendBudget) {
   c.pool_chunk = 64 << 10;
   // A send budget of 100 reply slots of 8256 B: a HELLO takes at most half the room left, so
   // the idle client gets 25 calls (50 slots), the busy one 12, and the busy one can reach 32
-  // only with the idle one's.
+  // only with the idle one's; no further (SLUICE_RPC_WINDOW_MAX is the next test's).
   c.send_pool_max = std::size_t{100} * 8256;
+  c.rpc_window_max = c.rpc_window;
   Server server(c);
   server.serve();
   Node idle(c), busy(c);
@@ -222,6 +223,37 @@ TEST(Loans, IdleClientsGiveBackTheirRpcWindowToABusyCallerWithinTheSendBudget) {
   EXPECT_EQ(server.stats["rpc.window_reclaimed"], idle_first - 1);
   EXPECT_EQ(server.stats["rpc.window_refused"], 0u) << "no call was refused for the window";
   EXPECT_LE(server.stats["mem.send.hwm_bytes"], c.send_pool_max);
+  EXPECT_EQ(server.stats["peers.failed"], 0u);
+  EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
+}
+
+// A caller that keeps more calls in flight than SLUICE_RPC_WINDOW is widened by demand up to
+// SLUICE_RPC_WINDOW_MAX, no further, and every call is answered.
+TEST(Loans, ACallerWithMoreCallsThanTheWindowIsWidenedUpToTheMax) {
+  Config c = *Config::from_env();
+  c.rpc_window = 8;
+  c.rpc_window_max = 24;
+  Server server(c);
+  server.serve();
+  Node client(c);
+  auto peer = client.engine->connect(server.address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::uint64_t first = 0, held = 0;
+  int failed = keep_calling(*client.engine, *peer, 64, [&] {
+    held = client.engine->stats().value("rpc.window_held");
+    if (first == 0) first = held;
+    return held >= c.rpc_window_max;
+  });
+  // Calls go on past the widening: the window stays at the max.
+  failed += keep_calling(*client.engine, *peer, 64, [&, n = 0]() mutable { return ++n > 20000; });
+  std::uint64_t last = client.engine->stats().value("rpc.window_held");
+  server.finish();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(first, c.rpc_window) << "the handshake grants SLUICE_RPC_WINDOW";
+  EXPECT_EQ(held, c.rpc_window_max) << "widened to SLUICE_RPC_WINDOW_MAX as its calls waited";
+  EXPECT_EQ(last, c.rpc_window_max) << "and no further";
+  EXPECT_EQ(server.stats["rpc.window_widened"], c.rpc_window_max - c.rpc_window);
+  EXPECT_EQ(server.stats["rpc.window_refused"], 0u);
   EXPECT_EQ(server.stats["peers.failed"], 0u);
   EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
 }
