@@ -1,9 +1,11 @@
 // sluice/message.h — a received active message (or RPC request/reply).
 //
 // A handler receives a Message& on the engine thread. Its header() and payload() are views
-// into receive memory that stays valid while the Message lives. The handler may move the
-// Message somewhere and finish with it later; the receive slot, and the credit that lets the
-// sender send again, return when the Message is released (destroyed or release()d).
+// into receive memory that stays valid while the Message lives, with no alignment promised
+// (they follow the wire header, the payload the user header: read values with memcpy). The
+// handler may move the Message somewhere and finish with it later; the receive slot, and the
+// credit that lets the sender send again, return when the Message is released (destroyed or
+// release()d).
 //
 // Ownership rules:
 // - Release every Message before its engine is destroyed, on its engine's thread. (One

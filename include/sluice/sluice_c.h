@@ -219,7 +219,8 @@ SLC_API int32_t slc_engine_register(slc_engine_t* engine, uint16_t id, slc_handl
 SLC_API int32_t slc_engine_unregister(slc_engine_t* engine, uint16_t id);
 
 /* The sender (rank, or client peer id), handler id, whether it is a request (1/0), and views
- * of its header and payload (valid while the message is). -1/0/NULL for NULL or released. */
+ * of its header and payload (valid while the message is; no alignment promised: read values
+ * with memcpy). -1/0/NULL for NULL or released. */
 SLC_API int32_t slc_msg_source(const slc_msg_t* msg);
 SLC_API uint16_t slc_msg_handler(const slc_msg_t* msg);
 SLC_API int32_t slc_msg_is_request(const slc_msg_t* msg);
