@@ -64,12 +64,13 @@ Endpoint Connections::stream_endpoint(PeerData& p, door::Link link, const std::o
   StreamOptions o;
   o.name = p.name();
   // Messages up to the eager limit go at once; larger ones (rendezvous payloads) wait at the
-  // sender until their landing is posted. What may wait here unasked is what the peer's credits
-  // and RPC window allow, with room for its control messages.
+  // sender until their landing is posted. What may wait here unasked is what the most credits
+  // and the widest RPC window it may be granted allow (it may fill a loan before we post its
+  // receives), with room for its control messages.
   o.eager_max = engine().eager_limit_;
   o.frame_max = std::max(eager_slot_size(engine().eager_limit_), Receives::kContactMax);
-  o.unexpected_max =
-      (std::size_t{engine().config_.credits} + 2 * std::size_t{engine().config_.rpc_window} + 16) * (o.frame_max + 64);
+  o.unexpected_max = (std::size_t{engine().bank_.credit_cap()} + 2 * std::size_t{engine().bank_.window_cap()} + 16) *
+                     (o.frame_max + 64);
   // Its messages carry our index for it: one tagged as another peer's is refused by the stream,
   // so no client can speak for another.
   o.tag_mask = std::uint64_t{wire::kIndexMask} << wire::kIndexShift;

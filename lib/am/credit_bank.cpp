@@ -9,7 +9,13 @@
 
 namespace sluice::detail {
 
-std::uint32_t CreditBank::cap() const { return std::max(engine().config_.credits_max, engine().config_.credits); }
+std::uint32_t CreditBank::credit_cap() const {
+  return std::max(engine().config_.credits_max, engine().config_.credits);
+}
+
+std::uint32_t CreditBank::window_cap() const {
+  return std::max(engine().config_.rpc_window_max, engine().config_.rpc_window);
+}
 
 std::uint32_t CreditBank::posted_for(std::uint32_t grant) const { return std::min(engine().config_.rx_posted, grant); }
 
@@ -81,7 +87,7 @@ void CreditBank::note_window(PeerData& p, std::uint32_t window) {
 
 void CreditBank::widen(PeerData& p, std::uint32_t want) {
   std::uint32_t w = p.loan.window_;
-  std::uint32_t cap = std::max(engine().config_.rpc_window, engine().config_.rpc_window_max);
+  std::uint32_t cap = window_cap();
   std::uint32_t room = cap > w ? std::min(std::max(want, w), cap - w) : 0;
   auto d = static_cast<std::uint32_t>(std::min<std::size_t>(room, engine().send_pool_->eager().reservable() / 2));
   std::uint32_t unmet = room - d;
@@ -172,7 +178,7 @@ void CreditBank::lend(PeerData& p, std::uint32_t want) {
   std::uint32_t g = p.rx.granted();
   // At least double: an ask comes when the first message waits, before the rest of a burst.
   want = std::max(want, g);
-  std::uint32_t room = cap() > g ? std::min(want, cap() - g) : 0;
+  std::uint32_t room = credit_cap() > g ? std::min(want, credit_cap() - g) : 0;
   std::size_t budget = engine().recv_pool_->eager().reservable();
   std::uint32_t d = std::min(room, most_for(budget + cost(g)) - g);
   std::uint32_t unmet = room - d;

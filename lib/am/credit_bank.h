@@ -68,6 +68,10 @@ class CreditBank {
   CreditBank(const CreditBank&) = delete;
   CreditBank& operator=(const CreditBank&) = delete;
 
+  // The most a peer may be granted: credits (SLUICE_CREDITS_MAX) and RPC window
+  // (SLUICE_RPC_WINDOW_MAX), never below the HELLO's (SLUICE_CREDITS, SLUICE_RPC_WINDOW).
+  std::uint32_t credit_cap() const;
+  std::uint32_t window_cap() const;
   // Our HELLO's grant to `p`, reserved with its posted receives: SLUICE_CREDITS when the budget
   // has room, less when not, at least kFloor; 0 when even that cannot be had (nothing reserved).
   std::uint32_t open(PeerData& p, Clock::time_point now);
@@ -113,7 +117,6 @@ class CreditBank {
   // Credits of ours it gave back in all (false: more than it could).
   bool credits_back(PeerData& p, std::uint64_t given_up);
   void note_window(PeerData& p, std::uint32_t window);
-  std::uint32_t cap() const;
   // Slots of `c` a HELLO leaves for newcomers' floors of `floor` slots each.
   static std::size_t for_newcomers(const PoolClass& c, std::size_t floor);
   // Slots of `c` a HELLO may take beyond a floor of `floor` slots.

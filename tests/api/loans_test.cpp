@@ -24,11 +24,13 @@ const auto kLong = std::chrono::seconds(30);
 
 using Node = testing_support::SingleEngine;
 
-// Sends `n` numbered messages as fast as the engine takes them.
-void burst(Engine& e, Peer* to, std::uint32_t first, std::uint32_t n) {
+// Sends `n` numbered messages of `size` bytes (at least 4) as fast as the engine takes them.
+void burst(Engine& e, Peer* to, std::uint32_t first, std::uint32_t n, std::size_t size = 4) {
+  std::vector<std::byte> payload(std::max<std::size_t>(size, 4));
   for (std::uint32_t i = first; i < first + n; ++i) {
+    std::memcpy(payload.data(), &i, sizeof(i));
     Result r;
-    while ((r = to->send_copy(kBusy, {}, std::as_bytes(std::span(&i, 1)))) == Result::kWouldBlock) e.progress();
+    while ((r = to->send_copy(kBusy, {}, payload)) == Result::kWouldBlock) e.progress();
     ASSERT_EQ(r, Result::kOk);
   }
 }
@@ -78,7 +80,15 @@ struct Server {
   void serve() {
     node.engine->release_thread();  // driven by the thread below from now on
     thread = std::thread([this] {
-      node.engine->run_until([&] { return stop.load(); }, Clock::now() + std::chrono::seconds(120));
+      for (auto until = Clock::now() + std::chrono::seconds(120); !stop && Clock::now() < until;) {
+        if (!hold) {
+          node.engine->run_until([&] { return stop.load() || hold.load(); }, until);
+          continue;
+        }
+        still = true;  // not progressing: what peers send waits in the transport
+        while (hold && !stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        still = false;
+      }
       const Stats& s = node.engine->stats();
       for (const char* name : {"flow.peers_recalled", "flow.credits_reclaimed", "flow.credits_lent", "flow.credit_asks",
                                "mem.recv.hwm_bytes", "mem.send.hwm_bytes", "wire.parse_errors", "peers.failed",
@@ -97,6 +107,7 @@ struct Server {
   std::atomic<std::uint32_t> busy{0};
   std::atomic<int> idle{0};
   std::atomic<bool> out_of_order{false}, stop{false};
+  std::atomic<bool> hold{false}, still{false};  // hold: stop progressing; still: it has
   std::thread thread;
   std::map<std::string, std::uint64_t> stats;
 };
@@ -165,6 +176,51 @@ TEST(Loans, IdleClientsGiveBackWhatABusyClientWaitsForWithinTheBudget) {
   EXPECT_EQ(idle_held, 2u);
   EXPECT_GT(held, 32u + 10u) << "the busy client was lent more than the budget had free";
   EXPECT_LE(server.stats["mem.recv.hwm_bytes"], c.recv_pool_max);
+  EXPECT_EQ(server.stats["peers.failed"], 0u);
+  EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
+}
+
+// Over Sluice's TCP transport, what waits at the server for no posted receive is bounded by
+// what a client may be granted, not by SLUICE_CREDITS: a client lent up to SLUICE_CREDITS_MAX
+// that fills every credit while the server is not progressing is served, not failed.
+TEST(Loans, AStreamClientThatFillsItsLentCreditsIsServedWhenTheServerComesBack) {
+  Config c = *Config::from_env();
+  c.cs_transport = CsTransport::kStream;
+  c.credits = 8;
+  c.rpc_window = 8;
+  Server server(c);
+  server.serve();
+  Node client(c);
+  auto peer = client.engine->connect(server.address());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  std::uint32_t sent = 0;
+  std::uint64_t held = 0;
+  for (auto until = Clock::now() + std::chrono::seconds(10); held < c.credits_max && Clock::now() < until;
+       sent += 2000) {
+    burst(*client.engine, *peer, sent, 2000, c.eager_limit() - 64);
+    held = client.engine->stats().value("flow.credits_held");
+  }
+  ASSERT_TRUE(client.engine->run_until([&] { return server.busy.load() == sent; }, Clock::now() + kLong));
+  // Its credits come back; then the server stops and the client fills them with messages just
+  // under the eager limit (the stream sends those at once, larger ones wait for a landing):
+  // more than SLUICE_CREDITS and the RPC window once bounded.
+  client.engine->run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(300));
+  server.hold = true;
+  while (!server.still) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<std::byte> payload(c.eager_limit() - 64);
+  std::uint32_t filled = 0;
+  for (; (*peer)->can_send_now(); ++filled, ++sent) {
+    std::memcpy(payload.data(), &sent, sizeof(sent));
+    ASSERT_EQ((*peer)->send_copy(kBusy, {}, payload), Result::kOk);
+  }
+  client.engine->run_until([] { return false; }, Clock::now() + std::chrono::milliseconds(200));
+  server.hold = false;
+  EXPECT_TRUE(
+      client.engine->run_until([&] { return server.busy.load() == sent || !(*peer)->alive(); }, Clock::now() + kLong));
+  EXPECT_TRUE((*peer)->alive());
+  server.finish();
+  EXPECT_GT(filled, c.credits + 2 * c.rpc_window + 16) << "lent " << held;
+  EXPECT_FALSE(server.out_of_order);
   EXPECT_EQ(server.stats["peers.failed"], 0u);
   EXPECT_EQ(server.stats["wire.parse_errors"], 0u);
 }
