@@ -129,7 +129,7 @@ absl::Status Crowd::connect_idle(CrowdFigures& f) {
   for (int done = 0, n = 0; done < o_.peers; done += n) {
     n = std::min(o_.per_process, o_.peers - done);
     std::string what = "idle clients " + std::to_string(done) + "-" + std::to_string(done + n - 1);
-    auto body = [&](int fd) { crowd::idle(fd, address_, n, at_once, o_.idle_poll); };
+    auto body = [&](int fd) { crowd::idle(fd, address_, n, at_once, o_.idle_poll, o_.idle_calls); };
     SLUICE_ASSIGN_OR_RETURN(Child * c, children_.spawn(what, -1, body));
     idle_.push_back(c);
     if (!at_once) SLUICE_RETURN_IF_ERROR(connected(*c, n, f));
@@ -196,13 +196,20 @@ absl::StatusOr<double> Crowd::recv_hwm() {
   return budget > 0 ? hwm / budget : NAN;
 }
 
-// Tells the idle clients to quit; each says how many of its peers were still alive, and ends.
+// Tells the idle clients to quit; each says how many of its peers were still alive and how its
+// calls went (after its last ones: up to 30 s each). Once all have, they close their engines
+// (the closes of hundreds of engines at once take the machine for a while: no process counts
+// meanwhile) and end.
 absl::Status Crowd::stop_idle(CrowdFigures& f) {
   for (Child* c : idle_) c->say("quit");
   for (Child* c : idle_) {
-    SLUICE_ASSIGN_OR_RETURN(std::string alive, Children::expect(*c, "alive", std::chrono::seconds(60)));
-    f.alive += std::stoi(alive);
+    auto within = std::chrono::seconds(60 + 30 * o_.idle_calls);
+    SLUICE_ASSIGN_OR_RETURN(std::string line, Children::expect(*c, "alive", within));
+    int alive = 0, calls = 0, failed = 0;
+    std::istringstream(line) >> alive >> calls >> failed;
+    f.alive += alive, f.idle_calls += calls, f.idle_calls_failed += failed;
   }
+  for (Child* c : idle_) c->say("close");
   for (Child* c : idle_) SLUICE_RETURN_IF_ERROR(children_.wait(c));
   idle_.clear();
   return absl::OkStatus();
@@ -246,6 +253,8 @@ Row Crowd::row(std::size_t i, const std::vector<Round>& rounds) const {
     c.connect_max_s = std::max(c.connect_max_s, r.figures.connect_max_s);
     c.alive = std::min(c.alive, r.figures.alive);
     c.failed_connects += r.figures.failed_connects;
+    c.idle_calls += r.figures.idle_calls;
+    c.idle_calls_failed += r.figures.idle_calls_failed;
     c.errors += static_cast<int>(r.solo[i].errors + r.crowded[i].errors);
   }
   row.note = crowd_note(row, o_);

@@ -104,10 +104,12 @@ constexpr HandlerId kEcho = 940;
 [[noreturn]] void busy(int fd, const std::string& address, int engines);
 // `engines` idle clients of `address`, connected one after another (or all at once, a thread
 // each, after saying "ready" and reading "go"): say "connected OK FAILED SECONDS MAX_SECONDS",
-// stay idle until "quit", then say "alive N" (their peers still
-// alive) and end. Idle: the main thread progresses every engine each `poll_ms` and sleeps in between
-// (--idle-poll); with 0, each engine has a thread of its own, asleep in Engine::wait().
-[[noreturn]] void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms);
+// stay idle until "quit", then say "alive N CALLS FAILED" (their peers still alive, their calls
+// and how many failed), go on until "close", close and end. Idle: the main thread progresses every engine each
+// `poll_ms` and sleeps in between (--idle-poll); with 0, each engine has a thread of its own, asleep in Engine::wait().
+// With `calls` (--idle-calls, polled only), each engine makes that many calls, one at a time, once connected and again
+// after "quit", and every second engine one call per poll in between.
+[[noreturn]] void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms, int calls);
 
 }  // namespace crowd
 }  // namespace sluice::perf

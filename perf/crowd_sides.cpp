@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -349,52 +350,112 @@ void connect_idle(int fd, Lines& lines, Context& ctx, const std::string& address
   for (std::size_t i = 0; i < idle.all.size(); ++i) connected(i);
 }
 
+// Waits for the parent's word `word` (false when the parent is gone).
+bool await_word(Lines& lines, const std::string& word) {
+  while (auto line = lines.next())
+    if (*line == word) return true;
+  return false;
+}
+
 // A thread per engine, asleep in it (Engine::wait), woken by what arrives and by its timers.
 void idle_threads(int fd, const std::string& address, int engines, bool at_once) {
   auto ctx = context(fd);
   IdleEngines idle;
   std::vector<std::thread> threads;
-  std::atomic<bool> quit = false, posted = false;
-  std::atomic<int> alive = 0;
+  std::atomic<bool> quit = false, close = false, posted = false;
+  std::atomic<int> alive = 0, counted = 0;
   Lines lines(fd);
   connect_idle(fd, lines, *ctx, address, engines, at_once, idle, [&](std::size_t i) {
     Engine* e = idle.all[i].get();
     Peer* peer = idle.peers[i];
     if (!at_once) e->release_thread();
-    threads.emplace_back([e, peer, &quit, &posted, &alive, &idle, i] {
+    threads.emplace_back([e, peer, &quit, &close, &posted, &alive, &counted, &idle, i] {
       while (!quit.load()) e->wait(Clock::now() + std::chrono::seconds(1));
       if (peer != nullptr && peer->alive()) ++alive;
+      ++counted;
+      while (!close.load()) e->wait(Clock::now() + std::chrono::seconds(1));
       posted.wait(false);  // the main thread is done posting to the engines
       idle.all[i].reset();
     });
   });
   idle.connects.report(fd);
-  while (auto line = lines.next())
-    if (*line == "quit") break;
+  bool told = await_word(lines, "quit");
   quit = true;
+  for (auto& e : idle.all) e->post([] {});
+  while (counted.load() < static_cast<int>(threads.size())) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  say(fd, "alive " + std::to_string(alive.load()) + " 0 0");
+  if (told) await_word(lines, "close");
+  close = true;
   for (auto& e : idle.all) e->post([] {});
   posted = true;
   posted.notify_all();
   for (auto& t : threads) t.join();
-  say(fd, "alive " + std::to_string(alive.load()));
 }
 
+// The idle engines' own calls (--idle-calls), each counted when made and when it failed.
+// Atomic: calls still out when the engines close (a thread each) end on those threads.
+struct IdleCalls {
+  std::atomic<int> made = 0, failed = 0, outstanding = 0;
+
+  // One call to the echo method (none when the connect failed: `peer` is nullptr).
+  void call(Peer* peer) {
+    if (peer == nullptr) return;
+    static constexpr std::array<std::byte, 8> kRequest{};
+    ++made;
+    Result r = peer->call(kEcho, kRequest, {}, [this](const absl::Status& s, Message&) {
+      --outstanding;
+      failed += s.ok() ? 0 : 1;
+    });
+    if (r == Result::kOk) ++outstanding;
+    else ++failed;
+  }
+  // The answers to the calls out, then `n` calls of every engine, one at a time each. A call
+  // unanswered for 30 s ends the rounds; it counts as failed (and fails when its engine closes).
+  void rounds(IdleEngines& idle, int n) {
+    for (int i = 0;; ++i) {
+      for (auto until = Clock::now() + std::chrono::seconds(30); outstanding > 0 && Clock::now() < until;) {
+        bool any = false;
+        for (auto& e : idle.all) any = e->progress() || any;
+        if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (outstanding > 0 || i == n) return;
+      for (Peer* p : idle.peers) call(p);
+    }
+  }
+};
+
 // The main thread drives every engine: progress() on each every `poll`, asleep in between.
-void idle_polled(int fd, const std::string& address, int engines, bool at_once, std::chrono::milliseconds poll) {
+// With `calls`, every engine calls that many times once connected and again after "quit", and
+// every second one once per poll in between.
+void idle_polled(int fd, const std::string& address, int engines, bool at_once, std::chrono::milliseconds poll,
+                 int calls) {
   auto ctx = context(fd);
   IdleEngines idle;
+  IdleCalls made;
   Lines lines(fd);
   connect_idle(fd, lines, *ctx, address, engines, at_once, idle, [&](std::size_t) {
     for (auto& e : idle.all) e->progress();
   });
+  made.rounds(idle, calls);
   idle.connects.report(fd);
   while (true) {
     auto line = lines.next(Clock::now() + poll);
     if ((line && *line == "quit") || lines.eof()) break;
+    for (std::size_t i = 1; calls > 0 && i < idle.peers.size(); i += 2) made.call(idle.peers[i]);
     for (auto& e : idle.all) e->progress();
   }
+  made.rounds(idle, calls);
   int alive = 0;
   for (Peer* p : idle.peers) alive += p != nullptr && p->alive() ? 1 : 0;
+  say(fd, "alive " + std::to_string(alive) + " " + std::to_string(made.made.load()) + " " +
+              std::to_string(made.failed + made.outstanding));
+  // Its engines stay progressed until every process has counted (the parent's "close"): the
+  // closes of hundreds of engines take the machine, and none may count meanwhile.
+  while (!lines.eof()) {
+    auto line = lines.next(Clock::now() + poll);
+    if (line && *line == "close") break;
+    for (auto& e : idle.all) e->progress();
+  }
   // The orderly closes at once, a thread each: one after another, the engines still open would
   // go unprogressed for as long as the closes before them take, and the server would find them
   // silent (SLUICE_PEER_TIMEOUT) before their goodbyes.
@@ -402,13 +463,12 @@ void idle_polled(int fd, const std::string& address, int engines, bool at_once, 
   closes.reserve(idle.all.size());
   for (auto& e : idle.all) closes.emplace_back([e = std::move(e)]() mutable { e.reset(); });
   for (auto& t : closes) t.join();
-  say(fd, "alive " + std::to_string(alive));
 }
 
 }  // namespace
 
-void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms) {
-  if (poll_ms > 0) idle_polled(fd, address, engines, at_once, std::chrono::milliseconds(poll_ms));
+void idle(int fd, const std::string& address, int engines, bool at_once, int poll_ms, int calls) {
+  if (poll_ms > 0) idle_polled(fd, address, engines, at_once, std::chrono::milliseconds(poll_ms), calls);
   else idle_threads(fd, address, engines, at_once);
   std::_Exit(0);
 }

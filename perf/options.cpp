@@ -70,6 +70,9 @@ void print_crowd_options(FILE* out) {
       "  --idle-poll MS  crowd: an idle process's thread progresses its engines every MS ms;\n"
       "                  0: a thread per engine, asleep in Engine::wait() [100]\n"
       "  --seconds S     crowd: each busy run, and the idle CPU measurement [5]\n"
+      "  --idle-calls C  crowd: each idle engine makes C calls once connected and C more before\n"
+      "                  it quits, and every second one a call per --idle-poll in between (needs\n"
+      "                  --idle-poll > 0); the note counts them and those that failed [0]\n"
       "\n",
       out);
 }
@@ -105,7 +108,8 @@ void usage(FILE* out) {
       "                   [-m rank|cs] [--server] [--listen HOST:PORT] [--connect HOST:PORT]\n"
       "                   [--mpirun PATH] [--mpi-timeout SECONDS]\n"
       "       sluice-perf -t crowd [--peers N] [--busy K[,K...]] [--per-process P] [--connects seq|all]\n"
-      "                   [--idle-poll MS] [--seconds S] [-s SIZES] [-W WINDOW] [--format table|csv|json]\n"
+      "                   [--idle-poll MS] [--idle-calls C] [--seconds S] [-s SIZES] [-W WINDOW]\n"
+      "                   [--format table|csv|json]\n"
       "Measures Sluice's latency, message rate and bandwidth between ranks, in the spirit of\n"
       "ucx_perftest; with --baseline, raw UCX, Open MPI (or Sluice's bounce mode) runs the\n"
       "same pattern interleaved with it, and each row prints the ratio. Run it under a\n"
@@ -255,8 +259,11 @@ const char* check_crowd(const Options& o) {
     return "-t crowd starts its own server and clients, and its baseline is their solo run: no --baseline, "
            "--server, --listen or --connect";
   if (!crowd && (o.peers != defaults.peers || o.busy != defaults.busy || o.per_process != defaults.per_process ||
-                 o.connects != defaults.connects || o.idle_poll != defaults.idle_poll || o.seconds != defaults.seconds))
-    return "--peers, --busy, --per-process, --connects, --idle-poll and --seconds need -t crowd";
+                 o.connects != defaults.connects || o.idle_poll != defaults.idle_poll ||
+                 o.seconds != defaults.seconds || o.idle_calls != defaults.idle_calls))
+    return "--peers, --busy, --per-process, --connects, --idle-poll, --idle-calls and --seconds need -t crowd";
+  if (o.idle_calls > 0 && o.idle_poll == 0)
+    return "--idle-calls needs --idle-poll > 0 (an idle process's thread makes the calls)";
   return nullptr;
 }
 
@@ -339,6 +346,7 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--per-process") ok = number(1, &o.per_process);
     else if (a == "--connects") ok = choice({"seq", "all"}, &o.connects);
     else if (a == "--idle-poll") ok = number(0, &o.idle_poll);
+    else if (a == "--idle-calls") ok = number(0, &o.idle_calls);
     else if (a == "--seconds") ok = number(1, &o.seconds);
     else if (a == "-h" || a == "--help") {
       usage(stdout);

@@ -42,6 +42,7 @@ struct Options {
   int per_process = 40;
   std::string connects = "seq";  // the idle clients connect one after another, or "all" at once
   int idle_poll = 100;           // ms between an idle process's rounds of progress(); 0: a thread per engine
+  int idle_calls = 0;            // calls of each idle engine after its connect and before it quits (crowd.h)
   int seconds = 5;
 };
 

@@ -129,7 +129,11 @@ std::string crowd_note(const Row& r, const Options& o) {
                 c.peers, o.connects == "all" ? " at once" : "", fmt(c.connect_s, 2).c_str(),
                 fmt(c.connect_max_s).c_str(), c.failed_connects, fmt(c.server_cpu, 2).c_str(),
                 fmt(c.idle_clients_cpu, 1).c_str(), c.alive, c.peers, c.errors);
-  return note;
+  std::string s = note;
+  if (o.idle_calls > 0)
+    s += "; idle clients' calls " + std::to_string(c.idle_calls) + ", " + std::to_string(c.idle_calls_failed) +
+         " failed";
+  return s;
 }
 
 std::string mixed_note(const Row& r, const Options&) {

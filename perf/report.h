@@ -29,9 +29,11 @@ struct CrowdFigures {
   double connect_s = NAN;   // the N connects: their sum (one after another) or until the last (all at once)
   double server_cpu = NAN;  // the server's CPU time with every client idle, % of one core
   // For the note: the slowest connect, the idle clients' own CPU (% of a core, all of them),
-  // how many idle clients' peers were still alive at the end, and failed calls and connects.
+  // how many idle clients' peers were still alive at the end, and failed calls and connects;
+  // the idle clients' own calls (--idle-calls) and how many of those failed.
   double connect_max_s = NAN, idle_clients_cpu = NAN;
   int alive = 0, errors = 0, failed_connects = 0;
+  int idle_calls = 0, idle_calls_failed = 0;
 };
 
 struct Row {

@@ -88,7 +88,7 @@ class PerfSmoke(unittest.TestCase):
         for word in ("am_lat", "am_bw", "am_submit", "--producers", "rpc_lat", "rpc_rate", "read", "write", "bulk_bw", "mixed", "fanin", "-t", "-s",
                      "-n", "-w", "-W", "-r", "--baseline", "--rpc", "--offset", "--format", "--stats", "below 1 is better",
                      "-m, --mode", "--server", "--listen", "--connect", "cs mode (client/server", "--mpirun",
-                     "--mpi-timeout", "MPI baseline (--baseline mpi", "--peers", "--busy", "--per-process", "--idle-poll", "--seconds",
+                     "--mpi-timeout", "MPI baseline (--baseline mpi", "--peers", "--busy", "--per-process", "--idle-poll", "--idle-calls", "--seconds",
                      "crowd (-t crowd"):
             self.assertIn(word, r.stdout)
 
@@ -289,7 +289,8 @@ class PerfSmoke(unittest.TestCase):
                      ["-m", "tcp"], ["--producers", "0"], ["--producers", "65"], ["--server"], ["-m", "cs", "--connect", "nohost"],
                      ["-m", "cs", "--server", "--connect", "127.0.0.1:1"], ["--peers", "5"], ["-t", "crowd,am_lat"],
                      ["-t", "crowd", "--busy", "0"], ["-t", "crowd", "--busy", "65"], ["-t", "crowd", "--baseline", "ucx"],
-                     ["--connects", "all"], ["-t", "crowd", "--connects", "some"]):
+                     ["--connects", "all"], ["-t", "crowd", "--connects", "some"], ["--idle-calls", "3"],
+                     ["-t", "crowd", "--idle-calls", "3", "--idle-poll", "0"], ["-t", "crowd", "--idle-calls", "-1"]):
             r = perf(2, *args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn("usage", r.stderr)
