@@ -17,6 +17,7 @@
 #include <deque>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <absl/strings/str_format.h>
@@ -414,14 +415,22 @@ void Worker::signal() { ucp_worker_signal(worker_of(worker_)); }
 
 absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time_point deadline) {
   if (request == nullptr) return absl::OkStatus();
+  // Spins for its first passes (a flush or close mostly ends within them), then sleeps between
+  // those that find nothing, 50 us doubling to 1 ms: the peer may need a while to make room,
+  // and on a shared core a spinning waiter takes the time it needs from it.
+  constexpr int kSpins = 64;
+  auto nap = std::chrono::microseconds(50);
   ucs_status_t s;
-  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+  for (int pass = 0; (s = ucp_request_check_status(request)) == UCS_INPROGRESS; ++pass) {
     if (std::chrono::steady_clock::now() >= deadline) {
       ucp_request_cancel(worker_of(worker_), request);
       ucp_request_free(request);
       return absl::DeadlineExceededError("request did not complete before its deadline");
     }
-    progress();
+    if (!progress() && pass >= kSpins) {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(2 * nap, std::chrono::microseconds(1000));
+    }
   }
   ucp_request_free(request);
   return ucx_status(s, "request");
