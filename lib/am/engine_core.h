@@ -140,8 +140,8 @@ class EngineCore final {
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping whenever a
   // pass finds nothing to do, woken by what arrives. A send waiting for room in a peer's
   // shared-memory FIFO wakes nobody, so the sleeps are short: 1 ms, doubling while nothing
-  // happens up to 16 ms (a process closing hundreds of engines at once, each polling every
-  // millisecond, took both cores of this machine from the server they were closing to).
+  // happens up to 16 ms, so that hundreds of engines closing at once leave the CPU to the
+  // peers they wait for.
   template <typename Busy>
   void drain_while(Busy&& busy, Clock::time_point deadline) {
     constexpr auto kLongest = std::chrono::milliseconds(16);
