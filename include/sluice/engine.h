@@ -215,12 +215,15 @@ class SLUICE_API Engine {
   // Orderly close, bounded by min(SLUICE_CONNECT_TIMEOUT, 5 s): messages already sent or queued
   // go out first (rendezvous payloads included, queued ones as the peers return credits), then
   // every connected peer is told BYE with the last sequence sent, so it closes only once all of
-  // those are in. While it runs, completion callbacks of sends and calls still run (they may be
-  // told Cancelled); handlers do not: messages that arrive are dropped and counted, requests are
-  // answered Unavailable. Calls waiting for replies (or for the server's RPC window) complete
-  // with Cancelled at once; the close sleeps, not spins, while sends drain. What the deadline cuts
-  // off completes with Cancelled. Buffers passed to send() must outlive the Engine when their
-  // sends have not completed. Messages the application still holds become invalid (counted in
+  // those are in, and answers BYE. The close waits 500 ms for those answers, and for a server
+  // this engine connected to, up to the deadline, not failing it for silence meanwhile (the
+  // server answers once it has read what was sent before the BYE). While it runs, completion
+  // callbacks of sends and calls still run (they may be told Cancelled); handlers do not:
+  // messages that arrive are dropped and counted, requests are answered Unavailable. Calls
+  // waiting for replies (or for the server's RPC window) complete with Cancelled at once; the
+  // close sleeps, not spins, while sends drain. What the deadline cuts off completes with
+  // Cancelled. Buffers passed to send() must outlive the Engine when their sends have not
+  // completed. Messages the application still holds become invalid (counted in
   // api.messages_outlived_engine, logged): safe to destroy later, on any thread; so are send
   // Slots it still holds (empty: data() null, size() 0; logged). The destructor may run on any
   // thread once no other thread uses the engine, nor releases its Messages or Slots meanwhile.

@@ -233,15 +233,31 @@ void EngineCore::close_peers(Clock::time_point deadline) {
     SLUICE_LOG(kWarn, "am", "engine %d closed with %u submitted attempt(s) still waiting (kWouldBlock): not run",
                engine_id_, left);
   // ...then BYE, carrying the last sequence sent, so that a peer closes only once it has all of
-  // it; then a short wait for the peers' own goodbyes, so no message arrives after the
-  // receives go.
+  // it; then a wait for the peers' own goodbyes, so no message arrives after the receives go.
   peers_.for_each([&](PeerData& p) {
     if (p.state() == PeerState::kReady) link_.send_bye(p);
   });
-  auto bye_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
-  auto live = [&] { return peers_.any([](const PeerData& p) { return p.state() == PeerState::kReady; }); };
-  drain_while([&] { return sender_.inflight() + control_.inflight() > 0 || live(); }, bye_deadline);
+  // Ranks and clients get 500 ms (they may be busy elsewhere). A server we dialed answers once
+  // it has read what we sent before our BYE, and our link closing first would make it fail us
+  // and drop the rest: for it we wait until the close's deadline (or its failure).
+  const Clock::time_point short_deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
+  auto sending = [&] { return sender_.inflight() + control_.inflight() > 0; };
+  for (Clock::time_point now; (now = Clock::now()) < deadline;) {
+    if (sending()) {
+      drain_while(sending, deadline);  // a send waiting for room in a FIFO wakes nobody: polled
+      continue;
+    }
+    bool servers_only = now >= short_deadline;
+    if (!peers_.any(
+            [&](const PeerData& p) { return p.state() == PeerState::kReady && (!servers_only || p.link.dialed()); }))
+      break;
+    // An answer wakes the engine: it sleeps until one comes or a timer is due, where polling
+    // engines, hundreds closing at once, took the CPU their server needed to answer them.
+    wait(servers_only ? deadline : short_deadline);
+  }
   peers_.for_each([&](PeerData& p) {
+    if (p.state() == PeerState::kReady && p.link.dialed() && !p.link.bye_received())
+      SLUICE_LOG(kWarn, "am", "closing before %s answered our goodbye: it may not have handled all we sent", p.name());
     if (p.state() != PeerState::kDead) fail_peer(p, absl::StatusCode::kCancelled, "engine shutting down");
   });
 }

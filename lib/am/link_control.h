@@ -47,6 +47,8 @@ class LinkState {
   bool close_pending() const { return close_pending_; }
   // Visited on every timer tick (LinkControl::tick); false while it sleeps until a deadline.
   bool watched() const { return watched_; }
+  // We dialed it: a client's link to its server.
+  bool dialed() const { return dialed_; }
 
  private:
   friend class LinkControl;

@@ -29,7 +29,11 @@ bool LinkControl::expired(PeerData& p, Clock::time_point now, bool away) {
   }
   if (away) p.link.last_heard_ = now;
   Duration silent = now - p.link.last_heard_;
-  if (engine().config_.peer_timeout != kInfinite && silent >= engine().config_.peer_timeout) {
+  // A peer told our BYE while we close is waited for until the close's deadline, not failed
+  // for silence: a server behind a storm of closes answers late, and failing it would close
+  // our link before it read our last messages.
+  bool closing = p.link.bye_sent_ && engine().shutting_down_;
+  if (engine().config_.peer_timeout != kInfinite && silent >= engine().config_.peer_timeout && !closing) {
     // What the flow looked like, for whoever has to tell a dead peer from a stuck protocol.
     PoolClassStats rx = engine().recv_pool_->eager().stats();
     SLUICE_LOG(kWarn, "am",

@@ -425,6 +425,123 @@ TEST_P(ClientServer, TheServerPingsQuietClientsWhichOnlyAnswer) {
   EXPECT_LE(client_pings, server_pings / 8) << "the client left the pinging to its server";
 }
 
+// Lets a server that served on `serving` run past the grace of a closed link (250 ms), then
+// stops it: a failure it would count comes before its counters are read.
+void stop_serving_past_the_grace(Engine& server, std::atomic<bool>& stop, std::thread& serving) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  server.post([] {});
+  serving.join();
+}
+
+// An orderly close to a server that is slow to read: the client waits for the server's goodbye,
+// which comes once the server has read everything sent before the client's BYE, rather than
+// the 500 ms a rank gets; every message is handled and the server counts no failure. (A client
+// that closed its link after 500 ms while its BYE still queued behind other work was failed by
+// the server 250 ms later, with whatever it had not read; the crowd fault test's storm of
+// closes did that to a quarter of its clients.)
+TEST_P(ClientServer, AClosingClientWaitsForASlowServerWhichHandlesAllItSent) {
+  constexpr int kMessages = 60;
+  // Credits for every message at once: all are sent, and the BYE after them, before the first
+  // is handled.
+  Config c = node_config(GetParam(), "", AuthMode::kAuto, Encrypt::kOff);
+  c.credits = 64;
+  testing_support::SingleEngine server(c);
+  auto port = server.engine->listen("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::atomic<bool> stop{false};
+  std::atomic<int> handled{0};
+  std::atomic<std::uint64_t> failed{0};
+  ASSERT_TRUE(server.engine
+                  ->register_handler(kPut,
+                                     [&](Message&) {
+                                       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                       ++handled;
+                                     })
+                  .ok());
+  std::thread serving([&] {
+    server.engine->run_until([&] { return stop.load(); }, Clock::now() + kLong);
+    failed = server.engine->stats().value("peers.failed");
+  });
+  auto took = Clock::now();
+  {
+    testing_support::SingleEngine client(c);
+    auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    for (int i = 0; i < kMessages; ++i) {
+      Result r;
+      while ((r = (*peer)->send_copy(kPut, {}, std::as_bytes(std::span(&i, 1)))) == Result::kWouldBlock)
+        client.engine->progress();
+      ASSERT_EQ(r, Result::kOk);
+    }
+    took = Clock::now();
+  }  // the client's engine closes here, while the server is still handling the first messages
+  auto close_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - took).count();
+  // The server goes on until every message is handled, or for 5 s.
+  for (auto until = Clock::now() + std::chrono::seconds(5); handled < kMessages && Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop_serving_past_the_grace(*server.engine, stop, serving);
+  std::printf(
+      "%d messages of 20 ms each: the client's close took %lld ms; the server handled %d, counted %llu "
+      "failed\n",
+      kMessages, static_cast<long long>(close_ms), handled.load(), static_cast<unsigned long long>(failed));
+  EXPECT_EQ(handled, kMessages) << "every message sent before the close is handled";
+  EXPECT_EQ(failed, 0u) << "an orderly close is not a failure";
+  EXPECT_GE(close_ms, 1000) << "the close waited for the server's goodbye, behind 1.2 s of handlers";
+}
+
+// A closing client whose server stops for a second (a stopped process, an overloaded host)
+// waits for its goodbye rather than failing it for silence at SLUICE_PEER_TIMEOUT (400 ms
+// here): the close ends once the server is back and has answered, and neither side counts a
+// failure.
+TEST_P(ClientServer, AClosingClientWaitsOutAStoppedServerInsteadOfFailingItForSilence) {
+  Config c = node_config(GetParam(), "", AuthMode::kAuto, Encrypt::kOff);
+  c.heartbeat = std::chrono::milliseconds(100);
+  c.peer_timeout = std::chrono::milliseconds(400);
+  testing_support::SingleEngine server(c);
+  auto port = server.engine->listen("127.0.0.1:0");
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::atomic<bool> stop{false}, hold{false};
+  std::atomic<int> handled{0};
+  std::atomic<std::uint64_t> failed{0};
+  ASSERT_TRUE(server.engine->register_handler(kPut, [&](Message&) { ++handled; }).ok());
+  std::thread serving([&] {
+    while (!stop) {
+      if (hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      else server.engine->run_until([&] { return stop || hold; }, Clock::now() + std::chrono::milliseconds(10));
+    }
+    failed = server.engine->stats().value("peers.failed");
+  });
+  long long close_ms = 0;
+  {
+    testing_support::SingleEngine client(c);
+    auto peer = client.engine->connect("127.0.0.1:" + std::to_string(*port));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    int v = 1;
+    ASSERT_EQ((*peer)->send_copy(kPut, {}, std::as_bytes(std::span(&v, 1))), Result::kOk);
+    ASSERT_TRUE(client.engine->run_until([&] { return handled == 1; }, Clock::now() + kLong));
+    hold = true;  // the server stops for a second
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::thread back([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      hold = false;
+    });
+    ASSERT_EQ((*peer)->send_copy(kPut, {}, std::as_bytes(std::span(&v, 1))), Result::kOk);
+    auto t0 = Clock::now();
+    client.engine.reset();  // the close, while the server is stopped
+    close_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    back.join();
+  }
+  stop_serving_past_the_grace(*server.engine, stop, serving);
+  std::printf(
+      "a server stopped for 1 s: the client's close took %lld ms; the server handled %d of 2, counted %llu "
+      "failed\n",
+      close_ms, handled.load(), static_cast<unsigned long long>(failed));
+  EXPECT_GE(close_ms, 800) << "the close waited for the stopped server (it fails silent peers at 400 ms)";
+  EXPECT_EQ(handled, 2) << "the message sent before the close was handled";
+  EXPECT_EQ(failed, 0u);
+}
+
 // ListenOptions::share_port: two engines of one process on one port each serve some of 16
 // clients (the kernel spreads them by source port; all on one engine: 2 in 65,536); an engine
 // that does not share the port cannot listen there, and its error says how to.

@@ -4,7 +4,9 @@ processes of 50, over UCX shared memory) connect to one server, each makes 5 cal
 them sit idle (answering the server's heartbeats only) while the other half make a call every
 100 ms and one busy client calls beside them, for longer than SLUICE_PEER_TIMEOUT; then every
 engine makes 5 calls again. Every client stays connected and every call is answered
-(`sluice-perf -t crowd --idle-calls`)."""
+(`sluice-perf -t crowd --idle-calls`); then all 500 close at once, each keeping its link
+until the server has answered its goodbye, so that the server counts none of those orderly
+closes as a failure."""
 import os
 import re
 import subprocess
@@ -42,6 +44,18 @@ class CrowdOfClients(unittest.TestCase):
         alive = re.search(r"(\d+) of (\d+) idle still alive; (\d+) failed calls", note)
         self.assertEqual(int(alive[1]), PEERS, "no idle client was failed for silence: " + note)
         self.assertEqual(int(alive[3]), 0, "the busy client's calls were all answered: " + note)
+        # The idle clients close in order, all at once. A client keeps its link until the server
+        # has answered its BYE, so the server fails none of them, but for a client that gave up
+        # first and said so: one that found the server silent (the busy one, idle meanwhile,
+        # may, while hundreds of engines close on 2 cores), or one whose close reached its
+        # deadline before the answer (the closes' teardown can starve the server of CPU).
+        def count(pattern):
+            return sum(n for line, n in reasons.items() if re.search(pattern, line))
+        server_failed = count(r"peer client \S+ failed")
+        gave_up = count(r"peer server \S+ failed") + count(r"closing before server \S+ answered our goodbye")
+        print("the server failed %d clients; %d clients gave up on it first" % (server_failed, gave_up))
+        self.assertLessEqual(server_failed, gave_up,
+                             "the server failed no client that waited for its goodbye, in the storm of closes: " + note)
         calls = re.search(r"idle clients' calls (\d+), (\d+) failed", note)
         self.assertEqual(int(calls[2]), 0, "every idle client's call was answered: " + note)
         # 5 calls of each engine on either side of the idle phase, and the half that kept
