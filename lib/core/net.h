@@ -45,8 +45,9 @@ absl::StatusOr<int> tcp_start_connect(const std::string& host, int port);
 // with data unread, or aborted), or "its connection failed: <strerror>".
 std::string connection_ended(int err);
 
-// The TCP sockets this process listens on, as "address:port" (from /proc/self/fd and
-// /proc/net/tcp{,6}): what a port scan of the process finds. Empty when /proc cannot be read.
+// The TCP sockets this process listens on, as "address:port" (its sockets from /proc/self/fd,
+// those listening from the kernel's socket diagnostics, else /proc/net/tcp{,6}): what a port
+// scan of the process finds. Empty when /proc cannot be read.
 std::vector<std::string> listening_tcp_sockets();
 
 }  // namespace sluice::detail

@@ -46,8 +46,12 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::create(std::size_t length, HugePag
   if (node >= 0 && topo != nullptr) {
     SLUICE_RETURN_IF_ERROR(topo->bind_memory(a->data_, a->length_, node));
   }
-  std::size_t page = a->huge_ ? kHugePage : kSmallPage;
-  for (std::size_t off = 0; off < a->length_; off += page) a->data_[off] = std::byte{0};
+  // Every page allocated now, in one call (Linux 5.14+), rather than a fault per page touched:
+  // a 2 MiB chunk of 4K pages is 512 faults, which a virtual machine makes dear.
+  if (madvise(a->data_, a->length_, MADV_POPULATE_WRITE) != 0) {
+    std::size_t page = a->huge_ ? kHugePage : kSmallPage;
+    for (std::size_t off = 0; off < a->length_; off += page) a->data_[off] = std::byte{0};
+  }
   if (ucx != nullptr) {
     SLUICE_ASSIGN_OR_RETURN(a->memory_, MemoryRegistration::map(*ucx, a->data_, a->length_));
   }

@@ -2,13 +2,16 @@
 // how a connection's end is named.
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
 
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -74,6 +77,43 @@ TEST(TcpSockets, ErrorsNameIpv6AddressesInBrackets) {
   ASSERT_FALSE(second.ok());
   std::string want = "cannot listen on [::1]:" + std::to_string(first->port);
   EXPECT_NE(second.status().message().find(want), std::string::npos) << second.status();
+}
+
+// What a port scan of this process would find: its own listening sockets, by address, and no
+// other process's (a child's listener on this host is not listed), nor one it closed.
+TEST(ListeningTcpSockets, ListsThisProcesssListenersOnly) {
+  auto mine = tcp_listen("127.0.0.1", 0);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  int up[2], down[2];  // the child's port up; the parent's "done" down (its end closing)
+  ASSERT_EQ(::pipe(up), 0);
+  ASSERT_EQ(::pipe(down), 0);
+  pid_t child = ::fork();
+  if (child == 0) {  // another process, listening until its parent is done
+    ::close(down[1]);
+    auto theirs = tcp_listen("127.0.0.1", 0);
+    int port = theirs.ok() ? theirs->port : -1;
+    (void)!::write(up[1], &port, sizeof port);
+    char byte;
+    (void)!::read(down[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(up[1]);
+  ::close(down[0]);
+  int theirs = -1;
+  ASSERT_EQ(::read(up[0], &theirs, sizeof theirs), static_cast<ssize_t>(sizeof theirs));
+  ASSERT_GT(theirs, 0);
+  std::vector<std::string> listed = listening_tcp_sockets();
+  std::string all;
+  for (const std::string& s : listed) all += s + " ";
+  std::string own = "127.0.0.1:" + std::to_string(mine->port), other = "127.0.0.1:" + std::to_string(theirs);
+  EXPECT_NE(std::find(listed.begin(), listed.end(), own), listed.end()) << "listed: " << all;
+  EXPECT_EQ(std::find(listed.begin(), listed.end(), other), listed.end()) << "listed: " << all;
+  ::close(down[1]);
+  ::close(up[0]);
+  ::waitpid(child, nullptr, 0);
+  ::close(mine->fd);
+  listed = listening_tcp_sockets();
+  EXPECT_EQ(std::find(listed.begin(), listed.end(), own), listed.end()) << "a closed listener is gone";
 }
 
 // The end a reader sees when the other side closes: FIN, or RST when it left data unread (what a
