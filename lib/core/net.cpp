@@ -158,7 +158,7 @@ bool dump_listening(int fd, std::uint8_t family, ListenSockets& out) {
   ask.req.sdiag_family = family;
   ask.req.sdiag_protocol = IPPROTO_TCP;
   ask.req.idiag_states = 1U << TCP_LISTEN;
-  if (::send(fd, &ask, sizeof ask, 0) != static_cast<ssize_t>(sizeof ask)) return false;
+  if (::send(fd, &ask, sizeof ask, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ask)) return false;
   alignas(nlmsghdr) char buf[16384];
   for (;;) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
