@@ -122,6 +122,7 @@ bool Connections::ucx_carries(const PeerData& p, const Endpoint& ep) {
   for (Clock::time_point until = Clock::now() + kFifoPatience; fifo == Worker::Fifo::kSlow && Clock::now() < until;)
     fifo = engine().worker_->check_fifo(fifo_stall_after());
   if (fifo == Worker::Fifo::kFlowing || fifo == Worker::Fifo::kNone) {
+    if (fifo == Worker::Fifo::kFlowing) fifo_flows(Clock::now());
     watching_fifo_ = true;
     return true;
   }
@@ -134,23 +135,56 @@ Duration Connections::fifo_stall_after() const {
   return std::max<Duration>(engine().config_.peer_timeout / 2, std::chrono::seconds(1));
 }
 
+bool Connections::over_fifo(const PeerData& p) {
+  return p.rank() < 0 && p.ep().valid() && !p.ep().stream() && through_shared_fifo(p.ep().transports());
+}
+
 void Connections::watch_fifo(Clock::time_point now) {
   if (!watching_fifo_ || now < fifo_due_) return;
   fifo_due_ = now + std::max<Duration>(fifo_stall_after() / 4, std::chrono::milliseconds(100));
-  if (engine().worker_->check_fifo(fifo_stall_after()) != Worker::Fifo::kStalled) return;
+  Worker::Fifo fifo = engine().worker_->check_fifo(fifo_stall_after());
+  Worker::FifoProbe probe = engine().worker_->fifo_probe();
+  if (fifo != Worker::Fifo::kHeld) {
+    if (fifo == Worker::Fifo::kFlowing) fifo_flows(now);
+    return;
+  }
+  // The sender holding it claimed its element after the last probe that came through was sent.
+  bool died = fifo_sender_died_ != Clock::time_point{} && fifo_sender_died_ >= probe.last_through_sent;
+  Duration held = now - probe.waiting_since;
+  Duration limit = engine().config_.peer_timeout;
+  if (died) return fifo_stopped("a local client's process ended without closing its engine", fifo_stall_after());
+  if (limit != kInfinite && held >= limit)
+    return fifo_stopped("its sender neither finished nor ended within SLUICE_PEER_TIMEOUT", limit);
+  if (fifo_held_since_ == Clock::time_point{}) {
+    fifo_held_since_ = probe.waiting_since;
+    SLUICE_LOG(kWarn, "am",
+               "this server's shared-memory FIFO has been held for %s by a local sender that has not finished "
+               "writing (a process not running: stopped, or starved of CPU); no local client has ended since, so "
+               "this server waits for it, up to SLUICE_PEER_TIMEOUT=%s",
+               format_duration(fifo_stall_after()), format_duration(limit));
+  }
+}
+
+void Connections::fifo_flows(Clock::time_point now) {
+  if (fifo_held_since_ == Clock::time_point{}) return;
+  SLUICE_LOG(kWarn, "am", "this server's shared-memory FIFO flows again, after a local sender held it for %.1f s",
+             std::chrono::duration<double>(now - fifo_held_since_).count());
+  fifo_held_since_ = {};
+}
+
+void Connections::fifo_stopped(const char* cause, Duration after) {
+  engine().worker_->fifo_stopped();
   watching_fifo_ = false;  // stopped for good (check_fifo says so to every admission)
   engine().c_.fifo_stalls->add();
   std::vector<std::uint32_t> cut;
   engine().peers_.for_each([&](PeerData& p) {
-    if (p.state() != PeerState::kDead && p.rank() < 0 && p.ep().valid() && !p.ep().stream() &&
-        through_shared_fifo(p.ep().transports()))
-      cut.push_back(p.id());
+    if (p.state() != PeerState::kDead && over_fifo(p)) cut.push_back(p.id());
   });
   SLUICE_LOG(kError, "am",
-             "this server's shared-memory FIFO stopped: no probe passed it in %s (a local process killed while "
-             "writing into it stops it for every local sender: UCX 1.13's sysv and posix transports); the %u local "
-             "clients over it fail, new ones are served over Sluice's TCP transport",
-             format_duration(fifo_stall_after()), cut.size());
+             "this server's shared-memory FIFO stopped: no probe passed it in %s, and %s (a local process killed "
+             "while writing into it stops it for every local sender: UCX 1.13's sysv and posix transports); the %u "
+             "local clients over it fail, new ones are served over Sluice's TCP transport",
+             format_duration(after), cause, cut.size());
   const std::string why = "this server's shared-memory FIFO stopped: nothing the client sends over it can arrive";
   for (std::uint32_t id : cut) engine().fail_peer(engine().peers_.at(id), absl::StatusCode::kUnavailable, why);
 }
@@ -181,12 +215,13 @@ void Connections::link_ready(std::uint32_t index, int fd) {
   p->ep().attach(fd);
 }
 
-void Connections::link_lost(std::uint32_t index, const std::string& why) {
+void Connections::link_lost(std::uint32_t index, const std::string& why, bool goodbye) {
   PeerData* found = engine().peers_.by_index(index);
   if (found == nullptr) return;
   PeerData& p = *found;
   if (p.state() == PeerState::kDead) return;
   Clock::time_point now = Clock::now();
+  if (!goodbye && watching_fifo_ && over_fifo(p)) fifo_sender_died_ = now;
   if (engine().link_.link_lost(p, why, now)) engine().next_timer_ = std::min(engine().next_timer_, now + kLinkGrace);
   else engine().fail_peer(p, absl::StatusCode::kUnavailable, why);
 }
@@ -197,7 +232,7 @@ void Connections::endpoints_failed() {
     if (p.state() == PeerState::kDead) continue;
     // A stream the peer closed after its last frame: its BYE may be among what still waits for
     // a receive, as on a door link that closes (link_lost gives it kLinkGrace).
-    if (p.state() == PeerState::kReady && p.ep().closed_by_peer()) link_lost(p.id(), p.link.fail_reason());
+    if (p.state() == PeerState::kReady && p.ep().closed_by_peer()) link_lost(p.id(), p.link.fail_reason(), false);
     else transfer_failed(p, p.link.fail_reason());
   }
 }
@@ -209,7 +244,7 @@ void Connections::transfer_failed(PeerData& p, const std::string& why) {
   bool lost = p.link.lost();  // closed already: its grace runs
   if (p.state() == PeerState::kReady && p.rank() < 0 && (lost || (door_ && door_->has_link(p.id())))) {
     engine().landings_.hold(p);
-    if (!lost) link_lost(p.id(), why);
+    if (!lost) link_lost(p.id(), why, false);
     return;
   }
   engine().fail_peer(p, absl::StatusCode::kUnavailable, why);

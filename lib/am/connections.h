@@ -43,11 +43,12 @@ class Connections final : private Door::Owner {
   // Peers whose endpoint UCX declared failed (PeerTable): each fails, or, for a stream its peer
   // closed, gets the grace of a closed link.
   void endpoints_failed();
-  // The peer's link closed (Door::Owner; also a stream endpoint its peer closed).
-  void link_lost(std::uint32_t index, const std::string& why) override;
-  // A failed client's link is closed.
-  void close_link(std::uint32_t index) {
-    if (door_) door_->close_link(index);
+  // The peer's link closed (Door::Owner; also a stream endpoint its peer closed); `goodbye`:
+  // after the peer said it closes its engine in order.
+  void link_lost(std::uint32_t index, const std::string& why, bool goodbye) override;
+  // A failed client's link is closed; `goodbye` when it is closed in order (Door::close_link).
+  void close_link(std::uint32_t index, bool goodbye) {
+    if (door_) door_->close_link(index, goodbye);
   }
 
   // The engine's loop: the door polled every kDoorEvery while busy (true when it did
@@ -59,8 +60,10 @@ class Connections final : private Door::Owner {
   }
   int fd() const { return door_ ? door_->fd() : -1; }
   // From the timers, once a client came over UCX's shared memory: a probe through the
-  // worker's FIFO (Worker::check_fifo). A FIFO stopped for fifo_stall_after() fails the
-  // clients it carried, and later clients get the stream.
+  // worker's FIFO (Worker::check_fifo). A FIFO held for fifo_stall_after() after a local
+  // client's process ended without a goodbye has stopped for good; one held as long as
+  // SLUICE_PEER_TIMEOUT by a sender that lives on is failed too. Either fails the clients it
+  // carried, and later clients get the stream.
   void watch_fifo(Clock::time_point now);
   Clock::time_point next_deadline() const { return door_ ? door_->next_deadline() : Clock::time_point::max(); }
   void woke(bool readable);
@@ -89,6 +92,12 @@ class Connections final : private Door::Owner {
   // Half of SLUICE_PEER_TIMEOUT, at least a second: a FIFO silent this long has stopped (the
   // local clients would be declared dead for silence soon after, for the wrong reason).
   Duration fifo_stall_after() const;
+  // Whether the peer's messages come through this worker's shared-memory FIFO.
+  static bool over_fifo(const PeerData& p);
+  // A probe came through: a FIFO found held flows again (logged).
+  void fifo_flows(Clock::time_point now);
+  // A held FIFO (watch_fifo) that has stopped, held `after` or more: its clients fail.
+  void fifo_stopped(const char* cause, Duration after);
   // The client's side: the endpoint the server's ACCEPT asked for.
   absl::Status attach_dialed(PeerData& p, const Door::Dialed& d);
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
@@ -96,9 +105,13 @@ class Connections final : private Door::Owner {
   std::unique_ptr<door::Key> key_;  // SLUICE_AUTH_KEY_FILE's, when authenticating
   std::unique_ptr<Door> door_;
   int listen_port_ = -1;
-  Clock::time_point door_due_{};  // poll_due() polls the door from then on
-  bool watching_fifo_ = false;    // a client came over UCX's shared memory, and the FIFO has not stopped
-  Clock::time_point fifo_due_{};  // watch_fifo's next probe
+  Clock::time_point door_due_{};         // poll_due() polls the door from then on
+  bool watching_fifo_ = false;           // a client came over UCX's shared memory, and the FIFO has not stopped
+  Clock::time_point fifo_due_{};         // watch_fifo's next probe
+  Clock::time_point fifo_held_since_{};  // watch_fifo found it held (logged once until it flows)
+  // When a local client's process last ended without closing its engine (its link closed
+  // without a goodbye): a sender killed mid-write stops the FIFO for good.
+  Clock::time_point fifo_sender_died_{};
 };
 
 }  // namespace sluice::detail

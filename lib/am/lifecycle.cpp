@@ -180,7 +180,7 @@ void EngineCore::fail_peer(PeerData& p, absl::StatusCode code, const std::string
     SLUICE_LOG(kDebug, "am", "peer %s closed: %s", p.name(), reason);
   }
   LinkControl::failed(p.link, reason);
-  if (p.rank() < 0) connections_.close_link(p.id());
+  if (p.rank() < 0) connections_.close_link(p.id(), orderly);
   absl::Status status(orderly ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
                       absl::StrFormat("peer %s: %s", p.name(), reason));
   // Queued messages never reached the transport: complete them here, once.

@@ -32,15 +32,17 @@ Door::Door(Owner* owner, DoorOptions options, Stats* stats) : owner_(owner), opt
 Door::~Door() {
   dialer_.reset();
   for (auto& [id, c] : conns_) ::close(c->fd);
-  for (auto& [index, fd] : links_) ::close(fd);
+  for (auto& [index, link] : links_) ::close(link.fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-void Door::close_link(std::uint32_t index) {
+void Door::close_link(std::uint32_t index, bool goodbye) {
   auto it = links_.find(index);
   if (it == links_.end()) return;
-  ::close(it->second);  // leaves the epoll set with its last descriptor
+  // Best effort: a link whose peer is gone, or whose buffer is full, just closes.
+  if (goodbye) (void)::send(it->second.fd, &door::kLinkGoodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::close(it->second.fd);  // leaves the epoll set with its last descriptor
   links_.erase(it);
 }
 
@@ -98,7 +100,7 @@ bool Door::poll(Clock::time_point now) {
     bool admitted = c.becomes_link;  // its accept could not be written in time
     std::uint32_t index = c.link_index;
     drop(id);
-    if (admitted) owner_->link_lost(index, "did not take our accept in time");
+    if (admitted) owner_->link_lost(index, "did not take our accept in time", false);
   }
   listen_if_room();
   update_deadline();
@@ -133,7 +135,7 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
       bool admitted = c.becomes_link;
       std::uint32_t index = c.link_index;
       drop(id);
-      if (admitted) owner_->link_lost(index, "closed its connection before our accept");
+      if (admitted) owner_->link_lost(index, "closed its connection before our accept", false);
       return;
     }
   }
@@ -171,21 +173,28 @@ void Door::on_conn_event(std::uint64_t id, std::uint32_t events, Clock::time_poi
 
 void Door::add_link(std::uint32_t index, int fd) {
   close_link(index);  // the index's previous peer is gone (its link closed when it failed)
-  links_[index] = fd;
+  links_[index] = Link{fd, false};
   watch(epoll_fd_, fd, kLinkTag | (std::uint64_t{index} << 32) | static_cast<std::uint32_t>(fd), EPOLLIN | EPOLLRDHUP,
         false);
 }
 
 void Door::on_link_event(std::uint32_t index, int fd) {
   auto it = links_.find(index);
-  if (it == links_.end() || it->second != fd) return;  // closed earlier in this batch
+  if (it == links_.end() || it->second.fd != fd) return;  // closed earlier in this batch
   std::byte buf[64];
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  std::string why = n <= 0 ? connection_ended(n == 0 ? 0 : errno) : "sent bytes on its connection after the handshake";
+  bool goodbye = it->second.goodbye;
+  if (n == 1 && buf[0] == door::kLinkGoodbye && !goodbye) {
+    it->second.goodbye = true;  // its close follows
+    return;
+  }
+  std::string why = n <= 0    ? connection_ended(n == 0 ? 0 : errno)
+                    : goodbye ? "sent bytes on its connection after its goodbye"
+                              : "sent bytes on its connection after the handshake";
   c_.links_lost->add();
   close_link(index);
-  owner_->link_lost(index, why);
+  owner_->link_lost(index, why, goodbye && n <= 0);
 }
 
 absl::Status Door::dial(const std::string& host, int port, std::uint32_t our_index, Clock::time_point deadline,

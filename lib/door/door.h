@@ -8,7 +8,8 @@
 // over shared memory (a same-host peer), else on this very connection, which becomes the
 // peer's stream transport (owner's link_ready on the server, Dialed::fd on the client). A
 // connection left to UCX stays open as the link: when it closes (the peer's process is gone),
-// the engine is told at once.
+// the engine is told at once, and whether the peer said goodbye on it first (door::kLinkGoodbye:
+// its engine closed in order).
 //
 // Bounds, all checked before anything is allocated or read: a frame's length against its
 // kind's (at most kMaxFrame bytes buffered per connection), a deadline per connection in
@@ -98,8 +99,9 @@ class Door {
     // Makes the client's peer and endpoint; returns our index for it (the index it puts in its
     // tags to us), or why it cannot be served (sent to the client as a REFUSE).
     virtual absl::StatusOr<Admitted> admit(const Admission& a) = 0;
-    // The link of `index` closed or failed: the peer's process ended, or it broke the protocol.
-    virtual void link_lost(std::uint32_t index, const std::string& why) = 0;
+    // The link of `index` closed or failed: the peer's process ended, or it broke the protocol;
+    // `goodbye`: it said goodbye first (door::kLinkGoodbye), closing its engine in order.
+    virtual void link_lost(std::uint32_t index, const std::string& why, bool goodbye) = 0;
     // ACCEPT is out and the peer's data travels on this connection: `fd` is the owner's now.
     virtual void link_ready(std::uint32_t index, int fd) = 0;
 
@@ -129,7 +131,8 @@ class Door {
   absl::StatusOr<Dialed> take_dial_result();
 
   // Closes the link of `index` (its peer failed or closed); no link_lost() follows.
-  void close_link(std::uint32_t index);
+  // `goodbye`: the engine closes in order, and says so first (door::kLinkGoodbye).
+  void close_link(std::uint32_t index, bool goodbye = false);
   // Whether `index` has a link (its client's data travels over UCX).
   bool has_link(std::uint32_t index) const { return links_.contains(index); }
 
@@ -181,7 +184,11 @@ class Door {
   Clock::time_point listen_resume_{};
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;  // in handshake, by id
   std::deque<std::uint64_t> accept_order_;                          // server side, oldest first
-  std::unordered_map<std::uint32_t, int> links_;                    // by index
+  struct Link {
+    int fd;
+    bool goodbye;  // the peer said goodbye on it
+  };
+  std::unordered_map<std::uint32_t, Link> links_;  // by index
   std::uint64_t next_id_ = 1;
   std::unique_ptr<Dialer> dialer_;  // the client side: one dial at a time
   Clock::time_point next_deadline_ = Clock::time_point::max();

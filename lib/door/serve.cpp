@@ -263,7 +263,7 @@ void Door::send_accept(Conn& c, const Admitted& admitted) {
   if (!flush(c, epoll_fd_)) {
     std::uint32_t s = c.link_index;
     drop(c.id);
-    owner_->link_lost(s, "closed its connection before our accept");
+    owner_->link_lost(s, "closed its connection before our accept", false);
     return;
   }
   if (c.out.empty()) to_link(c, c.link_index);

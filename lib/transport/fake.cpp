@@ -234,6 +234,8 @@ bool Worker::has_unexpected(Tag tag, Tag mask) {
 
 // The fake fabric has no shared-memory FIFO to stall.
 Worker::Fifo Worker::check_fifo(std::chrono::steady_clock::duration) { return Fifo::kNone; }
+void Worker::fifo_stopped() {}
+Worker::FifoProbe Worker::fifo_probe() const { return {}; }
 
 bool Worker::progress() {
   FabricState& f = fabric();

@@ -234,14 +234,24 @@ class Worker {
 
   // The health of this worker's shared-memory receive FIFO. UCX's sysv and posix transports
   // carry every local peer's messages through one FIFO per worker, read in order; UCX 1.13
-  // marks an element written only after filling it, so a sender killed in between stops the
-  // FIFO for every local sender, for good. The check sends a probe through it from a second
-  // worker (of a context of its own with the shared-memory transports only, made at the first
-  // check: no TCP port, as little memory as UCX allows), progresses both, and says whether
-  // the probe came through: kFlowing; kSlow while it has not, for less than `stall_after`
-  // since it was sent; kStalled after that, and from then on. kNone: no such FIFO here.
-  enum class Fifo { kNone, kFlowing, kSlow, kStalled };
+  // marks an element written only after filling it, so a sender stopped in between holds the
+  // FIFO for every local sender: until it runs again, or for good when it was killed there.
+  // The check sends a probe through it from a second worker (of a context of its own with the
+  // shared-memory transports only, made at the first check: no TCP port, as little memory as
+  // UCX allows), progresses both, and says whether the probe came through: kFlowing; kSlow
+  // while it has not, for less than `stall_after` since it was sent; kHeld after that, until
+  // it comes through or fifo_stopped() says the sender died: kStalled from then on. kNone: no
+  // such FIFO here.
+  enum class Fifo { kNone, kFlowing, kSlow, kHeld, kStalled };
   Fifo check_fifo(std::chrono::steady_clock::duration stall_after);
+  // The caller's verdict on a held FIFO: stopped for good.
+  void fifo_stopped();
+  // While the FIFO is held: when the waiting probe was sent, and when the last probe that came
+  // through was (the sender holding the FIFO claimed its element after that one).
+  struct FifoProbe {
+    std::chrono::steady_clock::time_point waiting_since, last_through_sent;
+  };
+  FifoProbe fifo_probe() const;
 
   // Progresses communication; returns whether anything happened.
   bool progress();

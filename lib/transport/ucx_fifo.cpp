@@ -96,6 +96,7 @@ Worker::Fifo FifoWatch::check(std::chrono::steady_clock::duration stall_after) {
   if (stalled_) return Worker::Fifo::kStalled;
   auto now = std::chrono::steady_clock::now();
   if (rx_ == nullptr) {  // the last probe came through: send the next
+    through_sent_ = sent_;
     ucp_request_param_t rp;
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     rp.cb.recv = probe_arrived;
@@ -135,9 +136,7 @@ Worker::Fifo FifoWatch::check(std::chrono::steady_clock::duration stall_after) {
     if (moved == 0 && i >= 4) break;
   }
   if (rx_ == nullptr) return Worker::Fifo::kFlowing;
-  if (now - sent_ < stall_after) return Worker::Fifo::kSlow;
-  stalled_ = true;
-  return Worker::Fifo::kStalled;
+  return now - sent_ < stall_after ? Worker::Fifo::kSlow : Worker::Fifo::kHeld;
 }
 
 Worker::Fifo Worker::check_fifo(std::chrono::steady_clock::duration stall_after) {
@@ -152,5 +151,11 @@ Worker::Fifo Worker::check_fifo(std::chrono::steady_clock::duration stall_after)
   }
   return fifo_->check(stall_after);
 }
+
+void Worker::fifo_stopped() {
+  if (fifo_ != nullptr) fifo_->stopped();
+}
+
+Worker::FifoProbe Worker::fifo_probe() const { return fifo_ != nullptr ? fifo_->probe() : FifoProbe{}; }
 
 }  // namespace sluice::detail

@@ -27,6 +27,8 @@ class FifoWatch {
   FifoWatch& operator=(const FifoWatch&) = delete;
 
   Worker::Fifo check(std::chrono::steady_clock::duration stall_after);
+  void stopped() { stalled_ = true; }
+  Worker::FifoProbe probe() const { return {sent_, through_sent_}; }
   // The probe's receive completed (its callback).
   void arrived() { rx_ = nullptr; }
 
@@ -38,7 +40,8 @@ class FifoWatch {
   Endpoint ep_;              // from probe_ to main_
   void* rx_ = nullptr;       // the receive's request on main_, while it waits for the probe
   std::uint64_t rx_buf_ = 0, tx_buf_ = 0;
-  std::chrono::steady_clock::time_point sent_{};
+  std::chrono::steady_clock::time_point sent_{};          // the probe's in flight, or the last's
+  std::chrono::steady_clock::time_point through_sent_{};  // the last probe's that came through
   bool stalled_ = false;
 };
 

@@ -21,6 +21,9 @@
 // The exchange, one frame at a time each way:
 //   client -> CLIENT_HELLO, server -> SERVER_HELLO, client -> CLIENT_PROOF,
 //   server -> ACCEPT or REFUSE (the server may REFUSE instead of any frame it sends).
+// A connection left to UCX (ACCEPT's link 0) then carries at most one byte each way,
+// kLinkGoodbye, sent by a side that closes its engine in order, just before it closes the
+// connection; any other byte, or a second, is a protocol violation.
 #pragma once
 
 #include <array>
@@ -48,6 +51,8 @@ inline constexpr std::size_t kRefuseFixedSize = 8;
 inline constexpr std::size_t kMaxFrame = kFrameHeaderSize + kProofFixedSize + kMaxAddress;
 
 enum class Kind : std::uint8_t { kClientHello = 1, kServerHello = 2, kClientProof = 3, kAccept = 4, kRefuse = 5 };
+// The goodbye on a link (above): its close that follows is the engine's, not its process's end.
+inline constexpr std::byte kLinkGoodbye{0x42};
 enum class AuthMode : std::uint8_t { kOff = 0, kOptional = 1, kRequired = 2 };
 // ACCEPT's link: how the admitted peer's data travels (stream::Suite for the stream's cipher).
 enum class Link : std::uint8_t { kUcx = 0, kStream = 1, kStreamAes = 2, kStreamChaCha = 3 };

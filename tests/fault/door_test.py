@@ -27,6 +27,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import BLOCKSTORE, BUILD, closed, open_fds, refusal, serve_blockstore  # noqa: E402
 
 DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
+# The one byte a link may carry: an engine closing in order says goodbye (lib/wire/door.h).
+GOODBYE = b"\x42"
 MAGIC, VERSION = 0x52444C53, 2
 CLIENT_HELLO, SERVER_HELLO, CLIENT_PROOF, ACCEPT, REFUSE = 1, 2, 3, 4, 5
 BOUNDS = {CLIENT_HELLO: (40, 40), CLIENT_PROOF: (49, 48 + 4096)}
@@ -254,7 +256,9 @@ class FrontDoorUnderAttack(unittest.TestCase):
                     continue
                 if x is s and inject and from_server + len(data) >= 16 + 72 + 16 + 49:
                     held = data  # SERVER_HELLO and ACCEPT are through: the client waits for them
-                    s.sendall(inject)
+                    for i, chunk in enumerate(inject if isinstance(inject, list) else [inject]):
+                        time.sleep(0.2 if i else 0)  # read apart, each its own event
+                        s.sendall(chunk)
                     inject = None
                     continue
                 other[x].sendall(data)
@@ -285,12 +289,19 @@ class FrontDoorUnderAttack(unittest.TestCase):
         # Beyond the last frame: bytes on an admitted client's link. The server drops that client
         # (its link is for the close only), the client learns at once, and the server goes on.
         t0 = time.monotonic()
-        self.record_real_handshake(inject=b"bytes after the handshake")
+        self.record_real_handshake(inject=b"bytes after the handshake")  # (not a goodbye: 'b' is 0x62)
         code, err = self.client_result
         self.assertNotEqual(code, 0, "the client whose link carried bytes was dropped")
         self.assertIn("its connection to us closed", err)
         self.assertNotIn("SLUICE_CONNECT_TIMEOUT", err, "the client failed at once, not at its connect timeout")
         self.assertLess(time.monotonic() - t0, 5)
+        # A link carries one byte at most, the goodbye of an engine closing in order (0x42):
+        # a second one, or anything after it, drops the client the same way.
+        for inject in ([GOODBYE, GOODBYE], [GOODBYE, b"after the goodbye"], [GOODBYE * 2]):
+            self.record_real_handshake(inject=inject)
+            code, err = self.client_result
+            self.assertNotEqual(code, 0, "the client whose link carried %r was dropped" % inject)
+            self.assertIn("its connection to us closed", err)
         self.assert_still_serving("frames cut at every byte, bytes beyond a frame and on a link")
 
     def test_replayed_handshake_and_wrong_keys_are_refused(self):

@@ -13,7 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import (BLOCKSTORE, BUILD, DOOR_CLIENT, WATCHDOG, FaultHarness, dead_segments, open_fds, serve_blockstore,
+from harness import (BLOCKSTORE, BUILD, DOOR_CLIENT, WATCHDOG, FaultHarness, dead_segments, open_fds, serve_blockstore, under_fifo_wedge,
                      wedge)
 
 RUN = os.path.join(BUILD, "apps/sluice-run")
@@ -289,12 +289,52 @@ class StalledFifo(unittest.TestCase):
         self.assertIsNone(server.poll(), "the server still serves")
         server.kill()
         log = server.communicate()[1]
-        self.assertRegex(log, r"shared-memory FIFO stopped: no probe passed it in 1s .*the 1 local clients over it fail")
+        self.assertRegex(log, r"shared-memory FIFO stopped: no probe passed it in 1s, and a local client's process "
+                              r"ended without closing its engine .*the 1 local clients over it fail")
         self.assertRegex(log, r"peer client \S+ failed: this server's shared-memory FIFO stopped")
         over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
         self.assertEqual(over[:2], ["ucx", "ucx"], "the writer and the killed client came over shared memory")
         self.assertEqual(set(over[2:]), {"sluice-tcp"}, "every later client over the stream: %s" % over)
         self.assertGreaterEqual(len(over), 4, "the late client and the writer's reconnect: %s" % over)
+
+
+    def test_a_client_stopped_mid_write_holds_the_fifo_and_no_client_fails(self):
+        # A sender that has claimed an element and does not run (stopped here; starved of CPU
+        # in a storm of closes) holds the FIFO as a killed one would, but lives: the server
+        # waits for it (up to the peer timeout), and every message behind it arrives after.
+        # (The held client's connect: gdb's stepping to the claim and the hold, within its deadline.)
+        env = dict(os.environ, SLUICE_PEER_TIMEOUT="8s", SLUICE_HEARTBEAT="500ms", SLUICE_CONNECT_TIMEOUT="60s")
+        server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
+        address = "127.0.0.1:%d" % port
+        writer = subprocess.Popen([DOOR_CLIENT, address, "20"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        # Held 6 s: past the 4 s after which a killed sender's FIFO counts as stopped, within the
+        # writer's 8 s of silence.
+        for _ in range(3):
+            claimed, out = under_fifo_wedge(self, [BLOCKSTORE, "check", address, "4"], env, hold=6)
+            if claimed:
+                break
+        self.assertTrue(claimed, "no client sent into the server's FIFO")
+        self.assertIn("0 mismatches, 0 errors", out, "the held client finished its check: " + out[-1500:])
+        r = subprocess.run([BLOCKSTORE, "check", address, "4"], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        out, err = writer.communicate(timeout=60)
+        result = dict(kv.split("=", 1) for kv in re.search(r"result (.*)", out).group(1).split())
+        print("the writer: %s" % result)
+        # Never failed: one connect, every call answered once.
+        self.assertEqual((result["connects"], result["unavailable"], result["other"], result["twice"],
+                          result["outstanding"]), ("1", "0", "0", "0", "0"), out + err)
+        self.assertIsNone(server.poll(), "the server still serves")
+        server.kill()
+        log = server.communicate()[1]
+        self.assertRegex(log, r"shared-memory FIFO has been held for 4s by a local sender that has not finished")
+        self.assertRegex(log, r"shared-memory FIFO flows again, after a local sender held it for \d")
+        self.assertNotIn("FIFO stopped", log)
+        self.assertNotRegex(log, r"peer client \S+ failed")
+        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
+        self.assertEqual((over[0], over[-1]), ("ucx", "ucx"),
+                         "the writer, and the client after the hold, over shared memory: %s" % over)
 
 
 class FailedDuringWireUp(unittest.TestCase):

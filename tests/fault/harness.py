@@ -17,17 +17,27 @@ DOOR_CLIENT = os.path.join(BUILD, "tests/door_client")
 FIFO_WEDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fifo_wedge.py")
 
 
-def wedge(test, cmd, env, skip=0):
-    """Runs `cmd` under fifo_wedge.py (killed just past claiming an element of a shared-memory
-    FIFO, after `skip` such sends); True when it was, False when it ended without such a send
-    (the server had put it on the stream). Skips `test` where gdb may not trace."""
+def under_fifo_wedge(test, cmd, env, skip=0, hold=0):
+    """Runs `cmd` under fifo_wedge.py, stopped just past claiming an element of a shared-memory
+    FIFO after `skip` such sends: killed there, or with `hold` held for that many seconds and then
+    let go. Returns (whether it claimed one, gdb's and the program's output); it did not when it
+    ended without such a send (the server had put it on the stream). Skips `test` where gdb may
+    not trace."""
     r = subprocess.run(["gdb", "-q", "-batch", "-x", FIFO_WEDGE, "--args"] + list(cmd), capture_output=True, text=True,
-                       timeout=120, env=dict(env, FIFO_WEDGE_SKIP=str(skip)))
+                       timeout=120, env=dict(env, FIFO_WEDGE_SKIP=str(skip), FIFO_WEDGE_HOLD=str(hold)))
     if "ptrace: Operation not permitted" in r.stdout + r.stderr:
         test.skipTest("gdb may not trace here (ptrace not permitted)")
     claimed = "fifo_wedge: claimed a FIFO element" in r.stdout
     test.assertTrue(claimed or "fifo_wedge: the program ended without" in r.stdout, r.stdout + r.stderr)
-    return claimed
+    return claimed, r.stdout + r.stderr
+
+
+def wedge(test, cmd, env, skip=0):
+    """Runs `cmd` killed just past claiming an element of a shared-memory FIFO (under_fifo_wedge);
+    True when it was."""
+    return under_fifo_wedge(test, cmd, env, skip)[0]
+
+
 WATCHDOG = 120
 
 
