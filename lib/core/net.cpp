@@ -221,7 +221,8 @@ std::vector<std::string> listening_tcp_sockets() {
   }
   std::vector<std::string> out;
   auto listening = listening_by_netlink();
-  for (const auto& [inode, address] : listening ? *listening : listening_by_proc())
+  if (!listening) listening = listening_by_proc();
+  for (const auto& [inode, address] : *listening)
     if (inodes.count(inode) != 0) out.push_back(address);
   return out;
 }
