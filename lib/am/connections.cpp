@@ -143,11 +143,11 @@ void Connections::watch_fifo(Clock::time_point now) {
   if (!watching_fifo_ || now < fifo_due_) return;
   fifo_due_ = now + std::max<Duration>(fifo_stall_after() / 4, std::chrono::milliseconds(100));
   Worker::Fifo fifo = engine().worker_->check_fifo(fifo_stall_after());
-  Worker::FifoProbe probe = engine().worker_->fifo_probe();
   if (fifo != Worker::Fifo::kHeld) {
     if (fifo == Worker::Fifo::kFlowing) fifo_flows(now);
     return;
   }
+  Worker::FifoProbe probe = engine().worker_->fifo_probe();
   // The sender holding it claimed its element after the last probe that came through was sent.
   bool died = fifo_sender_died_ != Clock::time_point{} && fifo_sender_died_ >= probe.last_through_sent;
   Duration held = now - probe.waiting_since;
