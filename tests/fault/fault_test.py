@@ -297,34 +297,46 @@ class StalledFifo(unittest.TestCase):
         self.assertEqual(set(over[2:]), {"sluice-tcp"}, "every later client over the stream: %s" % over)
         self.assertGreaterEqual(len(over), 4, "the late client and the writer's reconnect: %s" % over)
 
+    def hold_beside_a_writer(self, peer_timeout, hold, writer_seconds):
+        """A server, a client writing 64 KiB blocks to it for up to `writer_seconds`, and a
+        `blockstore check` held by gdb just past claiming a FIFO element for `hold` seconds (the
+        held client's connect: gdb's stepping to the claim and the hold, within its deadline).
+        Returns the server, the writer and the held client's output."""
+        env = dict(os.environ, SLUICE_PEER_TIMEOUT=peer_timeout, SLUICE_HEARTBEAT="500ms",
+                   SLUICE_CONNECT_TIMEOUT="60s")
+        server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
+        self.address, self.env = "127.0.0.1:%d" % port, env
+        writer = subprocess.Popen([DOOR_CLIENT, self.address, str(writer_seconds)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for _ in range(3):
+            claimed, out = under_fifo_wedge(self, [BLOCKSTORE, "check", self.address, "4"], env, hold=hold)
+            if claimed:
+                break
+        self.assertTrue(claimed, "no client sent into the server's FIFO")
+        return server, writer, out
+
+    def writer_result(self, writer):
+        out, err = writer.communicate(timeout=120)
+        result = dict(kv.split("=", 1) for kv in re.search(r"result (.*)", out).group(1).split())
+        print("the writer: %s" % result)
+        return result, out + err
 
     def test_a_client_stopped_mid_write_holds_the_fifo_and_no_client_fails(self):
         # A sender that has claimed an element and does not run (stopped here; starved of CPU
         # in a storm of closes) holds the FIFO as a killed one would, but lives: the server
         # waits for it (up to the peer timeout), and every message behind it arrives after.
-        # (The held client's connect: gdb's stepping to the claim and the hold, within its deadline.)
-        env = dict(os.environ, SLUICE_PEER_TIMEOUT="8s", SLUICE_HEARTBEAT="500ms", SLUICE_CONNECT_TIMEOUT="60s")
-        server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
-        address = "127.0.0.1:%d" % port
-        writer = subprocess.Popen([DOOR_CLIENT, address, "20"], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        time.sleep(1)
         # Held 6 s: past the 4 s after which a killed sender's FIFO counts as stopped, within the
         # writer's 8 s of silence.
-        for _ in range(3):
-            claimed, out = under_fifo_wedge(self, [BLOCKSTORE, "check", address, "4"], env, hold=6)
-            if claimed:
-                break
-        self.assertTrue(claimed, "no client sent into the server's FIFO")
+        server, writer, out = self.hold_beside_a_writer("8s", hold=6, writer_seconds=20)
         self.assertIn("0 mismatches, 0 errors", out, "the held client finished its check: " + out[-1500:])
-        r = subprocess.run([BLOCKSTORE, "check", address, "4"], env=env, capture_output=True, text=True, timeout=60)
+        r = subprocess.run([BLOCKSTORE, "check", self.address, "4"], env=self.env, capture_output=True, text=True,
+                           timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        out, err = writer.communicate(timeout=60)
-        result = dict(kv.split("=", 1) for kv in re.search(r"result (.*)", out).group(1).split())
-        print("the writer: %s" % result)
+        result, both = self.writer_result(writer)
         # Never failed: one connect, every call answered once.
         self.assertEqual((result["connects"], result["unavailable"], result["other"], result["twice"],
-                          result["outstanding"]), ("1", "0", "0", "0", "0"), out + err)
+                          result["outstanding"]), ("1", "0", "0", "0", "0"), both)
         self.assertIsNone(server.poll(), "the server still serves")
         server.kill()
         log = server.communicate()[1]
@@ -335,6 +347,23 @@ class StalledFifo(unittest.TestCase):
         over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
         self.assertEqual((over[0], over[-1]), ("ucx", "ucx"),
                          "the writer, and the client after the hold, over shared memory: %s" % over)
+
+    def test_a_client_stopped_mid_write_past_the_peer_timeout_stops_the_fifo(self):
+        # The same hold, longer than SLUICE_PEER_TIMEOUT (4 s here): no local client can be heard
+        # through the FIFO for that long, so it counts as stopped, as a dead sender's does.
+        server, writer, _ = self.hold_beside_a_writer("4s", hold=7, writer_seconds=60)
+        result, both = self.writer_result(writer)
+        # Failed once (by the FIFO's verdict or, first, for its silence), every call completed
+        # once, then served again over the stream.
+        self.assertEqual((result["connects"], result["twice"], result["other"], result["outstanding"],
+                          result["new_block"]), ("2", "0", "0", "0", "ok"), both)
+        self.assertIsNone(server.poll(), "the server still serves")
+        server.kill()
+        log = server.communicate()[1]
+        self.assertRegex(log, r"shared-memory FIFO stopped: no probe passed it in 4s, and its sender neither "
+                              r"finished nor ended within SLUICE_PEER_TIMEOUT")
+        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
+        self.assertEqual(over[-1], "sluice-tcp", "the writer's reconnect over the stream: %s" % over)
 
 
 class FailedDuringWireUp(unittest.TestCase):
