@@ -284,7 +284,8 @@ std::vector<Field> transport_vars() {
        "names (self, tcp, sysv, posix, cma, ...) and UCX's aliases (sm and shm: every "
        "shared-memory transport; mm: sysv, posix, xpmem), or ^ and the ones not to use; e.g. shm, "
        "sm,tcp, ^tcp. A list that leaves processes on one host neither shared memory nor a "
-       "network transport is refused (cma moves only large payloads). Empty: UCX's own choice.",
+       "network transport is refused (cma moves only large payloads). Empty: UCX's own choice, "
+       "without sysv where /dev/shm has 256 MiB free (local peers meet over posix).",
        [](std::string_view s, Settings& c) -> absl::Status {
          c.tls = TlsList(s).str();
          return absl::OkStatus();

@@ -82,6 +82,8 @@ class TransportContext {
   // sized from the credits (shm_fifo_size, unless the user sized it), and UCX_TLS from
   // config.tls (or UCX_TLS as given, env.ucx_tls). Checks once per process that CMA works
   // between processes and, when it does not, says so and leaves cma out (unless UCX_TLS is set).
+  // Without a list of the user's, of the shared-memory transports only posix is used where
+  // /dev/shm has 256 MiB free, sysv otherwise.
   // Without `ucx_tcp`, UCX's TCP transport is left out whatever SLUICE_TLS or UCX_TLS say
   // (client/server mode: see Config::ucx_tcp).
   static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config, const ProcessEnv& env = {},
@@ -97,12 +99,16 @@ class TransportContext {
   std::string describe() const;
   // The shared-memory FIFO size Sluice set (UCX_MM_FIFO_SIZE), or empty: UCX's own or the user's.
   const std::string& fifo_size() const { return fifo_size_; }
+  // The shared-memory transports this context may use, as a UCX_TLS list ("posix" when Sluice
+  // chose it over sysv: a FIFO probe of another context opens no more than these).
+  const std::string& shm_tls() const { return shm_tls_; }
 
  private:
   TransportContext() = default;
   void* context_ = nullptr;
   bool ucx_tcp_ = true;
   std::string fifo_size_;
+  std::string shm_tls_ = "sysv,posix";
   std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };
 

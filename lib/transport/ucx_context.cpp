@@ -1,5 +1,6 @@
 // The UCX context: the transports Sluice asks of UCX (shared-memory error handling, the FIFO
 // size, CMA when it works, no TCP outside rank mode) and what it reports.
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -43,6 +45,45 @@ bool cma_works() {
     return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
   }();
   return works;
+}
+
+// SysV shared memory takes one lock of the IPC namespace, for writing, in every attach and
+// detach: 1,000 engines closing at once queued on it, and a sender waiting behind its own
+// process's detaches held the server's FIFO element it had claimed, 5-11 s in 18 of 19 runs
+// (docs/reliability.md). POSIX shared memory (files in /dev/shm) held it in 0 of 6. A small
+// /dev/shm (a container's 64 MiB) has no room for the receive buffers (4 MiB an engine).
+constexpr std::uint64_t kPosixRoom = std::uint64_t{256} << 20;
+
+bool posix_has_room() {
+  static bool room = [] {
+    const char* dir = std::getenv("UCX_POSIX_DIR");
+    struct statvfs fs {};
+    if (::statvfs(dir != nullptr && *dir != '\0' ? dir : "/dev/shm", &fs) != 0) return false;
+    return std::uint64_t{fs.f_bavail} * fs.f_frsize >= kPosixRoom;
+  }();
+  return room;
+}
+
+// The list as this host needs it, where the user left the choice to Sluice: without cma when
+// it does not work here, and with one shared-memory transport, not both (UCX would open both
+// and use sysv): posix where /dev/shm has room. `shm_tls` gets the shared-memory transports kept.
+std::string for_this_host(std::string tls, const Config& config, const ProcessEnv& env, std::string* shm_tls) {
+  if (!cma_works()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      SLUICE_LOG(kWarn, "transport",
+                 "cma does not work between processes here (ptrace permission, see "
+                 "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
+    });
+    if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
+    else if (tls == "^tcp") tls = "^tcp,cma";
+  }
+  *shm_tls = "sysv,posix";
+  if (config.tls.empty() && env.ucx_tls.empty() && posix_has_room()) {
+    tls = TlsList(tls).without("sysv").str();
+    *shm_tls = "posix";
+  }
+  return tls;
 }
 
 }  // namespace
@@ -116,16 +157,8 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
   // packs them differently).
   set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");
-  if (!cma_works()) {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      SLUICE_LOG(kWarn, "transport",
-                 "cma does not work between processes here (ptrace permission, see "
-                 "/proc/sys/kernel/yama/ptrace_scope): local rendezvous uses shared memory copies");
-    });
-    if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
-    else if (tls == "^tcp") tls = "^tcp,cma";
-  }
+  std::string shm_tls;
+  tls = for_this_host(tls, config, env, &shm_tls);
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(
         ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()), absl::StrFormat("SLUICE_TLS=%s", tls)));
@@ -141,10 +174,13 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   }
   std::unique_ptr<TransportContext> out(new TransportContext());
   out->context_ = ctx;
-  if (!ucx_tcp) settings.push_back(absl::StrFormat("UCX_TLS=%s", tls));
+  // The list is shown where Sluice changed it: client/server mode, or a choice left to it.
+  if (!ucx_tcp || (!tls.empty() && tls != (!config.tls.empty() ? config.tls : env.ucx_tls)))
+    settings.push_back(absl::StrFormat("UCX_TLS=%s", tls));
   out->settings_ = std::move(settings);
   out->ucx_tcp_ = ucx_tcp;
   out->fifo_size_ = std::move(fifo_size);
+  out->shm_tls_ = std::move(shm_tls);
   return out;
 }
 

@@ -23,14 +23,14 @@ void probe_ep_failed(void* /*arg*/, int status) {
   SLUICE_LOG(kWarn, "transport", "the shared-memory FIFO's probe endpoint failed: %s", ucx_status_name(status));
 }
 
-// The probe's own context: UCX's shared-memory transports alone (a worker of the main context
+// The probe's own context: the main context's shared-memory transports alone (a worker of the main context
 // would open UCX's TCP ports too, where SLUICE_UCX_TCP=y allows them), with the main context's
 // FIFO size (a sender indexes the receiver's FIFO with its own size) and error handling (peer
 // error mode, as the engine's endpoints use, takes shared memory only with it).
 void* probe_context(const TransportContext& main) {
   ucp_config_t* cfg = nullptr;
   if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return nullptr;
-  bool ok = ucp_config_modify(cfg, "TLS", "sysv,posix") == UCS_OK &&
+  bool ok = ucp_config_modify(cfg, "TLS", main.shm_tls().c_str()) == UCS_OK &&
             ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") == UCS_OK &&
             ucp_config_modify(cfg, "UNIFIED_MODE", "n") == UCS_OK &&
             (main.fifo_size().empty() || ucp_config_modify(cfg, "MM_FIFO_SIZE", main.fifo_size().c_str()) == UCS_OK);

@@ -245,7 +245,7 @@ class Client:
         return "connected" in self.text() or self.proc.poll() is not None
 
     def transport(self):
-        """What carries its calls, as its debug log says ("sluice-tcp/aes-256-gcm", "sysv/memory ...")."""
+        """What carries its calls, as its debug log says ("sluice-tcp/aes-256-gcm", "posix/memory ...")."""
         m = re.search(r"debug am: server \S+ ready: .*; transports (.*)$", self.text("err"), re.M)
         return m.group(1) if m else None
 

@@ -1,5 +1,6 @@
 """What the fault tests share: peer_fault's three processes, started by hand with the file
 bootstrap (no launcher ends the job when one dies), and the checks on rank 0's report."""
+import glob
 import os
 import re
 import socket
@@ -54,12 +55,35 @@ def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def posix_segments_held():
+    """The POSIX shared-memory files (UCX's, in /dev/shm) some living process holds open: a
+    segment's creator keeps its file open while the segment lives (others open it through
+    /proc/<creator>/fd)."""
+    held = set()
+    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith("/dev/shm/ucx_shm_posix"):
+                held.add(target.split()[0])
+    return held
+
+
 def dead_segments(pid):
-    """The SysV shared memory segments process `pid` has mapped whose creator is gone: a dead
-    peer's FIFO and receive buffers its transport kept (a SysV mapping's inode in the maps is the
-    segment id; /proc/sysvipc/shm names each segment's creator). peer_fault.cpp counts the same."""
+    """The shared memory segments process `pid` has mapped whose creator is gone: a dead peer's
+    FIFO and receive buffers its transport kept. SysV: a mapping's inode in the maps is the
+    segment id, and /proc/sysvipc/shm names each segment's creator. POSIX: a mapped file of
+    /dev/shm that no process holds open. peer_fault.cpp counts the same."""
     with open("/proc/%d/maps" % pid) as f:
-        mapped = {int(line.split()[4]) for line in f if "SYSV" in line}
+        lines = [line.split() for line in f]
+    mapped = {int(fields[4]) for fields in lines if len(fields) > 5 and "SYSV" in fields[5]}
+    posix = {fields[5] for fields in lines if len(fields) > 5 and fields[5].startswith("/dev/shm/ucx_shm_posix")}
     dead = []
     with open("/proc/sysvipc/shm") as f:
         next(f)
@@ -67,7 +91,7 @@ def dead_segments(pid):
             shmid, creator = int(fields[1]), int(fields[4])
             if shmid in mapped and not os.path.exists("/proc/%d" % creator):
                 dead.append(shmid)
-    return dead
+    return dead + sorted(posix - posix_segments_held())
 
 
 class FaultHarness(unittest.TestCase):

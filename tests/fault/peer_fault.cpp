@@ -12,7 +12,7 @@
 //   every operation towards rank 1 completed exactly once (ok or Unavailable), none is left
 //   in the transport, the send pool is full again, rank 2 kept receiving after the failure,
 //   what it received came in order. Ranks 1 and 2 exit 4 when what they received did not.
-//   It also reports how many SysV segments of dead processes it still has mapped
+//   It also reports how many shared-memory segments (SysV or POSIX) of dead processes it still has mapped
 //   (dead_peer_segments; the driver asserts none).
 //
 //   peer_fault kill|stop|stop-survive [SECONDS]
@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -39,19 +40,37 @@
 using namespace sluice;
 using Secs = std::chrono::duration<double>;
 
-// How many SysV shared memory segments this process still has mapped whose creator is gone:
-// a dead peer's FIFO and receive buffers that its transport never let go of. The maps name a
-// SysV mapping's segment id as its inode; /proc/sysvipc/shm names each segment's creator.
+// The POSIX shared-memory files of UCX (in /dev/shm) that some living process holds open: a
+// segment's creator keeps its file open while the segment lives.
+static std::set<std::string> posix_segments_held() {
+  std::set<std::string> held;
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      std::string target = std::filesystem::read_symlink(fd.path(), link_ec).string();
+      if (!link_ec && target.rfind("/dev/shm/ucx_shm_posix", 0) == 0) held.insert(target.substr(0, target.find(' ')));
+    }
+  }
+  return held;
+}
+
+// How many shared memory segments this process still has mapped whose creator is gone: a dead
+// peer's FIFO and receive buffers that its transport never let go of. SysV: the maps name a
+// mapping's segment id as its inode, and /proc/sysvipc/shm names each segment's creator.
+// POSIX: a mapped file of /dev/shm that no process holds open.
 static int dead_peer_segments() {
   std::set<long> mapped;
+  std::set<std::string> posix;
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("SYSV") == std::string::npos) continue;
     std::istringstream fields(line);
-    std::string range, perms, offset, dev;
+    std::string range, perms, offset, dev, path;
     long inode = -1;
-    fields >> range >> perms >> offset >> dev >> inode;
-    mapped.insert(inode);
+    fields >> range >> perms >> offset >> dev >> inode >> path;
+    if (path.find("SYSV") != std::string::npos) mapped.insert(inode);
+    if (path.rfind("/dev/shm/ucx_shm_posix", 0) == 0) posix.insert(path);
   }
   int dead = 0;
   std::ifstream shm("/proc/sysvipc/shm");
@@ -63,6 +82,8 @@ static int dead_peer_segments() {
     if (!(fields >> key >> shmid >> perms >> size >> cpid)) continue;
     if (mapped.count(shmid) && ::kill(static_cast<pid_t>(cpid), 0) != 0 && errno == ESRCH) ++dead;
   }
+  std::set<std::string> held = posix_segments_held();
+  for (const std::string& path : posix) dead += held.count(path) == 0;
   return dead;
 }
 

@@ -1,8 +1,12 @@
 // The UCX wrappers against real UCX: one worker with an endpoint to itself.
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -225,6 +229,65 @@ TEST(TransportChoice, AliasesGetTheSettingsOfTheTransportsTheyStandFor) {
       }
     }
   }
+}
+
+// How many SysV shared-memory segments this process has mapped.
+int sysv_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("/SYSV") != std::string::npos;
+  return n;
+}
+
+// Two workers of `ctx` with an endpoint between them: the endpoint's transports, and whether
+// the FIFO probe of the second passed ("" when something failed, with the failure recorded).
+std::pair<std::string, bool> reach(const TransportContext& ctx) {
+  auto a = Worker::create(ctx);
+  auto b = Worker::create(ctx);
+  if (!a.ok() || !b.ok()) {
+    ADD_FAILURE() << "Worker::create";
+    return {};
+  }
+  auto ep = (*a)->connect((*b)->address(), [](void*, int) {}, nullptr);
+  if (!ep.ok()) {
+    ADD_FAILURE() << ep.status();
+    return {};
+  }
+  Worker::Fifo fifo = Worker::Fifo::kSlow;  // the probe's first pass may wait for its endpoint's wire-up
+  for (auto until = Clock::now() + std::chrono::seconds(2); fifo == Worker::Fifo::kSlow && Clock::now() < until;)
+    fifo = (*b)->check_fifo(std::chrono::seconds(1));
+  std::string tls = ep->transports();
+  (void)(*a)->wait_request(ep->start_close(true), Clock::now() + std::chrono::seconds(2));
+  return {tls, fifo == Worker::Fifo::kFlowing};
+}
+
+// SysV attaches and detaches all wait on one lock of the IPC namespace (ucx_context.cpp): where
+// /dev/shm has room and the user named no transports, local peers meet over posix alone, and
+// neither the engine's context nor the FIFO probe's maps a SysV segment.
+TEST(TransportChoice, PosixAloneWhereDevShmHasRoom) {
+  struct statvfs fs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &fs), 0);
+  if (std::uint64_t{fs.f_bavail} * fs.f_frsize < (std::uint64_t{256} << 20)) GTEST_SKIP() << "/dev/shm is small";
+  ASSERT_EQ(sysv_mappings(), 0) << "a SysV segment was mapped before the test";
+  auto ctx = TransportContext::create(Config());
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_EQ((*ctx)->shm_tls(), "posix");
+  std::string d = (*ctx)->describe();
+  EXPECT_NE(d.find("UCX_TLS=^"), std::string::npos) << d;
+  auto [tls, probed] = reach(**ctx);
+  EXPECT_NE(tls.find("posix"), std::string::npos) << tls;
+  EXPECT_TRUE(probed);
+  EXPECT_EQ(sysv_mappings(), 0) << "a SysV segment is mapped";
+
+  // A list of the user's stays as given: shm is sysv and posix, and UCX picks sysv.
+  Config shm;
+  shm.tls = "shm";
+  auto given = TransportContext::create(shm);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ((*given)->shm_tls(), "sysv,posix");
+  auto [shm_tls, shm_probed] = reach(**given);
+  EXPECT_NE(shm_tls.find("sysv"), std::string::npos) << shm_tls;
+  EXPECT_TRUE(shm_probed);
 }
 
 }  // namespace
