@@ -201,8 +201,9 @@ std::vector<Field> liveness_vars() {
   return {
       duration_var("SLUICE_PEER_TIMEOUT", "flow", "10s",
                    "A peer silent this long (no message, no heartbeat answer) is declared dead; its operations "
-                   "complete with Unavailable. A server whose shared-memory FIFO passes no probe for half of it "
-                   "(at least 1 s) fails the local clients over it and serves later ones over Sluice's TCP transport.",
+                   "complete with Unavailable. A server whose shared-memory FIFO passes no probe for all of it, or "
+                   "for half of it (at least 1 s) after a local client's process ended, fails the local clients "
+                   "over it and serves later ones over Sluice's TCP transport.",
                    &Config::peer_timeout, true),
       duration_var("SLUICE_HEARTBEAT", "flow", "1s",
                    "Interval of heartbeats to peers that have been idle this long (longer with many peers: "
