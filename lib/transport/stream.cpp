@@ -57,8 +57,20 @@ bool StreamHub::progress() {
     closed_.clear();
   }
   if (conns_.empty()) return false;
+  if (skipped_ < skip_) {
+    ++skipped_;
+    return false;
+  }
+  skipped_ = 0;
   epoll_event evs[64];
   int n = ::epoll_wait(epoll_fd_, evs, 64, 0);
+  if (n > 0) {
+    skip_ = 0;
+    empty_looks_ = 0;
+  } else if (++empty_looks_ >= kQuietLooks) {
+    empty_looks_ = kQuietLooks;
+    skip_ = std::min(2 * skip_ + 1, kMaxSkip);
+  }
   for (int i = 0; i < n; ++i) {
     auto* c = static_cast<StreamConn*>(evs[i].data.ptr);
     // A connection closed by a callback earlier in this batch is in closed_, still allocated.
