@@ -99,8 +99,8 @@ class TransportContext {
   std::string describe() const;
   // The shared-memory FIFO size Sluice set (UCX_MM_FIFO_SIZE), or empty: UCX's own or the user's.
   const std::string& fifo_size() const { return fifo_size_; }
-  // The shared-memory transports this context may use, as a UCX_TLS list ("posix" when Sluice
-  // chose it over sysv: a FIFO probe of another context opens no more than these).
+  // The shared-memory transports (sysv, posix) this context may use, as a UCX_TLS list; empty
+  // when none: a FIFO probe of another context opens no more than these.
   const std::string& shm_tls() const { return shm_tls_; }
 
  private:
@@ -108,7 +108,7 @@ class TransportContext {
   void* context_ = nullptr;
   bool ucx_tcp_ = true;
   std::string fifo_size_;
-  std::string shm_tls_ = "sysv,posix";
+  std::string shm_tls_;
   std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };
 

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -54,20 +53,16 @@ bool cma_works() {
 // /dev/shm (a container's 64 MiB) has no room for the receive buffers (4 MiB an engine).
 constexpr std::uint64_t kPosixRoom = std::uint64_t{256} << 20;
 
-bool posix_has_room() {
-  static bool room = [] {
-    const char* dir = std::getenv("UCX_POSIX_DIR");
-    struct statvfs fs {};
-    if (::statvfs(dir != nullptr && *dir != '\0' ? dir : "/dev/shm", &fs) != 0) return false;
-    return std::uint64_t{fs.f_bavail} * fs.f_frsize >= kPosixRoom;
-  }();
-  return room;
+bool posix_has_room(const std::string& dir) {
+  struct statvfs fs {};
+  if (::statvfs(dir.empty() ? "/dev/shm" : dir.c_str(), &fs) != 0) return false;
+  return std::uint64_t{fs.f_bavail} * fs.f_frsize >= kPosixRoom;
 }
 
 // The list as this host needs it, where the user left the choice to Sluice: without cma when
 // it does not work here, and with one shared-memory transport, not both (UCX would open both
-// and use sysv): posix where /dev/shm has room. `shm_tls` gets the shared-memory transports kept.
-std::string for_this_host(std::string tls, const Config& config, const ProcessEnv& env, std::string* shm_tls) {
+// and use sysv): posix where /dev/shm has room.
+std::string for_this_host(std::string tls, const Config& config, const ProcessEnv& env) {
   if (!cma_works()) {
     static std::once_flag once;
     std::call_once(once, [] {
@@ -78,11 +73,8 @@ std::string for_this_host(std::string tls, const Config& config, const ProcessEn
     if (tls.empty() && env.ucx_tls.empty()) tls = "^cma";  // a UCX_TLS of the user's stays as given
     else if (tls == "^tcp") tls = "^tcp,cma";
   }
-  *shm_tls = "sysv,posix";
-  if (config.tls.empty() && env.ucx_tls.empty() && posix_has_room()) {
+  if (config.tls.empty() && env.ucx_tls.empty() && posix_has_room(env.ucx_posix_dir))
     tls = TlsList(tls).without("sysv").str();
-    *shm_tls = "posix";
-  }
   return tls;
 }
 
@@ -157,8 +149,7 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
   // packs them differently).
   set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");
-  std::string shm_tls;
-  tls = for_this_host(tls, config, env, &shm_tls);
+  tls = for_this_host(tls, config, env);
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(
         ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()), absl::StrFormat("SLUICE_TLS=%s", tls)));
@@ -180,7 +171,10 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   out->settings_ = std::move(settings);
   out->ucx_tcp_ = ucx_tcp;
   out->fifo_size_ = std::move(fifo_size);
-  out->shm_tls_ = std::move(shm_tls);
+  // The shared-memory FIFOs this context's workers may have: what the final list allows.
+  const TlsList used(!tls.empty() ? tls : env.ucx_tls);
+  for (const char* shm : {"sysv", "posix"})
+    if (used.may_use(shm)) out->shm_tls_ += out->shm_tls_.empty() ? shm : std::string(",") + shm;
   return out;
 }
 

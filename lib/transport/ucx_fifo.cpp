@@ -28,6 +28,7 @@ void probe_ep_failed(void* /*arg*/, int status) {
 // FIFO size (a sender indexes the receiver's FIFO with its own size) and error handling (peer
 // error mode, as the engine's endpoints use, takes shared memory only with it).
 void* probe_context(const TransportContext& main) {
+  if (main.shm_tls().empty()) return nullptr;  // UCX_TLS without sysv and posix
   ucp_config_t* cfg = nullptr;
   if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return nullptr;
   bool ok = ucp_config_modify(cfg, "TLS", main.shm_tls().c_str()) == UCS_OK &&

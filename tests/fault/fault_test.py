@@ -322,6 +322,14 @@ class StalledFifo(unittest.TestCase):
         print("the writer: %s" % result)
         return result, out + err
 
+    def stop_server(self, server):
+        """Kills the server, which must still serve: its log, and the transports its clients were
+        admitted over, in order."""
+        self.assertIsNone(server.poll(), "the server still serves")
+        server.kill()
+        log = server.communicate()[1]
+        return log, re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
+
     def test_a_client_stopped_mid_write_holds_the_fifo_and_no_client_fails(self):
         # A sender that has claimed an element and does not run (stopped here; starved of CPU
         # in a storm of closes) holds the FIFO as a killed one would, but lives: the server
@@ -337,14 +345,11 @@ class StalledFifo(unittest.TestCase):
         # Never failed: one connect, every call answered once.
         self.assertEqual((result["connects"], result["unavailable"], result["other"], result["twice"],
                           result["outstanding"]), ("1", "0", "0", "0", "0"), both)
-        self.assertIsNone(server.poll(), "the server still serves")
-        server.kill()
-        log = server.communicate()[1]
+        log, over = self.stop_server(server)
         self.assertRegex(log, r"shared-memory FIFO has been held for 4s by a local sender that has not finished")
         self.assertRegex(log, r"shared-memory FIFO flows again, after a local sender held it for \d")
         self.assertNotIn("FIFO stopped", log)
         self.assertNotRegex(log, r"peer client \S+ failed")
-        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
         self.assertEqual((over[0], over[-1]), ("ucx", "ucx"),
                          "the writer, and the client after the hold, over shared memory: %s" % over)
 
@@ -357,12 +362,9 @@ class StalledFifo(unittest.TestCase):
         # once, then served again over the stream.
         self.assertEqual((result["connects"], result["twice"], result["other"], result["outstanding"],
                           result["new_block"]), ("2", "0", "0", "0", "ok"), both)
-        self.assertIsNone(server.poll(), "the server still serves")
-        server.kill()
-        log = server.communicate()[1]
+        log, over = self.stop_server(server)
         self.assertRegex(log, r"shared-memory FIFO stopped: no probe passed it in 4s, and its sender neither "
                               r"finished nor ended within SLUICE_PEER_TIMEOUT")
-        over = re.findall(r"admitted at index \d+ \(.*, over (\S+)\)", log)
         self.assertEqual(over[-1], "sluice-tcp", "the writer's reconnect over the stream: %s" % over)
 
 
