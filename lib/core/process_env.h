@@ -23,8 +23,9 @@ struct ProcessEnv {
   // UCX's shared-memory FIFO size was given (UCX_MM_FIFO_SIZE, UCX_SYSV_FIFO_SIZE or
   // UCX_POSIX_FIFO_SIZE): Sluice leaves it as given instead of deriving it from the credits.
   bool ucx_fifo_size_set = false;
-  std::string ucx_tls;        // UCX_TLS as given: what SLUICE_TLS overrides
-  std::string ucx_posix_dir;  // UCX_POSIX_DIR as given: where UCX's posix segments live (empty: /dev/shm)
+  bool ucx_adaptive_progress_set = false;  // UCX_ADAPTIVE_PROGRESS was given: left as given
+  std::string ucx_tls;                     // UCX_TLS as given: what SLUICE_TLS overrides
+  std::string ucx_posix_dir;               // UCX_POSIX_DIR as given: where UCX's posix segments live (empty: /dev/shm)
 
   // Reads the launcher and testing variables of the configuration table (an error names the
   // variable, like Config::from_env) and the UCX ones; SLUICE_RANK must be below SLUICE_SIZE.

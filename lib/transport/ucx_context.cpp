@@ -150,6 +150,13 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // packs them differently).
   set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");
   tls = for_this_host(tls, config, env);
+  // The list UCX gets, as it reads it (empty: UCX_TLS as the user gave it, or all).
+  const TlsList used(!tls.empty() ? tls : env.ucx_tls);
+  // UCX 1.13 polls an interface no endpoint uses yet on its own ("adaptive progress"); when
+  // such a shared-memory interface reads an empty datagram on its wake-up socket, which any
+  // local process may send, it aborts the process. Off, that read only wakes the engine.
+  // Left on where UCX's TCP may be in use: off, every pass would poll TCP (am_lat 2.4x).
+  if (!env.ucx_adaptive_progress_set && !used.may_use("tcp")) set("ADAPTIVE_PROGRESS", "n", "UCX_ADAPTIVE_PROGRESS");
   if (!tls.empty()) {
     SLUICE_RETURN_IF_ERROR(
         ucx_status(ucp_config_modify(cfg, "TLS", tls.c_str()), absl::StrFormat("SLUICE_TLS=%s", tls)));
@@ -172,7 +179,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   out->ucx_tcp_ = ucx_tcp;
   out->fifo_size_ = std::move(fifo_size);
   // The shared-memory FIFOs this context's workers may have: what the final list allows.
-  const TlsList used(!tls.empty() ? tls : env.ucx_tls);
   for (const char* shm : {"sysv", "posix"})
     if (used.may_use(shm)) out->shm_tls_ += out->shm_tls_.empty() ? shm : std::string(",") + shm;
   return out;

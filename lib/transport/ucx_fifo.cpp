@@ -34,6 +34,7 @@ void* probe_context(const TransportContext& main) {
   bool ok = ucp_config_modify(cfg, "TLS", main.shm_tls().c_str()) == UCS_OK &&
             ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") == UCS_OK &&
             ucp_config_modify(cfg, "UNIFIED_MODE", "n") == UCS_OK &&
+            ucp_config_modify(cfg, "ADAPTIVE_PROGRESS", "n") == UCS_OK &&  // as the main context: no abort
             (main.fifo_size().empty() || ucp_config_modify(cfg, "MM_FIFO_SIZE", main.fifo_size().c_str()) == UCS_OK);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

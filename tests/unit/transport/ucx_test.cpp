@@ -227,8 +227,23 @@ TEST(TransportChoice, AliasesGetTheSettingsOfTheTransportsTheyStandFor) {
       if (!ucx_tcp && std::string_view(c.tls) == "shm,tcp") {
         EXPECT_NE(set.find(" UCX_TLS=shm\n"), std::string::npos) << set;
       }
+      // UCX's own polling of idle interfaces is off wherever its TCP is left out (security.md).
+      bool tcp = ucx_tcp && (std::string_view(c.tls).find("tcp") != std::string_view::npos || c.tls[0] == '^');
+      EXPECT_EQ(set.find("UCX_ADAPTIVE_PROGRESS=n") != std::string::npos, !tcp) << c.tls << ": " << set;
     }
   }
+}
+
+// A UCX_ADAPTIVE_PROGRESS of the user's is left as given.
+TEST(TransportChoice, AdaptiveProgressTheUserSetIsLeftAlone) {
+  ProcessEnv env;
+  env.ucx_adaptive_progress_set = true;
+  auto ctx = TransportContext::create(Config{}, env, false);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_EQ((*ctx)->describe().find("ADAPTIVE_PROGRESS"), std::string::npos) << (*ctx)->describe();
+  auto ours = TransportContext::create(Config{}, ProcessEnv{}, false);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  EXPECT_NE((*ours)->describe().find("UCX_ADAPTIVE_PROGRESS=n"), std::string::npos) << (*ours)->describe();
 }
 
 // How many SysV shared-memory segments this process has mapped.
