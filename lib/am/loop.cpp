@@ -119,9 +119,11 @@ void EngineCore::sleep_until(Clock::time_point until) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
   pollfd fds[3] = {{worker_->event_fd(), POLLIN, 0}, {connections_.fd(), POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
-  if (ms > 0) ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
+  if (ms > 0) {
+    ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
+    worker_->streams_woke(fds[2].revents != 0);
+  }
   connections_.woke(fds[1].revents != 0);
-  if (fds[2].revents != 0) worker_->streams_woke();
 }
 
 Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {

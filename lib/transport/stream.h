@@ -178,8 +178,17 @@ class StreamHub {
   // 16th pass, so an engine busy with UCX traffic beside quiet stream peers, or waking for
   // timers, does not pay one per pass; stream traffic itself is looked for on every pass.
   bool progress();
-  // The engine woke for the hub's epoll fd: the next progress() looks.
-  void woke() { skipped_ = skip_; }
+  // The engine slept on fd() beside other fds and woke: for this one (`ready`), the next
+  // progress() looks; for another, the sleep's poll has just looked, and the next kMaxSkip
+  // passes leave the hub alone (an idle server woken by heartbeats made 2-3 looks a wake).
+  void woke(bool ready) {
+    if (ready) {
+      skipped_ = skip_;
+    } else {
+      skip_ = kMaxSkip;
+      skipped_ = 0;
+    }
+  }
   // Sends made between hold() and release() (the replies of one pass of handlers) are written
   // once per connection at release: one system call for many small messages.
   void hold() { holding_ = true; }

@@ -21,8 +21,8 @@ int Worker::stream_fd() const { return streams_ ? streams_->fd() : -1; }
 
 bool Worker::stream_progress() { return streams_->progress(); }
 
-void Worker::streams_woke() {
-  if (streams_) streams_->woke();
+void Worker::streams_woke(bool ready) {
+  if (streams_) streams_->woke(ready);
 }
 
 void Worker::hold_streams() { streams_->hold(); }

@@ -194,8 +194,9 @@ class Worker {
   Endpoint stream_endpoint(StreamOptions options, Endpoint::ErrorCallback on_error, void* arg);
   // The stream connections' epoll fd, to sleep on beside event_fd(); -1 when there are none.
   int stream_fd() const;
-  // The engine woke for stream_fd(): the next progress() reads the connections.
-  void streams_woke();
+  // The engine slept on stream_fd() and woke, for it (`ready`: the next progress() reads the
+  // connections) or for another fd (the sleep looked at them: the next passes need not).
+  void streams_woke(bool ready);
   // Small sends to stream endpoints between hold_sends() and release_sends() are copied and
   // written once per connection at release (a pass of handlers answering many requests pays
   // one system call per peer). Nothing for UCX endpoints.
