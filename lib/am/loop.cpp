@@ -67,6 +67,12 @@ bool EngineCore::progress() {
   // the receive that finds it brings one more: Receives.)
   receives_.post();
   landings_.retry(false);
+  // Reading the clock is not free on every machine (a VM without a stable TSC pays a
+  // system-call-like price): timers are checked every kTimerEvery calls. They judge peers'
+  // silence, so that pass reads the streams too, however quiet (StreamHub::progress).
+  const bool timers_due = ++since_timer_check_ >= kTimerEvery;
+  if (timers_due) [[unlikely]]
+    worker_->streams_woke(true);
   bool any = worker_->progress();
   if (!done_.empty()) {
     any = true;
@@ -81,9 +87,7 @@ bool EngineCore::progress() {
     any = true;
     run_posted();
   }
-  // Reading the clock is not free on every machine (a VM without a stable TSC pays a
-  // system-call-like price): timers are checked every kTimerEvery calls.
-  if (++since_timer_check_ >= kTimerEvery) [[unlikely]]
+  if (timers_due) [[unlikely]]
     any = check_clock() || any;
   probe::progress_end();
   return any;
