@@ -88,7 +88,7 @@ struct SLUICE_API Config {
   // liveness
   Duration peer_timeout = std::chrono::seconds(10);
   Duration heartbeat = std::chrono::seconds(1);
-  std::uint32_t heartbeat_rate = 500;  // heartbeats per second at most, spread over the peers
+  std::uint32_t heartbeat_rate = 250;  // heartbeats per second at most, spread over the peers
   Duration connect_timeout = std::chrono::seconds(10);
   Duration call_warn = std::chrono::seconds(30);  // a call without a timeout outstanding this long is logged
   // progress

@@ -210,7 +210,7 @@ std::vector<Field> liveness_vars() {
                    "SLUICE_HEARTBEAT_RATE). A server pings its quiet clients; a client pings its server only "
                    "after half of SLUICE_PEER_TIMEOUT without a word from it.",
                    &Config::heartbeat, false),
-      int_var<std::uint32_t>("SLUICE_HEARTBEAT_RATE", "flow", "500",
+      int_var<std::uint32_t>("SLUICE_HEARTBEAT_RATE", "flow", "250",
                              "Heartbeats per second an engine sends at most: with more peers than this "
                              "times SLUICE_HEARTBEAT, each is pinged less often (at most a third of "
                              "SLUICE_PEER_TIMEOUT apart), so idle clients cost a server the same however many.",
