@@ -10,7 +10,7 @@ itself (adaptive progress), it aborts the process, so Sluice turns that off wher
 left out. These tests send every length, empty ones and a flood to each socket of a real
 `blockstore serve` and of its client while the client checks blocks: the check completes, the
 server lives and logs nothing, and it goes back to sleep once the datagrams stop; with UCX's
-TCP allowed, the abort is still there."""
+TCP allowed, and in rank mode, the abort is still there."""
 import multiprocessing
 import os
 import re
@@ -21,7 +21,10 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BLOCKSTORE, serve_blockstore  # noqa: E402
+from harness import BLOCKSTORE, BUILD, serve_blockstore  # noqa: E402
+
+SLUICE_RUN = os.path.join(BUILD, "apps/sluice-run")
+SLUICE_PERF = os.path.join(BUILD, "perf/sluice-perf")
 
 # Lengths around what UCX reads at once (32 bytes), a page, and a datagram near the socket's limit.
 LENGTHS = (0, 1, 31, 32, 33, 4096, 65536)
@@ -207,6 +210,35 @@ class WakeUpSockets(unittest.TestCase):
         log = self.server_log()
         self.assertIsNone(re.search(r"error|failed|wakeup", log, re.I), log[-2000:])
 
+    def test_a_rank_mode_job_can_be_ended_by_empty_datagrams(self):
+        # Rank mode keeps UCX's TCP, so adaptive progress stays on (docs/security.md): empty
+        # datagrams sent to a two-rank job's wake-up sockets from its start to its end (about
+        # 2 s of am_lat) end it, a rank aborting in UCX. Up to 3 jobs: one ends.
+        for attempt in range(3):
+            job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", "2000000"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.addCleanup(lambda j=job: j.poll() is None and (j.kill(), j.communicate()))
+            names, deadline = set(), time.monotonic() + 60
+            with sender() as s:
+                while job.poll() is None and time.monotonic() < deadline:
+                    for pid in map(int, subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                                                       text=True).stdout.split()):
+                        names.update(wakeup_sockets(pid))
+                    for _ in range(20):
+                        for name in names:
+                            try:
+                                send_to(s, name, b"")
+                            except ConnectionRefusedError:
+                                pass
+                        time.sleep(0.001)
+            out, _ = job.communicate(timeout=30)
+            self.assertTrue(names, "the ranks' wake-up sockets")
+            fatal = next((line for line in out.splitlines() if "Fatal" in line), "")
+            print("attempt %d: the job ended with %d: %s" % (attempt + 1, job.returncode, fatal or "completed"))
+            if job.returncode != 0:
+                self.assertIn("failed to arm iface", out)
+                return
+        self.fail("3 rank-mode jobs lived through empty datagrams: UCX no longer aborts; docs/security.md should say so")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
