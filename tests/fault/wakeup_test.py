@@ -188,9 +188,17 @@ class WakeUpSockets(unittest.TestCase):
         deadline = time.monotonic() + 10
         while not wakeup_sockets(client.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        names = wakeup_sockets(self.server.pid) + wakeup_sockets(client.pid)
+        # Every socket the two processes listen on or can be reached at: TCP (ss -ltnp), the door
+        # alone and nothing in the client; Unix datagrams (ss -xap), the server's worker and FIFO
+        # probe and the client's worker.
+        tcp = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
+        self.assertEqual([line.split()[3] for line in tcp if "pid=%d," % self.server.pid in line],
+                         ["127.0.0.1:%d" % self.port], "the server listens on TCP at its door alone")
+        self.assertEqual([line for line in tcp if "pid=%d," % client.pid in line], [], "a client listens nowhere")
+        server_names, client_names = wakeup_sockets(self.server.pid), wakeup_sockets(client.pid)
+        self.assertEqual((len(server_names), len(client_names)), (2, 1), "wake-up sockets: server 2, client 1")
+        names = server_names + client_names
         print("flooding the wake-up sockets of the server and its client: %s" % names)
-        self.assertGreaterEqual(len(names), 2, "the client's socket too")
         counts = multiprocessing.Queue()
         floods = [multiprocessing.Process(target=flood, args=(names, 3.0, counts)) for _ in range(2)]
         for p in floods:
