@@ -3,11 +3,12 @@
 //   sluice-run -n N [--bind core|numa|none] [--tag-output] [--timeout SECONDS] [--stats]
 //              [-x VAR[=VALUE]]... PROGRAM [ARGS...]   (options.h has them all)
 //
-// Each rank gets SLUICE_RANK, SLUICE_SIZE, SLUICE_LOCAL_RANK, SLUICE_BOOT=sluice-run and the
-// address and token of the launcher's bootstrap service. The launcher forwards SIGINT and
-// SIGTERM; when a rank exits non-zero or is killed, it stops the others (SIGTERM, then SIGKILL
-// after a grace period) and exits with that rank's status (128+signal for a signal). Ranks
-// die with the launcher (PR_SET_PDEATHSIG). Exit status 2: bad arguments; 124: --timeout.
+// Each rank gets SLUICE_RANK, SLUICE_SIZE, SLUICE_LOCAL_RANK, SLUICE_LOCAL_SIZE (the job's
+// ranks on its host), SLUICE_BOOT=sluice-run and the address and token of the launcher's
+// bootstrap service. The launcher forwards SIGINT and SIGTERM; when a rank exits non-zero or
+// is killed, it stops the others (SIGTERM, then SIGKILL after a grace period) and exits with
+// that rank's status (128+signal for a signal). Ranks die with the launcher
+// (PR_SET_PDEATHSIG). Exit status 2: bad arguments; 124: --timeout.
 //
 // main's steps, each a function below: parse_options (options.h), the bootstrap service,
 // prepare (--bind's layout, --stats' directory, place_ranks), take_signals, start_ranks
@@ -28,10 +29,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <sluice/bootstrap_service.h>
@@ -94,15 +97,18 @@ std::vector<int> cpus_for(const Options& o, int rank, const sluice::CpuLayout& l
 // variables, the launcher's SLUICE_* and UCX_* and -x ones, the token read from standard
 // input, then the program, in the launcher's working directory when the host has it.
 // With --stats, the rank's counters go to a directory of its own there, made first.
-std::string remote_command(const Options& o, int r, int local, const std::string& boot_addr,
+std::string remote_command(const Options& o, int r, std::pair<int, int> local, const std::string& boot_addr,
                            const sluice::run::JobStats* stats) {
   using sluice::run::shell_quote;
-  std::vector<std::string> vars = {"SLUICE_RANK=" + std::to_string(r), "SLUICE_SIZE=" + std::to_string(o.n),
-                                   "SLUICE_LOCAL_RANK=" + std::to_string(local), "SLUICE_BOOT=sluice-run",
+  std::vector<std::string> vars = {"SLUICE_RANK=" + std::to_string(r),
+                                   "SLUICE_SIZE=" + std::to_string(o.n),
+                                   "SLUICE_LOCAL_RANK=" + std::to_string(local.first),
+                                   "SLUICE_LOCAL_SIZE=" + std::to_string(local.second),
+                                   "SLUICE_BOOT=sluice-run",
                                    "SLUICE_BOOT_ADDR=" + boot_addr};
   auto ours = [](std::string_view v) {
     return v.rfind("SLUICE_BOOT", 0) == 0 || v.rfind("SLUICE_RANK=", 0) == 0 || v.rfind("SLUICE_SIZE=", 0) == 0 ||
-           v.rfind("SLUICE_LOCAL_RANK=", 0) == 0;
+           v.rfind("SLUICE_LOCAL_RANK=", 0) == 0 || v.rfind("SLUICE_LOCAL_SIZE=", 0) == 0;
   };
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v = *e;
@@ -132,7 +138,8 @@ struct Job {
   std::optional<sluice::run::JobStats> stats;
   std::vector<const sluice::run::Host*> host_of;  // nullptr: here
   std::vector<int> local_rank;
-  std::string boot_tcp;  // SLUICE_BOOT_ADDR for ranks elsewhere
+  std::vector<int> local_size;  // ranks on the same machine: here, or the same host elsewhere
+  std::string boot_tcp;         // SLUICE_BOOT_ADDR for ranks elsewhere
   std::vector<Rank> ranks;
   sigset_t mask{};
   int sfd = -1;
@@ -155,8 +162,9 @@ struct Job {
 constexpr auto kGrace = std::chrono::seconds(3);
 constexpr auto kGatherTimeout = std::chrono::seconds(30);  // --stats: for ranks elsewhere
 
-// Where each rank runs (filling each host's slots in turn), its rank on that host, and, when
-// one runs elsewhere, the service on TCP. False after a message.
+// Where each rank runs (filling each host's slots in turn), its rank on that host, how many
+// ranks share its machine, and, when one runs elsewhere, the service on TCP. False after a
+// message.
 bool place_ranks(Job& job) {
   const Options& o = job.o;
   job.host_of.assign(static_cast<std::size_t>(o.n), nullptr);
@@ -170,6 +178,12 @@ bool place_ranks(Job& job) {
     }
     job.local_rank[static_cast<std::size_t>(r)] = used++;
   }
+  // The ranks of each machine: here (""), or a host elsewhere by name.
+  auto machine = [&job](int r) { return job.remote(r) ? job.host_of[static_cast<std::size_t>(r)]->name : ""; };
+  std::map<std::string, int> on;
+  for (int r = 0; r < o.n; ++r) ++on[machine(r)];
+  job.local_size.resize(static_cast<std::size_t>(o.n));
+  for (int r = 0; r < o.n; ++r) job.local_size[static_cast<std::size_t>(r)] = on[machine(r)];
   const sluice::run::Host* remote = nullptr;
   for (const auto* hp : job.host_of)
     if (hp != nullptr && !hp->local && remote == nullptr) remote = hp;
@@ -206,6 +220,7 @@ void set_rank_env(const Job& job, int r) {
   setenv("SLUICE_RANK", std::to_string(r).c_str(), 1);
   setenv("SLUICE_SIZE", std::to_string(o.n).c_str(), 1);
   setenv("SLUICE_LOCAL_RANK", std::to_string(job.local_rank[static_cast<std::size_t>(r)]).c_str(), 1);
+  setenv("SLUICE_LOCAL_SIZE", std::to_string(job.local_size[static_cast<std::size_t>(r)]).c_str(), 1);
   setenv("SLUICE_BOOT", "sluice-run", 1);
   setenv("SLUICE_BOOT_ADDR", job.service.address().c_str(), 1);
   setenv("SLUICE_BOOT_TOKEN", job.service.token().c_str(), 1);
@@ -235,9 +250,10 @@ void set_rank_env(const Job& job, int r) {
   std::vector<std::string> argv = o.argv;
   if (job.remote(r)) {
     dup2(token_r, 0);
-    argv = sluice::run::agent_argv(o.agent, job.host_of[static_cast<std::size_t>(r)]->name,
-                                   remote_command(o, r, job.local_rank[static_cast<std::size_t>(r)], job.boot_tcp,
-                                                  job.stats ? &*job.stats : nullptr));
+    argv = sluice::run::agent_argv(
+        o.agent, job.host_of[static_cast<std::size_t>(r)]->name,
+        remote_command(o, r, {job.local_rank[static_cast<std::size_t>(r)], job.local_size[static_cast<std::size_t>(r)]},
+                       job.boot_tcp, job.stats ? &*job.stats : nullptr));
   } else {
     bind_rank(job, r);
     set_rank_env(job, r);

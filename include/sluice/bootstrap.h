@@ -37,6 +37,10 @@ class SLUICE_API Bootstrap {
   virtual absl::StatusOr<std::string> get(int rank, std::string_view key) = 0;
   // "pmix", "sluice-run", "file", "single", "in-process".
   virtual std::string name() const = 0;
+  // How many of the job's ranks run on this host, as the launcher says (PMIx's local size,
+  // SLUICE_LOCAL_SIZE); 0 when it does not say. Equal to size(), the job is on one host: a
+  // Context then leaves UCX's TCP transport out (SLUICE_UCX_TCP=auto).
+  virtual int local_size() const { return 0; }
 };
 
 // The bootstrap SLUICE_BOOT selects: auto tries PMIx (PMIX_RANK and PMIX_NAMESPACE set), then

@@ -9,6 +9,7 @@
 #include "am/machine_check.h"
 #include "boot/make_bootstrap.h"
 #include "core/log.h"
+#include "core/tls.h"
 
 namespace sluice {
 
@@ -340,8 +341,11 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(ContextOptions options)
     SLUICE_ASSIGN_OR_RETURN(s.boot, detail::make_bootstrap(s.config, s.env));
   }
   detail::set_log_rank(s.boot->rank());
-  // UCX's TCP transport trusts whoever reaches its ports: in rank mode only, unless told.
-  bool ucx_tcp = s.config.ucx_tcp == UcxTcp::kYes || (s.config.ucx_tcp == UcxTcp::kAuto && s.boot->size() > 1);
+  // UCX's TCP transport trusts whoever reaches its ports: in a job across hosts only, unless told.
+  bool ucx_tcp =
+      s.config.ucx_tcp == UcxTcp::kYes ||
+      (s.config.ucx_tcp == UcxTcp::kAuto && detail::auto_ucx_tcp(!s.config.tls.empty() ? s.config.tls : s.env.ucx_tls,
+                                                                 s.boot->size(), s.boot->local_size()));
   SLUICE_ASSIGN_OR_RETURN(s.ucx, detail::TransportContext::create(s.config, s.env, ucx_tcp));
   return ctx;
 }

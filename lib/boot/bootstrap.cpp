@@ -62,6 +62,7 @@ class SingleBootstrap final : public ExchangeBase {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int local_size() const override { return 1; }
   absl::Status fence() override {
     all_ = {mine_};
     return absl::OkStatus();
@@ -87,6 +88,7 @@ class InProcessBootstrap final : public ExchangeBase {
   InProcessBootstrap(std::shared_ptr<Group> g, int rank) : group_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_->size; }
+  int local_size() const override { return group_->size; }
   absl::Status fence() override {
     std::unique_lock lock(group_->mu);
     group_->blobs[static_cast<std::size_t>(rank_)] = mine_;
@@ -113,10 +115,15 @@ class InProcessBootstrap final : public ExchangeBase {
 
 class FileBootstrap final : public ExchangeBase {
  public:
-  FileBootstrap(std::string dir, int rank, int size, Duration timeout)
-      : dir_(std::move(dir)), rank_(rank), size_(size), timeout_(timeout) {}
+  FileBootstrap(std::string dir, const ProcessEnv& env, Duration timeout)
+      : dir_(std::move(dir)),
+        rank_(env.rank),
+        size_(env.size),
+        local_size_(std::max(env.local_size, 0)),
+        timeout_(timeout) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
   std::string name() const override { return "file"; }
 
   absl::Status fence() override {
@@ -164,7 +171,7 @@ class FileBootstrap final : public ExchangeBase {
  private:
   std::string file_of(int r) const { return absl::StrFormat("%s/fence-%d.rank-%d", dir_, epoch_, r); }
   std::string dir_;
-  int rank_, size_;
+  int rank_, size_, local_size_;
   Duration timeout_;
   int epoch_ = 0;
 };
@@ -173,10 +180,16 @@ class FileBootstrap final : public ExchangeBase {
 
 class LauncherBootstrap final : public ExchangeBase {
  public:
-  LauncherBootstrap(std::string addr, std::string token, int rank, int size, Duration timeout)
-      : addr_(std::move(addr)), token_(std::move(token)), rank_(rank), size_(size), timeout_(timeout) {}
+  LauncherBootstrap(const ProcessEnv& env, Duration timeout)
+      : addr_(env.boot_addr),
+        token_(env.boot_token),
+        rank_(env.rank),
+        size_(env.size),
+        local_size_(std::max(env.local_size, 0)),
+        timeout_(timeout) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
   std::string name() const override { return "sluice-run"; }
 
   // SLUICE_CONNECT_TIMEOUT in milliseconds (inf: 2^30, twelve days).
@@ -268,7 +281,7 @@ class LauncherBootstrap final : public ExchangeBase {
 
  private:
   std::string addr_, token_;
-  int rank_, size_;
+  int rank_, size_, local_size_;
   Duration timeout_;
   int epoch_ = 0;
 };
@@ -311,8 +324,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c, const
     if (env.boot_addr.empty())
       return absl::InvalidArgumentError("SLUICE_BOOT=sluice-run needs SLUICE_BOOT_ADDR (run under sluice-run)");
     SLUICE_RETURN_IF_ERROR(check_token(env.boot_token));
-    return std::unique_ptr<Bootstrap>(
-        new LauncherBootstrap(env.boot_addr, env.boot_token, env.rank, env.size, c.connect_timeout));
+    return std::unique_ptr<Bootstrap>(new LauncherBootstrap(env, c.connect_timeout));
   }
   if (boot.rfind("file:", 0) == 0) {
     SLUICE_RETURN_IF_ERROR(need_rank_and_size(env, boot.c_str()));
@@ -321,7 +333,7 @@ absl::StatusOr<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& c, const
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s: %s is not a directory", boot, dir));
     }
-    return std::unique_ptr<Bootstrap>(new FileBootstrap(dir, env.rank, env.size, c.connect_timeout));
+    return std::unique_ptr<Bootstrap>(new FileBootstrap(dir, env, c.connect_timeout));
   }
   return absl::InvalidArgumentError(absl::StrFormat("SLUICE_BOOT=%s is not supported", boot));
 }

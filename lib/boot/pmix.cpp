@@ -39,10 +39,17 @@ class PmixBootstrap final : public Bootstrap {
       return absl::UnavailableError(absl::StrFormat("PMIx_Get(job size): %s", PMIx_Error_string(rc)));
     size_ = static_cast<int>(val->data.uint32);
     PMIX_VALUE_RELEASE(val);
+    // The job's ranks on this node; a server that does not say leaves it unknown (0).
+    val = nullptr;
+    if (PMIx_Get(&job, PMIX_LOCAL_SIZE, nullptr, 0, &val) == PMIX_SUCCESS && val != nullptr) {
+      if (val->type == PMIX_UINT32) local_size_ = static_cast<int>(val->data.uint32);
+      PMIX_VALUE_RELEASE(val);
+    }
     return absl::OkStatus();
   }
   int rank() const override { return static_cast<int>(me_.rank); }
   int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
   std::string name() const override { return "pmix"; }
 
   absl::Status put(std::string_view key, std::string_view value) override {
@@ -93,6 +100,7 @@ class PmixBootstrap final : public Bootstrap {
  private:
   pmix_proc_t me_{};
   int size_ = 0;
+  int local_size_ = 0;
   bool initialized_ = false;
 };
 

@@ -146,6 +146,10 @@ absl::Status read_table(Settings& s, bool process_only) {
   if (s.rank >= 0 && s.size >= 0 && s.rank >= s.size) {
     return absl::InvalidArgumentError(absl::StrFormat("SLUICE_RANK=%d is not below SLUICE_SIZE=%d", s.rank, s.size));
   }
+  if (s.local_size > 0 && s.size >= 0 && s.local_size > s.size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SLUICE_LOCAL_SIZE=%d is above SLUICE_SIZE=%d", s.local_size, s.size));
+  }
   if (s.rank >= 0) set_log_rank(s.rank);
   return absl::OkStatus();
 }

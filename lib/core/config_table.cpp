@@ -296,7 +296,9 @@ std::vector<Field> transport_vars() {
                "Whether UCX may use its TCP transport, which listens on a port per network "
                "interface and trusts any peer that sends its public magic (remote memory "
                "writes included: docs/security.md). auto: in rank mode (a job of several "
-               "ranks, on the trusted fabric of a cluster), not in client/server mode, where "
+               "ranks, on the trusted fabric of a cluster) when its launcher does not say that "
+               "every rank is on this host (SLUICE_LOCAL_SIZE, PMIx's local size) or the "
+               "transport list names tcp; not in client/server mode, where "
                "peers on other hosts use Sluice's own TCP transport on the door's connection. "
                "y: also in client/server mode, for a fabric where every host is trusted (the "
                "engine logs the ports it opens). n: never (ranks on one host only).",
@@ -329,6 +331,10 @@ std::vector<Field> boot_vars() {
                    &ProcessEnv::size, -1, (1 << 24) - 1),
       int_var<int>("SLUICE_LOCAL_RANK", "launcher", "-1", "Rank among the processes on this host (set by sluice-run).",
                    &ProcessEnv::local_rank, -1, (1 << 24) - 2),
+      int_var<int>("SLUICE_LOCAL_SIZE", "launcher", "-1",
+                   "Number of the job's ranks on this host (set by sluice-run, or by hand with SLUICE_BOOT=file). "
+                   "Equal to SLUICE_SIZE, the job is on one host and SLUICE_UCX_TCP=auto leaves UCX's TCP out.",
+                   &ProcessEnv::local_size, -1, (1 << 24) - 1),
       string_var("SLUICE_BOOT_ADDR", "launcher", "path | tcp:HOST:PORT", "",
                  "Where sluice-run's bootstrap service is: its Unix socket on sluice-run's host, "
                  "tcp:HOST:PORT on the others (set by sluice-run).",

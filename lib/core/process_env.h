@@ -16,6 +16,7 @@ struct ProcessEnv {
   int rank = -1;
   int size = -1;
   int local_rank = -1;
+  int local_size = -1;  // ranks on this host
   std::string boot_addr;
   std::string boot_token;
   // SLUICE_FAULT_AT: a named fault point to die (or fail) at (fault tests)

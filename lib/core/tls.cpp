@@ -155,4 +155,10 @@ absl::Status TlsList::check() const {
   return absl::OkStatus();
 }
 
+bool auto_ucx_tcp(std::string_view given, int size, int local_size) {
+  if (size <= 1) return false;
+  const TlsList list(given);
+  return local_size != size || (!list.excludes() && list.names("tcp"));
+}
+
 }  // namespace sluice::detail

@@ -46,4 +46,11 @@ class TlsList {
   std::vector<std::string> items_;
 };
 
+// SLUICE_UCX_TCP=auto: whether UCX's TCP transport may be used by a job of `size` ranks,
+// `local_size` of them on this host (0: not known), under the list `given` (SLUICE_TLS, else
+// UCX_TLS). Where some rank may be elsewhere, or the list names tcp itself; not with one rank
+// (client/server mode). A job on one host needs no TCP between its ranks, and UCX's TCP
+// listens on every interface and keeps UCX's own polling that empty datagrams abort.
+bool auto_ucx_tcp(std::string_view given, int size, int local_size);
+
 }  // namespace sluice::detail

@@ -85,7 +85,7 @@ class TransportContext {
   // Without a list of the user's, of the shared-memory transports only posix is used where
   // /dev/shm has 256 MiB free, sysv otherwise.
   // Without `ucx_tcp`, UCX's TCP transport is left out whatever SLUICE_TLS or UCX_TLS say
-  // (client/server mode: see Config::ucx_tcp).
+  // (client/server mode, a job on one host: see auto_ucx_tcp in core/tls.h).
   static absl::StatusOr<std::unique_ptr<TransportContext>> create(const Config& config, const ProcessEnv& env = {},
                                                                   bool ucx_tcp = true);
   ~TransportContext();

@@ -9,8 +9,9 @@ attempt fail (Worker::arm: progress instead of sleeping); when UCX polls an idle
 itself (adaptive progress), it aborts the process, so Sluice turns that off where UCX's TCP is
 left out. These tests send every length, empty ones and a flood to each socket of a real
 `blockstore serve` and of its client while the client checks blocks: the check completes, the
-server lives and logs nothing, and it goes back to sleep once the datagrams stop; with UCX's
-TCP allowed, and in rank mode, the abort is still there."""
+server lives and logs nothing, and it goes back to sleep once the datagrams stop. A rank-mode
+job on one host leaves UCX's TCP out too and lives through them; where UCX's TCP is allowed
+(SLUICE_UCX_TCP=y, a job across hosts), the abort is still there."""
 import multiprocessing
 import os
 import re
@@ -220,29 +221,52 @@ class WakeUpSockets(unittest.TestCase):
         log = self.server_log()
         self.assertIsNone(re.search(r"error|failed|wakeup", log, re.I), log[-2000:])
 
-    def test_a_rank_mode_job_can_be_ended_by_empty_datagrams(self):
-        # Rank mode keeps UCX's TCP, so adaptive progress stays on (docs/security.md): empty
-        # datagrams sent to a two-rank job's wake-up sockets from its start to its end (about
-        # 2 s of am_lat) end it, a rank aborting in UCX (2 of 3 jobs here). Up to 6 jobs: one ends.
+    def rank_job_under_empty_datagrams(self, env):
+        """A two-rank am_lat job (about 2 s: 5 rounds of 200,000) under sluice-run, sent empty datagrams at its ranks'
+        wake-up sockets from its start to its end: its exit status, output, the sockets found
+        and the TCP ports its processes listened on meanwhile (`ss -ltnp`)."""
+        job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", "200000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.addCleanup(lambda: job.poll() is None and (job.kill(), job.communicate()))
+        names, listening, deadline = set(), set(), time.monotonic() + 60
+        while job.poll() is None and time.monotonic() < deadline:
+            pids = [job.pid] + list(map(int, subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                                                            text=True).stdout.split()))
+            for pid in pids[1:]:
+                names.update(wakeup_sockets(pid))
+            listening.update(line.split()[3] for line in subprocess.run(["ss", "-Hltnp"], capture_output=True,
+                                                                        text=True).stdout.splitlines()
+                             if any("pid=%d," % pid in line for pid in pids))
+            send_empty(names, 20, 0.001)
+        out, _ = job.communicate(timeout=30)
+        self.assertTrue(names, "the ranks' wake-up sockets")
+        return job.returncode, out, names, listening
+
+    def test_a_rank_mode_job_on_one_host_lives_through_empty_datagrams_and_listens_on_no_tcp_port(self):
+        # sluice-run says every rank is on this host (SLUICE_LOCAL_SIZE): UCX's TCP is left out,
+        # so adaptive progress is off and no process of the job listens on TCP. Five jobs, each
+        # sent empty datagrams from start to end (with UCX's TCP, 2 of 3 such jobs end in an abort).
+        for attempt in range(5):
+            code, out, names, listening = self.rank_job_under_empty_datagrams(os.environ)
+            print("job %d: %d wake-up sockets, ended with %d, TCP listeners %s" %
+                  (attempt + 1, len(names), code, sorted(listening)))
+            self.assertEqual(code, 0, out[-2000:])
+            self.assertIn("am_lat", out)
+            self.assertEqual(listening, set(), "a job on one host opens no TCP port")
+
+    def test_a_rank_mode_job_with_ucx_tcp_can_be_ended_by_empty_datagrams(self):
+        # With UCX's TCP (SLUICE_UCX_TCP=y here; a job across hosts by default), adaptive progress
+        # stays on (docs/security.md): empty datagrams from the job's start to its end end it, a
+        # rank aborting in UCX (2 of 3 jobs here). Up to 6 jobs: one ends.
         for attempt in range(6):
-            job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", "2000000"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            self.addCleanup(lambda j=job: j.poll() is None and (j.kill(), j.communicate()))
-            names, deadline = set(), time.monotonic() + 60
-            while job.poll() is None and time.monotonic() < deadline:
-                for pid in map(int, subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
-                                                   text=True).stdout.split()):
-                    names.update(wakeup_sockets(pid))
-                send_empty(names, 20, 0.001)
-            out, _ = job.communicate(timeout=30)
-            self.assertTrue(names, "the ranks' wake-up sockets")
+            code, out, _, listening = self.rank_job_under_empty_datagrams(dict(os.environ, SLUICE_UCX_TCP="y"))
             fatal = next((line for line in out.splitlines() if "Fatal" in line), "")
-            print("attempt %d: the job ended with %d: %s" % (attempt + 1, job.returncode, fatal or "completed"))
-            if job.returncode != 0:
+            print("attempt %d: the job ended with %d: %s" % (attempt + 1, code, fatal or "completed"))
+            self.assertTrue(listening, "UCX's TCP ports")
+            if code != 0:
                 self.assertIn("failed to arm iface", out)
                 return
         self.fail("6 rank-mode jobs lived through empty datagrams: UCX no longer aborts; docs/security.md should say so")
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

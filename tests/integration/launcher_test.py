@@ -257,10 +257,22 @@ class Launcher(unittest.TestCase):
             with open(hostfile, "w") as f:
                 f.write("# three entries for this machine\nlocalhost slots=2\n%s:1\n[::1]:1\n" % socket.gethostname())
             r = run([RUN, "--hostfile", hostfile, "--launch-agent", "false", "--tag-output", "sh", "-c",
-                     "echo local $SLUICE_LOCAL_RANK of $SLUICE_SIZE; case $SLUICE_BOOT_ADDR in tcp:*) echo tcp;; esac"])
+                     "echo local $SLUICE_LOCAL_RANK of $SLUICE_SIZE, $SLUICE_LOCAL_SIZE here; "
+                     "case $SLUICE_BOOT_ADDR in tcp:*) echo tcp;; esac"])
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(sorted(l.split("] ")[1] for l in r.stdout.splitlines()),
-                             ["local 0 of 4", "local 0 of 4", "local 0 of 4", "local 1 of 4"])
+                             ["local 0 of 4, 4 here", "local 0 of 4, 4 here", "local 0 of 4, 4 here",
+                              "local 1 of 4, 4 here"])
+
+    def test_a_job_on_one_host_opens_no_ucx_tcp_port(self):
+        # Every rank here (SLUICE_LOCAL_SIZE = SLUICE_SIZE): UCX's TCP is left out and no port is
+        # opened; with SLUICE_UCX_TCP=y, each rank's engine logs the ports UCX's TCP opened.
+        for ucx_tcp, logged in (("auto", 0), ("y", 2)):
+            r = run([RUN, "-n", "2", ALLTOALL, "300"], env=dict(self.env, SLUICE_UCX_TCP=ucx_tcp,
+                                                                 SLUICE_LOG_LEVEL="info"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.count(" ok "), 2, r.stdout)
+            self.assertEqual(r.stderr.count("UCX's TCP transport listens on"), logged, ucx_tcp + ": " + r.stderr)
 
     def test_a_job_starts_while_another_process_holds_100_connections_to_its_service(self):
         # The ranks run "elsewhere" (a launch agent that runs the command here), so the service
@@ -442,6 +454,8 @@ class Mpirun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
         self.assertIn("SLUICE_BOOT=auto chose pmix", r.stderr)
+        # PMIx says all four ranks are on this node: UCX's TCP is left out, no port opened.
+        self.assertNotIn("UCX's TCP transport listens on", r.stderr)
 
 
 class StatsTool(unittest.TestCase):

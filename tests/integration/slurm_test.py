@@ -145,6 +145,8 @@ class Slurm(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + self.logs())
         self.assertEqual(r.stdout.count(" ok "), 4, r.stdout)
         self.assertEqual(r.stderr.count("SLUICE_BOOT=auto chose pmix"), 4, r.stderr)
+        # PMIx says all four ranks are on this node: UCX's TCP is left out, no port opened.
+        self.assertNotIn("UCX's TCP transport listens on", r.stderr)
 
     def test_srun_line_of_launching_md_writes_the_files_sluice_stats_adds_up(self):
         # docs/launching.md's srun line, each rank also printing its own counters at exit

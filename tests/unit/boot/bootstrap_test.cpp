@@ -70,6 +70,19 @@ TEST(MakeBootstrap, AutoChoosesSluiceRunWhenItsAddressIsSetElseASingleRank) {
   EXPECT_EQ((*run)->name(), "sluice-run");  // made without reaching the service: that is the first fence
   EXPECT_EQ((*run)->rank(), 2);
   EXPECT_EQ((*run)->size(), 4);
+  EXPECT_EQ((*run)->local_size(), 0);  // sluice-run did not say
+}
+
+// How many ranks share this host, as the launcher said: SLUICE_LOCAL_SIZE for sluice-run and
+// the shared directory, all of them for a single rank and an in-process group.
+TEST(MakeBootstrap, TheRanksOnThisHostAreWhatTheLauncherSaid) {
+  ProcessEnv env = launched(1, 4, "/tmp/nowhere.sock");
+  env.local_size = 3;
+  EXPECT_EQ(make_bootstrap(boot_config("sluice-run"), env).value()->local_size(), 3);
+  TempDir dir;
+  EXPECT_EQ(make_bootstrap(boot_config("file:" + dir.path), env).value()->local_size(), 3);
+  EXPECT_EQ(make_bootstrap(boot_config("single"), env).value()->local_size(), 1);
+  for (const auto& b : make_in_process_group(3)) EXPECT_EQ(b->local_size(), 3);
 }
 
 TEST(MakeBootstrap, PmixIsChosenOnlyWhenBothOfItsVariablesAreSet) {

@@ -165,6 +165,11 @@ TEST(Config, TheLaunchersVariablesAreCheckedButDescribeTheProcess) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("SLUICE_RANK=3 is not below SLUICE_SIZE=2"));
   }
+  {
+    ScopedConfigOverride ok("SLUICE_RANK", "1"), local("SLUICE_LOCAL_SIZE", "3");
+    absl::Status s = detail::ProcessEnv::from_env().status();
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("SLUICE_LOCAL_SIZE=3 is above SLUICE_SIZE=2"));
+  }
   ScopedConfigOverride ok("SLUICE_RANK", "1"), addr("SLUICE_BOOT_ADDR", "/tmp/x.sock");
   auto env = detail::ProcessEnv::from_env();
   ASSERT_TRUE(env.ok()) << env.status();
@@ -286,6 +291,23 @@ TEST(TlsList, WithoutTcpTakesItOutOrExcludesIt) {
       {"shm,tcp", "shm"}, {"tcp,sysv,cma", "sysv,cma"}, {"tcp", "^tcp"},  {"", "^tcp"},
       {"all", "^tcp"},    {"^sm", "^sm,tcp"},           {"^tcp", "^tcp"}, {"^tcp,cma", "^tcp,cma"}};
   for (const auto& [tls, without] : want) EXPECT_EQ(detail::TlsList(tls).without("tcp").str(), without) << tls;
+}
+
+// SLUICE_UCX_TCP=auto: UCX's TCP in a job whose ranks may be on other hosts (the launcher did
+// not say, or said fewer than all here), or whose list names tcp itself; never with one rank.
+TEST(TlsList, AutoUcxTcpOnlyWhereARankMayBeElsewhereOrTheListNamesTcp) {
+  struct Case {
+    const char* tls;
+    int size, local_size;
+    bool tcp;
+  };
+  for (const Case& c :
+       {Case{"", 1, 1, false}, Case{"tcp", 1, 1, false}, Case{"", 4, 4, false}, Case{"shm", 4, 4, false},
+        Case{"^cma", 4, 4, false}, Case{"^tcp", 4, 4, false}, Case{"tcp", 4, 4, true}, Case{"shm,tcp", 4, 4, true},
+        Case{"", 4, 0, true}, Case{"", 4, 2, true}, Case{"^tcp", 4, 2, true}, Case{"shm", 2, 1, true}}) {
+    EXPECT_EQ(detail::auto_ucx_tcp(c.tls, c.size, c.local_size), c.tcp)
+        << "'" << c.tls << "' " << c.local_size << " of " << c.size;
+  }
 }
 
 TEST(TlsList, UnknownNamesAndListsWithoutSharedMemoryAreRefusedByConfig) {
