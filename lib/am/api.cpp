@@ -220,8 +220,8 @@ bool Engine::run_until(const std::function<bool()>& done, Clock::time_point dead
     if (active || spin.spin() == kInfinite) continue;
     if (idle_since == kBusy) idle_since = now;
     if (now - idle_since >= spin.spin()) {
-      core_->wait(deadline);
-      spin.slept(Clock::now() - now);
+      // A wait that found work instead of sleeping says nothing of how long sleeps last.
+      if (core_->wait(deadline)) spin.slept(Clock::now() - now);
       idle_since = kBusy;  // woken: spin again before the next sleep
     }
   }

@@ -85,7 +85,7 @@ class EngineCore final {
 
   // --- public API, forwarded from Engine/Peer/Message ---
   bool progress();
-  void wait(Clock::time_point deadline);
+  bool wait(Clock::time_point deadline);  // true when it slept
   void post(absl::AnyInvocable<void()> fn);
   Result submit(Submissions::Attempt&& attempt, Clock::time_point deadline);
   // Peer's other sends and the barrier: Sender::send, inlined here (Peer::send inlines it

@@ -108,14 +108,18 @@ bool EngineCore::check_clock() {
   return any;
 }
 
-void EngineCore::wait(Clock::time_point deadline) {
-  if (!guard_.bound_here() && !guard_.bind("Engine::wait")) return;
+bool EngineCore::wait(Clock::time_point deadline) {
+  if (!guard_.bound_here() && !guard_.bind("Engine::wait")) return false;
   since_timer_check_ = kTimerEvery;  // about to sleep: timers first
-  if (progress()) return;
-  if (!worker_->arm()) return;  // events pending: progress instead of sleeping
-  if (has_posted_.load(std::memory_order_acquire)) return;
+  if (progress()) return false;
+  // A refused arm has read what was pending, most often the wake-up datagram of the last
+  // sleep, whose message was handled then: one more pass, and a second arm, before giving
+  // the sleep up (the caller would otherwise spin again first).
+  if (!worker_->arm() && (progress() || !worker_->arm())) return false;
+  if (has_posted_.load(std::memory_order_acquire)) return false;
   sleep_until(std::min(deadline, next_timer_));
   progress();
+  return true;
 }
 
 void EngineCore::sleep_until(Clock::time_point until) {
