@@ -23,7 +23,7 @@ Dialer::Dialer(const DoorOptions& options, int epoll_fd, Counter* bad_frames, Co
     : options_(options), epoll_fd_(epoll_fd), bad_frames_(bad_frames), refused_auth_(refused_auth) {}
 
 Dialer::~Dialer() {
-  if (conn_) ::close(conn_->fd);
+  if (conn_ && conn_->fd >= 0) ::close(conn_->fd);
   if (result_ && result_->ok() && result_->value().fd >= 0) ::close(result_->value().fd);
 }
 
@@ -39,6 +39,8 @@ absl::Status Dialer::start(const std::string& host, int port, std::uint32_t our_
   host_ = host;
   port_ = port;
   redials_ = 0;
+  jitter_ = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
+            (reinterpret_cast<std::uintptr_t>(this) << 16) ^ 0x9e3779b97f4a7c15ULL;
   our_index_ = our_index;
   limit_ = std::move(limit);
   result_.reset();
@@ -59,6 +61,8 @@ absl::Status Dialer::connect(Clock::time_point deadline) {
   return absl::OkStatus();
 }
 
+bool Dialer::pausing() const { return conn_ && conn_->fd < 0; }
+
 bool Dialer::before_hello() const {
   return conn_->step == DoorConn::Step::kConnecting ||
          (conn_->step == DoorConn::Step::kWantServerHello && conn_->in.empty());
@@ -73,18 +77,24 @@ void Dialer::closed(const std::string& why) {
 bool Dialer::redial() {
   if (!before_hello() || redials_ >= kMaxRedials) return false;
   DoorConn& c = *conn_;
-  ++redials_;
   SLUICE_LOG_RATE_LIMITED(kInfo, "door", "server %s closed our connection before its hello (busy): dialing again",
                           c.name);
-  Clock::time_point deadline = c.deadline;
+  jitter_ ^= jitter_ << 13;
+  jitter_ ^= jitter_ >> 7;
+  jitter_ ^= jitter_ << 17;
+  Duration pause = kFirstPause * (1 << redials_);
+  pause = pause / 2 + Duration(static_cast<Duration::rep>(jitter_ % static_cast<std::uint64_t>(pause.count() + 1)));
+  ++redials_;
   ::close(c.fd);
-  conn_.reset();
-  absl::Status s = connect(deadline);
-  if (!s.ok()) result_ = s;
+  c.fd = -1;  // pausing(): the next dial starts in expire()
+  redial_at_ = Clock::now() + pause;
   return true;
 }
 
-Clock::time_point Dialer::deadline() const { return conn_ ? conn_->deadline : Clock::time_point::max(); }
+Clock::time_point Dialer::deadline() const {
+  if (!conn_) return Clock::time_point::max();
+  return pausing() ? std::min(redial_at_, conn_->deadline) : conn_->deadline;
+}
 
 absl::StatusOr<Door::Dialed> Dialer::take_result() {
   if (!result_) return absl::FailedPreconditionError("no dial has ended");
@@ -95,13 +105,24 @@ absl::StatusOr<Door::Dialed> Dialer::take_result() {
 
 void Dialer::end(absl::StatusOr<Door::Dialed> result) {
   if (!conn_) return;
-  ::close(conn_->fd);
+  if (conn_->fd >= 0) ::close(conn_->fd);
   conn_.reset();
   result_ = std::move(result);
 }
 
 void Dialer::expire(Clock::time_point now) {
+  if (pausing() && now >= redial_at_ && now < conn_->deadline) {
+    Clock::time_point deadline = conn_->deadline;
+    conn_.reset();
+    if (absl::Status s = connect(deadline); !s.ok()) result_ = s;
+    return;
+  }
   if (!conn_ || now < conn_->deadline) return;
+  if (pausing()) {
+    return end(absl::UnavailableError(
+        absl::StrFormat("server %s closed the connection during the handshake (%d dials, each closed before its hello)",
+                        conn_->name, redials_)));
+  }
   if (conn_->step == DoorConn::Step::kConnecting) {
     return end(
         absl::DeadlineExceededError(absl::StrFormat("no TCP connection with %s within %s", conn_->name, limit_)));
@@ -112,7 +133,7 @@ void Dialer::expire(Clock::time_point now) {
 }
 
 void Dialer::on_event(std::uint32_t events) {
-  if (!conn_) return;
+  if (!conn_ || pausing()) return;
   DoorConn& c = *conn_;
   if (c.step == DoorConn::Step::kConnecting) return connected();
   if ((events & EPOLLOUT) && !c.out.empty() && !flush(c, epoll_fd_)) {

@@ -39,8 +39,11 @@ class Dialer {
   void connected();
   // A server that resets or closes the connection before any byte of its SERVER_HELLO has not
   // taken our hello (a door sheds connections without one under a flood): dials again, at most
-  // kMaxRedials times within the deadline. False when it may not, and the dial is to end.
+  // kMaxRedials times within the deadline, after a pause that doubles from kFirstPause (half to
+  // one and a half of it, at random), so that clients shed together do not return together.
+  // False when it may not, and the dial is to end.
   bool redial();
+  bool pausing() const;       // between a shed dial and the next
   bool before_hello() const;  // nothing of the server's hello has come
   // Redials, or ends the dial: the server `why` ("closed the connection") during the handshake.
   void closed(const std::string& why);
@@ -61,6 +64,9 @@ class Dialer {
   int port_ = 0;
   int redials_ = 0;
   static constexpr int kMaxRedials = 8;
+  static constexpr Duration kFirstPause = std::chrono::milliseconds(2);
+  Clock::time_point redial_at_;  // while pausing()
+  std::uint64_t jitter_ = 0;     // xorshift state for the pauses
   std::uint32_t our_index_ = 0;
   std::string limit_;  // what its deadline is called
   std::optional<absl::StatusOr<Door::Dialed>> result_;

@@ -76,6 +76,7 @@ bool Door::poll(Clock::time_point now) {
     if (n < 32) break;
   }
   listen_if_room();
+  next_deadline_ = std::min(next_deadline_, dialer_->deadline());  // a shed dial's pause
   if (now < next_deadline_) return any;
   if (listen_paused_ && now >= listen_resume_) {
     listen_paused_ = false;

@@ -638,7 +638,7 @@ class SheddingListener:
     (host, port), byte for byte both ways; None closes them all."""
 
     def __init__(self, shed, to):
-        self.shed, self.to, self.accepted = shed, to, 0
+        self.shed, self.to, self.accepted, self.times = shed, to, 0, []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self.serve, daemon=True).start()
@@ -650,6 +650,7 @@ class SheddingListener:
             except OSError:
                 return
             self.accepted += 1
+            self.times.append(time.monotonic())
             if self.to is None or self.accepted <= self.shed:
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 c.close()
@@ -677,7 +678,8 @@ class SheddingListener:
 
 class ClientRedial(unittest.TestCase):
     """A client whose connection is closed before the server's hello dials again (the door closes
-    connections without a hello under a flood), a bounded number of times within its deadline."""
+    connections without a hello under a flood), a bounded number of times within its deadline,
+    after pauses that grow."""
 
     def test_a_connection_closed_before_the_servers_hello_is_dialed_again(self):
         server, port = serve_blockstore(self, "127.0.0.1", os.environ)
@@ -700,6 +702,13 @@ class ClientRedial(unittest.TestCase):
         self.assertIn("during the handshake (9 dials, each closed before its hello)", r.stderr)
         self.assertEqual(door.accepted, 9, "the first dial and eight more")
         self.assertLess(took, 10.0, "no wait for the connect timeout")
+        # Each redial after a pause that doubles from 2 ms (half to one and a half of it): at
+        # least 1 + 2 + ... + 128 = 255 ms from the first dial to the last, so that clients a
+        # flooded door shed together come back spread out.
+        gaps = [round((b - a) * 1000, 1) for a, b in zip(door.times, door.times[1:])]
+        print("ms between dials: %s" % gaps)
+        self.assertGreaterEqual(door.times[-1] - door.times[0], 0.255, gaps)
+        self.assertGreater(gaps[-1], gaps[0], "the pauses grow")
 
     def test_a_server_that_accepts_and_says_nothing_fails_the_client_at_its_timeout_naming_the_door(self):
         silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nobody answers
