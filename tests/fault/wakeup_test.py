@@ -160,7 +160,7 @@ class WakeUpSockets(unittest.TestCase):
         self.assertEqual(self.server_log(), "", "the server logged nothing about the datagrams")
 
     def test_with_ucx_tcp_allowed_an_empty_datagram_can_still_end_the_server(self):
-        # Where UCX's TCP may be used (SLUICE_UCX_TCP=y here; rank mode), Sluice leaves UCX's
+        # Where UCX's TCP may be used (SLUICE_UCX_TCP=y here; a job across hosts), Sluice leaves UCX's
         # adaptive progress on, and UCX 1.13.1 aborts on an empty datagram read by its own
         # polling of an idle shared-memory interface. Up to 5 servers: one ends (each 9 in 10).
         env = dict(os.environ, SLUICE_UCX_TCP="y")
