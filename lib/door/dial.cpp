@@ -39,8 +39,7 @@ absl::Status Dialer::start(const std::string& host, int port, std::uint32_t our_
   host_ = host;
   port_ = port;
   redials_ = 0;
-  jitter_ = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-            (reinterpret_cast<std::uintptr_t>(this) << 16) ^ 0x9e3779b97f4a7c15ULL;
+  jitter_.seed(static_cast<std::uint_fast32_t>(Clock::now().time_since_epoch().count()));
   our_index_ = our_index;
   limit_ = std::move(limit);
   result_.reset();
@@ -79,11 +78,8 @@ bool Dialer::redial() {
   DoorConn& c = *conn_;
   SLUICE_LOG_RATE_LIMITED(kInfo, "door", "server %s closed our connection before its hello (busy): dialing again",
                           c.name);
-  jitter_ ^= jitter_ << 13;
-  jitter_ ^= jitter_ >> 7;
-  jitter_ ^= jitter_ << 17;
-  Duration pause = kFirstPause * (1 << redials_);
-  pause = pause / 2 + Duration(static_cast<Duration::rep>(jitter_ % static_cast<std::uint64_t>(pause.count() + 1)));
+  const Duration::rep nominal = (kFirstPause * (1 << redials_)).count();
+  const Duration pause(std::uniform_int_distribution<Duration::rep>(nominal / 2, nominal + nominal / 2)(jitter_));
   ++redials_;
   ::close(c.fd);
   c.fd = -1;  // pausing(): the next dial starts in expire()

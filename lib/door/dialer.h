@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "door/door.h"
@@ -66,7 +67,7 @@ class Dialer {
   static constexpr int kMaxRedials = 8;
   static constexpr Duration kFirstPause = std::chrono::milliseconds(2);
   Clock::time_point redial_at_;  // while pausing()
-  std::uint64_t jitter_ = 0;     // xorshift state for the pauses
+  std::minstd_rand jitter_;      // where each pause falls in its range
   std::uint32_t our_index_ = 0;
   std::string limit_;  // what its deadline is called
   std::optional<absl::StatusOr<Door::Dialed>> result_;

@@ -160,8 +160,8 @@ class WakeUpSockets(unittest.TestCase):
         self.assertEqual(self.server_log(), "", "the server logged nothing about the datagrams")
 
     def test_with_ucx_tcp_allowed_an_empty_datagram_can_still_end_the_server(self):
-        # Where UCX's TCP may be used (SLUICE_UCX_TCP=y here; a job across hosts), Sluice leaves UCX's
-        # adaptive progress on, and UCX 1.13.1 aborts on an empty datagram read by its own
+        # Where UCX's TCP may be used (SLUICE_UCX_TCP=y here; a job across hosts), Sluice leaves
+        # UCX's adaptive progress on, and UCX 1.13.1 aborts on an empty datagram read by its own
         # polling of an idle shared-memory interface. Up to 5 servers: one ends (each 9 in 10).
         env = dict(os.environ, SLUICE_UCX_TCP="y")
         for attempt in range(5):
@@ -222,9 +222,9 @@ class WakeUpSockets(unittest.TestCase):
         self.assertIsNone(re.search(r"error|failed|wakeup", log, re.I), log[-2000:])
 
     def rank_job_under_empty_datagrams(self, env):
-        """A two-rank am_lat job (about 2 s: 5 rounds of 200,000) under sluice-run, sent empty datagrams at its ranks'
-        wake-up sockets from its start to its end: its exit status, output, the sockets found
-        and the TCP ports its processes listened on meanwhile (`ss -ltnp`)."""
+        """A short two-rank am_lat job (5 rounds of 200,000) under sluice-run, sent empty datagrams
+        at its ranks' wake-up sockets from its start to its end: its exit status, output, the
+        sockets found and the TCP ports its processes listened on meanwhile (`ss -ltnp`)."""
         job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", "200000"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.addCleanup(lambda: job.poll() is None and (job.kill(), job.communicate()))
