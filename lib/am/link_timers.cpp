@@ -140,7 +140,7 @@ Duration LinkControl::beat(const LinkState& l) const {
   const bool timeout = c.peer_timeout != kInfinite;
   if (l.dialed_) return timeout ? std::max(c.heartbeat, c.peer_timeout / 2) : 2 * c.heartbeat;
   Duration spread =
-      Duration(std::chrono::seconds(1)) * static_cast<std::int64_t>(engine().peers_.size()) / c.heartbeat_rate;
+      Duration(std::chrono::seconds(1)) * static_cast<std::int64_t>(engine().peers_.live()) / c.heartbeat_rate;
   Duration longest = std::max(c.heartbeat, timeout ? c.peer_timeout / 3 : spread);
   return std::clamp(spread, c.heartbeat, longest);
 }

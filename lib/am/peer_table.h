@@ -30,6 +30,8 @@ class PeerTable {
   void add_ranks(std::vector<std::string> addresses);
   int ranks() const { return ranks_; }
   std::size_t size() const { return peers_.size(); }
+  // The records that hold a peer: all but the gone clients' (which wait to be reused).
+  std::size_t live() const { return peers_.size() - gone_cs_.size(); }
 
   // Any thread: the Peer of `rank`, or nullptr (logged) for a rank outside the job.
   Peer* handle(int rank) const {

@@ -211,7 +211,7 @@ std::vector<Field> liveness_vars() {
                    "after half of SLUICE_PEER_TIMEOUT without a word from it.",
                    &Config::heartbeat, false),
       int_var<std::uint32_t>("SLUICE_HEARTBEAT_RATE", "flow", "250",
-                             "Heartbeats per second an engine sends at most: with more peers than this "
+                             "Heartbeats per second an engine sends at most: with more live peers than this "
                              "times SLUICE_HEARTBEAT, each is pinged less often (at most a third of "
                              "SLUICE_PEER_TIMEOUT apart), so idle clients cost a server the same however many.",
                              &Config::heartbeat_rate, 1u, 1000000u),

@@ -13,6 +13,7 @@
 
 #include <sluice/testing.h>
 
+#include "am/engine_access.h"
 #include "unit/am/rogue.h"
 
 namespace sluice::detail {
@@ -250,6 +251,35 @@ TEST_F(HeartbeatRateTest, ASilentPeerIsPingedAtTheRateNotAtEachHeartbeat) {
   EXPECT_THAT(log, HasSubstr("SLUICE_PEER_TIMEOUT=1200ms"));
   EXPECT_GE(pings, 2u) << "pinged before its silence ended it";
   EXPECT_LE(pings, 4u) << "about 400 ms apart, not 50 ms (24 pings)";
+}
+
+// The rate counts live peers only: a server that saw many clients go pings the ones it has
+// as often as their number allows (here 2 peers at 40 a second: every 50 ms heartbeat, where 22
+// records would stretch it to 400 ms, a third of the timeout).
+class HeartbeatAfterGoneClientsTest : public LinkControlTest {
+ protected:
+  HeartbeatAfterGoneClientsTest() {
+    env_.push_back({"SLUICE_HEARTBEAT", "50ms"});
+    env_.push_back({"SLUICE_HEARTBEAT_RATE", "40"});
+    env_.push_back({"SLUICE_PEER_TIMEOUT", "1200ms"});
+  }
+};
+
+TEST_F(HeartbeatAfterGoneClientsTest, GoneClientsDoNotStretchTheLivePeersHeartbeat) {
+  PeerTable& table = EngineAccess::core(*engine_).peers();
+  std::vector<PeerData*> clients;
+  clients.reserve(20);
+  for (int i = 0; i < 20; ++i) clients.push_back(&table.add_client());
+  for (PeerData* p : clients) table.abandon(*p, "its connect failed");
+  EXPECT_EQ(table.size(), 22u);
+  EXPECT_EQ(table.live(), 2u);
+  ready(2);
+  rogue_.heartbeats().clear();
+  ASSERT_TRUE(until_dead());
+  std::size_t pings = 0;
+  for (const auto& r : rogue_.heartbeats()) pings += r.header.handler == wire::kPing ? 1 : 0;
+  std::printf("pinged %zu times in a 1200 ms silence\n", pings);
+  EXPECT_GE(pings, 8u) << "about 50 ms apart, not 400 ms (at most 3 pings)";
 }
 
 }  // namespace
