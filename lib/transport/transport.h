@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <sluice/config.h>
 #include <sluice/status.h>
@@ -39,8 +40,9 @@ using TransportCallback = void (*)(TransportOp* op, absl::StatusCode code, std::
 
 struct TransportOp {
   TransportCallback on_complete = nullptr;
-  void* request = nullptr;  // the UCX request while pending, for cancel
-  void* stream = nullptr;   // a receive pending on a stream connection (stream.h), for cancel
+  void* request = nullptr;      // the UCX request while pending, for cancel
+  void* stream = nullptr;       // a receive pending on a stream connection (stream.h), for cancel
+  void* own_request = nullptr;  // UCX request memory its worker lent it for exact receives, for its life
 };
 
 enum class Post { kDone, kPending, kError };
@@ -221,7 +223,9 @@ class Worker {
                        void* memh);
   // post_recv() on an exact tag (the full mask), its result as a code: kOk when posted (a
   // receive never completes in place), else the error. The re-post of every consumed receive
-  // takes it: one argument fewer, and the result comes back in a register.
+  // takes it: one argument fewer, and the result comes back in a register. Its UCX request is
+  // memory the worker lends the op once (op->own_request), not one from UCX's pool taken and
+  // freed per message.
   absl::StatusCode post_recv_exact(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag,
                                    void* memh);
   // A message that arrived with no posted receive to take it, removed from UCX's unexpected
@@ -292,6 +296,7 @@ class Worker {
   void hold_streams();
   void release_streams();
   bool progress_with_streams();
+  void* lend_request();
   void* worker_ = nullptr;
   const TransportContext* ctx_ = nullptr;  // the context the worker belongs to (check_fifo)
   int efd_ = -1;
@@ -299,6 +304,10 @@ class Worker {
   FifoWatch* fifo_ = nullptr;           // owned: check_fifo's probe, once made
   bool no_fifo_ = false;                // check_fifo found no shared-memory FIFO to watch
   std::unique_ptr<StreamHub> streams_;  // made by the first stream_endpoint()
+  // Request memory lent to ops for exact receives (lend_request), in chunks freed after the
+  // worker: UCX's request size, rounded up to a cache line, per op.
+  std::size_t request_stride_ = 0, request_offset_ = 0, chunk_used_ = 0;
+  std::vector<std::unique_ptr<std::byte[]>> request_chunks_;
 };
 
 }  // namespace sluice::detail

@@ -82,6 +82,20 @@ void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info
   ucp_request_free(request);
 }
 
+// recv_trampoline for a receive in request memory of the op's own (Worker::post_recv_exact):
+// nothing goes back to UCX's pool.
+void own_recv_trampoline(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  probe::stamp(probe::kRxCallback);
+  auto* op = static_cast<TransportOp*>(user_data);
+  op->request = nullptr;
+  if (status != UCS_OK) [[unlikely]] {
+    log_failed("receive", status);
+    op->on_complete(op, ucx_status_code(status), 0, 0);
+    return;
+  }
+  op->on_complete(op, absl::StatusCode::kOk, info->length, info->sender_tag);
+}
+
 PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
   if (r == nullptr) return {Post::kDone};
   if (UCS_PTR_IS_ERR(r)) return {Post::kError, ucx_status_code(UCS_PTR_STATUS(r))};
@@ -298,6 +312,11 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_worker_get_address(w, &addr, &len), "ucp_worker_get_address"));
   out->address_.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(w, addr);
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
+  SLUICE_RETURN_IF_ERROR(ucx_status(ucp_context_query(ctx_of(ctx.handle()), &attr), "ucp_context_query"));
+  out->request_offset_ = attr.request_size;
+  out->request_stride_ = (attr.request_size + 63) / 64 * 64;
   return out;
 }
 
@@ -305,6 +324,19 @@ Worker::~Worker() {
   streams_.reset();  // calls nothing back
   delete fifo_;      // its receive on this worker cancelled, its worker gone
   if (worker_ != nullptr) ucp_worker_destroy(worker_of(worker_));
+  // request_chunks_ go after the worker: nothing in UCX refers to them any more.
+}
+
+void* Worker::lend_request() {
+  // UCX writes its request into the request_offset_ bytes before the pointer it is given.
+  constexpr std::size_t kPerChunk = 64;
+  if (request_chunks_.empty() || chunk_used_ == kPerChunk) {
+    request_chunks_.emplace_back(new std::byte[kPerChunk * request_stride_ + 63]);
+    chunk_used_ = 0;
+  }
+  auto at = reinterpret_cast<std::uintptr_t>(request_chunks_.back().get());
+  at = (at + 63) / 64 * 64 + chunk_used_++ * request_stride_;
+  return reinterpret_cast<void*>(at + request_offset_);  // NOLINT(performance-no-int-to-ptr): within the chunk
 }
 
 absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg) {
@@ -353,7 +385,12 @@ absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, 
                                          void* memh) {
   if (from.stream_ != nullptr) [[unlikely]]
     return from.stream_->post_recv(op, buf, len, tag, kFullMask).code;
+  if (op->own_request == nullptr) [[unlikely]]
+    op->own_request = lend_request();
   ucp_request_param_t p = recv_param(op, memh);
+  p.op_attr_mask |= UCP_OP_ATTR_FIELD_REQUEST;
+  p.request = op->own_request;
+  p.cb.recv = own_recv_trampoline;
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, kFullMask, &p);
   if (UCS_PTR_IS_ERR(r)) [[unlikely]] {
     op->request = nullptr;

@@ -111,6 +111,50 @@ TEST_F(Loopback, APendingReceiveHoldsItsRequestUntilCancelled) {
   EXPECT_EQ(d.request, nullptr);
 }
 
+TEST_F(Loopback, AnExactReceiveRunsInRequestMemoryTheWorkerLendsItsOpForLife) {
+  // The re-post of every consumed receive: UCX's request lies in memory the op keeps, not in
+  // one taken from UCX's pool and freed per message. Pending, completed (in the post and
+  // later) and cancelled, the op's request is that memory, and stays the op's.
+  constexpr Tag kTag = 0x4321;
+  std::vector<std::byte> buf(64);
+  Done d, other;
+  d.on_complete = other.on_complete = record;
+  ASSERT_EQ(worker_->post_recv_exact(Endpoint(), &d, buf.data(), buf.size(), kTag, nullptr), absl::StatusCode::kOk);
+  void* lent = d.own_request;
+  ASSERT_NE(lent, nullptr);
+  EXPECT_EQ(d.request, lent) << "pending in the lent memory";
+  ASSERT_EQ(worker_->post_recv_exact(Endpoint(), &other, buf.data(), buf.size(), kTag + 1, nullptr),
+            absl::StatusCode::kOk);
+  EXPECT_NE(other.own_request, lent) << "each op its own";
+  auto sent = pattern(24);
+  Done s;
+  s.on_complete = record;
+  ASSERT_NE(ep_.post_send(&s, sent.data(), sent.size(), kTag, nullptr).kind, Post::kError);
+  for (int i = 0; i < 1000 && d.calls == 0; ++i) worker_->progress();
+  ASSERT_EQ(d.calls, 1);
+  EXPECT_EQ(d.code, absl::StatusCode::kOk);
+  EXPECT_EQ(d.length, sent.size());
+  EXPECT_EQ(d.tag, kTag);
+  EXPECT_EQ(d.request, nullptr);
+  EXPECT_EQ(0, std::memcmp(buf.data(), sent.data(), sent.size()));
+  // A message already waiting: completed inside the post, in the same memory.
+  send_unexpected(sent, kTag);
+  ASSERT_EQ(worker_->post_recv_exact(Endpoint(), &d, buf.data(), buf.size(), kTag, nullptr), absl::StatusCode::kOk);
+  EXPECT_EQ(d.calls, 2) << "completed inside the post";
+  EXPECT_EQ(d.request, nullptr);
+  EXPECT_EQ(d.own_request, lent);
+  // Posted again and cancelled.
+  ASSERT_EQ(worker_->post_recv_exact(Endpoint(), &d, buf.data(), buf.size(), kTag, nullptr), absl::StatusCode::kOk);
+  EXPECT_EQ(d.request, lent);
+  worker_->cancel(&d);
+  worker_->cancel(&other);
+  for (int i = 0; i < 100 && (d.calls < 3 || other.calls == 0); ++i) worker_->progress();
+  EXPECT_EQ(d.calls, 3);
+  EXPECT_EQ(d.code, absl::StatusCode::kCancelled);
+  EXPECT_EQ(other.code, absl::StatusCode::kCancelled);
+  EXPECT_EQ(d.own_request, lent);
+}
+
 TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
   constexpr Tag kClass = Tag{3} << 60, kClassMask = Tag{0xf} << 60;
   EXPECT_EQ(worker_->take_unexpected(kClass, kClassMask).message, nullptr) << "nothing waiting yet";
