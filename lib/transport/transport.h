@@ -306,7 +306,7 @@ class Worker {
   std::unique_ptr<StreamHub> streams_;  // made by the first stream_endpoint()
   // Request memory lent to ops for exact receives (lend_request), in chunks freed after the
   // worker: UCX's request size, rounded up to a cache line, per op.
-  std::size_t request_stride_ = 0, request_offset_ = 0, chunk_used_ = 0;
+  std::size_t request_size_ = 0, chunk_used_ = 0;
   std::vector<std::unique_ptr<std::byte[]>> request_chunks_;
 };
 

@@ -59,31 +59,8 @@ void send_trampoline(void* request, ucs_status_t status, void* user_data) {
   op->on_complete(op, ucx_status_code(status), 0, 0);
 }
 
-// A receive that failed: UCX's reason logged, the op completed with its status code.
-[[gnu::noinline, gnu::cold]] void recv_failed(void* request, ucs_status_t status, TransportOp* op) {
-  log_failed("receive", status);
-  op->request = nullptr;
-  op->on_complete(op, ucx_status_code(status), 0, 0);
-  ucp_request_free(request);
-}
-
-void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
-  probe::stamp(probe::kRxCallback);
-  auto* op = static_cast<TransportOp*>(user_data);
-  if (status != UCS_OK) [[unlikely]]
-    return recv_failed(request, status, op);
-  // `info` lives in the request: read it before freeing. The request goes back after the
-  // completion is handed on (which only queues it): one register kept across that call, not
-  // four, and the free is a tail call.
-  std::size_t length = info->length;
-  Tag tag = info->sender_tag;
-  op->request = nullptr;
-  op->on_complete(op, absl::StatusCode::kOk, length, tag);
-  ucp_request_free(request);
-}
-
-// recv_trampoline for a receive in request memory of the op's own (Worker::post_recv_exact):
-// nothing goes back to UCX's pool.
+// A completed receive whose request is the op's own memory (Worker::post_recv_exact): handed
+// on, nothing to give back. A failed one has UCX's reason logged.
 void own_recv_trampoline(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   probe::stamp(probe::kRxCallback);
   auto* op = static_cast<TransportOp*>(user_data);
@@ -94,6 +71,13 @@ void own_recv_trampoline(void* /*request*/, ucs_status_t status, const ucp_tag_r
     return;
   }
   op->on_complete(op, absl::StatusCode::kOk, info->length, info->sender_tag);
+}
+
+// The same for a request from UCX's pool, which goes back once the completion is handed on
+// (`info` lives in the request: own_recv_trampoline reads it first).
+void recv_trampoline(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  own_recv_trampoline(request, status, info, user_data);
+  ucp_request_free(request);
 }
 
 PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
@@ -111,12 +95,18 @@ PostResult from_status_ptr(ucs_status_ptr_t r, TransportOp* op) {
 void* const kPosting =
     reinterpret_cast<void*>(std::uintptr_t{1});  // NOLINT(performance-no-int-to-ptr): a mark, never dereferenced
 
-// Parameters of every receive: completion through recv_trampoline, never in place; the op
-// marked as being posted.
-ucp_request_param_t recv_param(TransportOp* op, void* memh) {
+// Parameters of every receive: completion through the callback, never in place; the op
+// marked as being posted. `request`: memory of the op's own for UCX's request, or nullptr for
+// one from UCX's pool.
+ucp_request_param_t recv_param(TransportOp* op, void* memh, void* request = nullptr) {
   ucp_request_param_t p;
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = recv_trampoline;
+  if (request != nullptr) {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_REQUEST;
+    p.request = request;
+    p.cb.recv = own_recv_trampoline;
+  }
   p.user_data = op;
   if (memh != nullptr) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -315,8 +305,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::create(const TransportContext& c
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
   SLUICE_RETURN_IF_ERROR(ucx_status(ucp_context_query(ctx_of(ctx.handle()), &attr), "ucp_context_query"));
-  out->request_offset_ = attr.request_size;
-  out->request_stride_ = (attr.request_size + 63) / 64 * 64;
+  out->request_size_ = attr.request_size;
   return out;
 }
 
@@ -328,15 +317,17 @@ Worker::~Worker() {
 }
 
 void* Worker::lend_request() {
-  // UCX writes its request into the request_offset_ bytes before the pointer it is given.
+  // UCX writes its request into the request_size_ bytes before the pointer it is given; each
+  // starts a cache line.
   constexpr std::size_t kPerChunk = 64;
+  const std::size_t stride = (request_size_ + 63) / 64 * 64;
   if (request_chunks_.empty() || chunk_used_ == kPerChunk) {
-    request_chunks_.emplace_back(new std::byte[kPerChunk * request_stride_ + 63]);
+    request_chunks_.emplace_back(new std::byte[kPerChunk * stride + 63]);
     chunk_used_ = 0;
   }
   auto at = reinterpret_cast<std::uintptr_t>(request_chunks_.back().get());
-  at = (at + 63) / 64 * 64 + chunk_used_++ * request_stride_;
-  return reinterpret_cast<void*>(at + request_offset_);  // NOLINT(performance-no-int-to-ptr): within the chunk
+  at = (at + 63) / 64 * 64 + chunk_used_++ * stride;
+  return reinterpret_cast<void*>(at + request_size_);  // NOLINT(performance-no-int-to-ptr): within the chunk
 }
 
 absl::StatusOr<Endpoint> Worker::connect(std::string_view address, Endpoint::ErrorCallback on_error, void* arg) {
@@ -387,10 +378,7 @@ absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, 
     return from.stream_->post_recv(op, buf, len, tag, kFullMask).code;
   if (op->own_request == nullptr) [[unlikely]]
     op->own_request = lend_request();
-  ucp_request_param_t p = recv_param(op, memh);
-  p.op_attr_mask |= UCP_OP_ATTR_FIELD_REQUEST;
-  p.request = op->own_request;
-  p.cb.recv = own_recv_trampoline;
+  ucp_request_param_t p = recv_param(op, memh, op->own_request);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, kFullMask, &p);
   if (UCS_PTR_IS_ERR(r)) [[unlikely]] {
     op->request = nullptr;
