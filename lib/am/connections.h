@@ -67,6 +67,8 @@ class Connections final : private Door::Owner {
   void watch_fifo(Clock::time_point now);
   Clock::time_point next_deadline() const { return door_ ? door_->next_deadline() : Clock::time_point::max(); }
   void woke(bool readable);
+  // Whether the client's (or server's) messages come through this worker's shared-memory FIFO.
+  static bool over_fifo(const PeerData& p);
 
  private:
   // How often a busy engine looks at its front door (a poll of one epoll fd).
@@ -92,8 +94,6 @@ class Connections final : private Door::Owner {
   // Half of SLUICE_PEER_TIMEOUT, at least a second: a FIFO silent this long has stopped (the
   // local clients would be declared dead for silence soon after, for the wrong reason).
   Duration fifo_stall_after() const;
-  // Whether the peer's messages come through this worker's shared-memory FIFO.
-  static bool over_fifo(const PeerData& p);
   // A probe came through: a FIFO found held flows again (logged).
   void fifo_flows(Clock::time_point now);
   // A held FIFO (watch_fifo) that has stopped, held `after` or more: its clients fail.

@@ -13,6 +13,16 @@ std::uint32_t CreditBank::credit_cap() const {
   return std::max(engine().config_.credits_max, engine().config_.credits);
 }
 
+std::uint32_t CreditBank::credit_cap(PeerData& p) const {
+  if (p.loan.cap_ != 0) return p.loan.cap_;
+  std::uint32_t fifo = engine().ucx_ != nullptr ? engine().ucx_->fifo_credits() : 0;
+  if (fifo == 0) return p.loan.cap_ = credit_cap();
+  if (!p.ep().valid()) return credit_cap();  // not known yet
+  // The endpoint's lanes are asked once per connection (open() resets the loan).
+  bool fifo_path = Connections::over_fifo(p);
+  return p.loan.cap_ = fifo_path ? std::min(credit_cap(), std::max(fifo, engine().config_.credits)) : credit_cap();
+}
+
 std::uint32_t CreditBank::window_cap() const {
   return std::max(engine().config_.rpc_window_max, engine().config_.rpc_window);
 }
@@ -178,7 +188,8 @@ void CreditBank::lend(PeerData& p, std::uint32_t want) {
   std::uint32_t g = p.rx.granted();
   // At least double: an ask comes when the first message waits, before the rest of a burst.
   want = std::max(want, g);
-  std::uint32_t room = credit_cap() > g ? std::min(want, credit_cap() - g) : 0;
+  std::uint32_t cap = credit_cap(p);
+  std::uint32_t room = cap > g ? std::min(want, cap - g) : 0;
   std::size_t budget = engine().recv_pool_->eager().reservable();
   std::uint32_t d = std::min(room, most_for(budget + cost(g)) - g);
   std::uint32_t unmet = room - d;

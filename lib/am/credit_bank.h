@@ -54,6 +54,7 @@ class LoanState {
   // sending, and since when it has sent nothing.
   std::uint64_t seen_msgs_ = 0;
   Clock::time_point quiet_since_{};
+  std::uint32_t cap_ = 0;  // CreditBank::credit_cap(p), once asked (0: not yet)
 };
 
 class CreditBank {
@@ -72,6 +73,11 @@ class CreditBank {
   // (SLUICE_RPC_WINDOW_MAX), never below the HELLO's (SLUICE_CREDITS, SLUICE_RPC_WINDOW).
   std::uint32_t credit_cap() const;
   std::uint32_t window_cap() const;
+  // What `p` may be lent: credit_cap(), and, for a client whose messages come through our
+  // shared-memory FIFO, no more than that FIFO holds from one sender
+  // (TransportContext::fifo_credits): what a sender leaves in a dead peer's full FIFO keeps
+  // that peer's shared memory mapped in it for good.
+  std::uint32_t credit_cap(PeerData& p) const;
   // Our HELLO's grant to `p`, reserved with its posted receives: SLUICE_CREDITS when the budget
   // has room, less when not, at least kFloor; 0 when even that cannot be had (nothing reserved).
   std::uint32_t open(PeerData& p, Clock::time_point now);

@@ -102,7 +102,9 @@ std::vector<Field> flow_vars() {
                              "Most credits one peer may hold: a peer whose messages wait for credits "
                              "is lent more, up to this (never less than SLUICE_CREDITS), from the "
                              "receive budget that other peers leave unused; idle peers give theirs "
-                             "back down to 2 when another peer waits for them.",
+                             "back down to 2 when another peer waits for them. A client whose messages "
+                             "come through this process's shared-memory FIFO is lent no more than "
+                             "that FIFO holds from one sender (37 for SLUICE_CREDITS=32).",
                              &Config::credits_max, 2, 65535),
       int_var<std::uint32_t>("SLUICE_RX_POSTED", "flow", "8",
                              "Receives first posted for each peer (exact tag; at most its credits), "

@@ -38,5 +38,9 @@ std::string ucx_library_version();
 // (docs/reliability.md, "Not done yet").
 inline constexpr std::uint32_t kShmFifoMax = 1024;
 std::uint32_t shm_fifo_size(std::uint32_t credits);
+// The inverse: the most credits one sender may hold while what it can leave unconsumed fits
+// in half a FIFO of `fifo` elements (at least shm_fifo_size's `credits` below kShmFifoMax).
+// Loans to a peer that sends through our FIFO stop there (CreditBank::credit_cap).
+std::uint32_t shm_fifo_credits(std::uint32_t fifo);
 
 }  // namespace sluice::detail

@@ -48,6 +48,8 @@ std::uint32_t shm_fifo_size(std::uint32_t credits) {
   return fifo;
 }
 
+std::uint32_t shm_fifo_credits(std::uint32_t fifo) { return fifo / 2 > 16 ? (fifo / 2 - 16) / 3 : 0; }
+
 std::string ucx_library_version() {
   unsigned major, minor, release;
   ucp_get_version(&major, &minor, &release);

@@ -178,8 +178,6 @@ TEST_F(Loopback, TakeUnexpectedFindsByMaskAndReceivesTheMessageOnce) {
   EXPECT_EQ(worker_->take_unexpected(kClass, kClassMask).message, nullptr);
 }
 
-// ucx.h, shm_fifo_size: twice what one sender can leave unconsumed (3 per credit and 16), a
-// power of two, between UCX's 64 and kShmFifoMax.
 // The FIFO's probe (Worker::check_fifo) passes a healthy FIFO every time, and neither takes the
 // worker's messages nor leaves anything of its own for the worker's receives; a stray message
 // of its tag does not fool it.
@@ -215,12 +213,28 @@ TEST(FifoProbe, NoSharedMemoryNoFifo) {
   EXPECT_EQ((*w)->check_fifo(std::chrono::seconds(1)), Worker::Fifo::kNone);
 }
 
+// ucx.h, shm_fifo_size: twice what one sender can leave unconsumed (3 per credit and 16), a
+// power of two, between UCX's 64 and kShmFifoMax.
 TEST(ShmFifo, HoldsTwiceWhatOneSenderCanLeaveInIt) {
   EXPECT_EQ(shm_fifo_size(2), 64u);    // 2 x 22 = 44
   EXPECT_EQ(shm_fifo_size(32), 256u);  // 2 x 112 = 224
   EXPECT_EQ(shm_fifo_size(37), 256u);  // 2 x 127 = 254
   EXPECT_EQ(shm_fifo_size(38), 512u);  // 2 x 130 = 260
   EXPECT_EQ(shm_fifo_size(65535), kShmFifoMax);
+}
+
+// shm_fifo_credits, the loans' cap: the most credits whose unconsumed elements fit in half the
+// FIFO, never below the credits the FIFO was sized for.
+TEST(ShmFifo, LendsNoMoreCreditsThanHalfTheFifoHolds) {
+  EXPECT_EQ(shm_fifo_credits(256), 37u);  // 3 x 37 + 16 = 127 <= 128 < 3 x 38 + 16
+  EXPECT_EQ(shm_fifo_credits(512), 80u);
+  EXPECT_EQ(shm_fifo_credits(kShmFifoMax), 165u);
+  EXPECT_EQ(shm_fifo_credits(32), 0u);  // below UCX's 64: nothing to lend
+  for (std::uint32_t credits = 1; credits <= shm_fifo_credits(kShmFifoMax); ++credits) {
+    std::uint32_t fifo = shm_fifo_size(credits);
+    EXPECT_GE(shm_fifo_credits(fifo), credits) << fifo;
+    EXPECT_LE(2 * (3 * shm_fifo_credits(fifo) + 16), fifo) << credits;
+  }
 }
 
 // SLUICE_TLS wins over UCX_TLS, and says so; a UCX_TLS alone is left as the user gave it.
