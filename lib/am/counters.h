@@ -96,6 +96,7 @@ struct EngineCounters {
   Counter* windows_reclaimed;
   Counter* receives_grown;
   Counter* fifo_stalls;
+  Counter* wakeups_missed;
 
   // The traffic counters and a peer's share of them (live stats), counted together.
   void sent(PeerTraffic& peer, std::uint64_t msgs, std::uint64_t bytes) {

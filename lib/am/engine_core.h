@@ -135,8 +135,9 @@ class EngineCore final {
   // A peer is watched (LinkControl::watch): timers tick from the next tick on, where an engine
   // with nothing to watch checks them at its sleepers' deadlines, at least once a second.
   void watch_timers() { next_timer_ = std::min(next_timer_, now_ + timer_tick(config_)); }
-  // Sleeps until the worker, the front door or `until` wakes it (no progress call).
-  void sleep_until(Clock::time_point until);
+  // Sleeps until the worker, the front door or `until` wakes it (no progress call); false when
+  // the sleep ran to `until` (nothing woke it).
+  bool sleep_until(Clock::time_point until);
   // The close's waits: progresses while `busy()` and before `deadline`, sleeping whenever a
   // pass finds nothing to do, woken by what arrives. A send waiting for room in a peer's
   // shared-memory FIFO wakes nobody, so the sleeps are short: 1 ms, doubling while nothing

@@ -16,12 +16,15 @@ namespace sluice::detail {
 
 namespace {
 
-// Logs the TCP ports the worker opened (those listening now and not in `before`).
-void log_ucx_ports(const std::vector<std::string>& before, bool ucx_tcp, int engine_id) {
+// Logs the TCP ports the worker opened (those listening now and not in `before`, that this
+// process holds): in the common case nothing new listens, and no descriptor is looked at.
+void log_ucx_ports(const ListenSockets& before, bool ucx_tcp, int engine_id) {
   // What the worker opened: UCX's TCP transport listens on one port per interface it uses.
-  std::vector<std::string> opened;
-  for (const std::string& s : listening_tcp_sockets())
-    if (std::find(before.begin(), before.end(), s) == before.end()) opened.push_back(s);
+  ListenSockets fresh = all_listening_tcp_sockets();
+  std::erase_if(fresh, [&](const auto& s) {
+    return std::any_of(before.begin(), before.end(), [&](const auto& b) { return b.first == s.first; });
+  });
+  std::vector<std::string> opened = held_here(fresh);
   if (opened.empty()) return;
   std::string ports = absl::StrJoin(opened, ", ");
   constexpr const char* kWhat =
@@ -94,7 +97,8 @@ EngineCore::EngineCore(const Config& config, const Topology* topo, const Transpo
                       &s.counter("rpc.window_widened"),
                       &s.counter("rpc.window_reclaimed"),
                       &s.counter("am.receives_grown"),
-                      &s.counter("peers.fifo_stalls")};
+                      &s.counter("peers.fifo_stalls"),
+                      &s.counter("am.wakeups_missed")};
 }
 
 absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string_view fault_at) {
@@ -108,7 +112,7 @@ absl::Status EngineCore::init(const std::optional<NumaPolicy>& numa, std::string
   if (config_.stats_trigger.any())
     live_ = std::make_unique<LiveStats>(config_.stats_trigger, config_.stats_dest, Clock::now());
   SLUICE_RETURN_IF_ERROR(connections_.load_key(config_));
-  std::vector<std::string> listening = listening_tcp_sockets();
+  ListenSockets listening = all_listening_tcp_sockets();
   SLUICE_ASSIGN_OR_RETURN(worker_, Worker::create(*ucx_));
   log_ucx_ports(listening, ucx_->ucx_tcp(), engine_id_);
   SLUICE_ASSIGN_OR_RETURN(int node, choose_numa_node(numa.value_or(config_.numa), *topo_, current_cpu()));

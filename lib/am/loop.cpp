@@ -78,6 +78,10 @@ bool EngineCore::progress() {
     any = true;
     // What handlers send meanwhile leaves in one write per stream peer, at the end.
     worker_->hold_sends();
+    // The first message after a sleep that ran out (or was ended by another fd) may have come
+    // with a wake-up datagram: read it now, not at the next sleep, which may never come.
+    if (worker_->armed()) [[unlikely]]
+      worker_->drain_wakeups();
     drain_completions();
     if (submissions_.retrying()) [[unlikely]]
       (void)submissions_.run();  // a completion may have made room for the one that would block
@@ -117,21 +121,29 @@ bool EngineCore::wait(Clock::time_point deadline) {
   // the sleep up (the caller would otherwise spin again first).
   if (!worker_->arm() && (progress() || !worker_->arm())) return false;
   if (has_posted_.load(std::memory_order_acquire)) return false;
-  sleep_until(std::min(deadline, next_timer_));
+  bool woken = sleep_until(std::min(deadline, next_timer_));
+  std::uint64_t heard = c_.msgs_received->value() + c_.ctrl_received->value();
   progress();
+  // A message that was there when the sleep ran out: its sender's wake-up never came.
+  if (!woken && c_.msgs_received->value() + c_.ctrl_received->value() != heard) c_.wakeups_missed->add();
   return true;
 }
 
-void EngineCore::sleep_until(Clock::time_point until) {
+bool EngineCore::sleep_until(Clock::time_point until) {
   until = std::min(until, connections_.next_deadline());
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
   if (ms <= 0) ms = until > Clock::now() ? 1 : 0;  // under a millisecond: sleep one, not spin
   pollfd fds[3] = {{worker_->event_fd(), POLLIN, 0}, {connections_.fd(), POLLIN, 0}, {worker_->stream_fd(), POLLIN, 0}};
+  int ready = 1;  // not slept: nothing ran out
   if (ms > 0) {
-    ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
+    ready = ::poll(fds, 3, static_cast<int>(std::min<long long>(ms, 1000)));
+    // Ran out, and was not run at once: a wake-up may have come meanwhile (it counts as one).
+    if (ready == 0) ready = ::poll(fds, 1, 0);
+    if (fds[0].revents != 0) worker_->drain_wakeups();  // read now: this engine may not sleep (arm) again soon
     worker_->streams_woke(fds[2].revents != 0);
   }
   connections_.woke(fds[1].revents != 0);
+  return ready != 0;
 }
 
 Result EngineCore::submit(Submissions::Attempt&& attempt, Clock::time_point deadline) {
@@ -162,6 +174,7 @@ void EngineCore::timers(Clock::time_point now) {
   // its peers sent meanwhile was not heard, so that time does not count as their silence.
   bool away = now - last_timers_ > std::max<Duration>(2 * config_.heartbeat, std::chrono::seconds(2));
   last_timers_ = now;
+  worker_->drain_wakeups();  // those of wake-ups while this engine was already awake
   if (live_) [[unlikely]] {
     if (const char* why = live_->due(now)) live_->write(stats_line(why));
   }

@@ -143,9 +143,6 @@ std::string proc_address(const std::string& hex) {
   return format_host_port(text, port);
 }
 
-// Listening TCP sockets: {inode, "address:port"}.
-using ListenSockets = std::vector<std::pair<std::string, std::string>>;
-
 // One family's dump into `out`; false when netlink refuses or fails.
 bool dump_listening(int fd, std::uint8_t family, ListenSockets& out) {
   struct {
@@ -206,7 +203,14 @@ ListenSockets listening_by_proc() {
 }
 }  // namespace
 
-std::vector<std::string> listening_tcp_sockets() {
+ListenSockets all_listening_tcp_sockets() {
+  auto listening = listening_by_netlink();
+  return listening ? std::move(*listening) : listening_by_proc();
+}
+
+std::vector<std::string> held_here(const ListenSockets& among) {
+  std::vector<std::string> out;
+  if (among.empty()) return out;  // no /proc walk (a readlink per descriptor) for nothing
   std::set<std::string> inodes;
   if (DIR* d = ::opendir("/proc/self/fd")) {
     while (dirent* e = ::readdir(d)) {
@@ -219,13 +223,12 @@ std::vector<std::string> listening_tcp_sockets() {
     }
     ::closedir(d);
   }
-  std::vector<std::string> out;
-  auto listening = listening_by_netlink();
-  if (!listening) listening = listening_by_proc();
-  for (const auto& [inode, address] : *listening)
+  for (const auto& [inode, address] : among)
     if (inodes.count(inode) != 0) out.push_back(address);
   return out;
 }
+
+std::vector<std::string> listening_tcp_sockets() { return held_here(all_listening_tcp_sockets()); }
 
 std::string connection_ended(int err) {
   if (err == 0) return "its connection to us closed";

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <sluice/status.h>
@@ -45,9 +46,16 @@ absl::StatusOr<int> tcp_start_connect(const std::string& host, int port);
 // with data unread, or aborted), or "its connection failed: <strerror>".
 std::string connection_ended(int err);
 
-// The TCP sockets this process listens on, as "address:port" (its sockets from /proc/self/fd,
-// those listening from the kernel's socket diagnostics, else /proc/net/tcp{,6}): what a port
-// scan of the process finds. Empty when /proc cannot be read.
+// Listening TCP sockets: {inode, "address:port"}.
+using ListenSockets = std::vector<std::pair<std::string, std::string>>;
+// Every listening TCP socket of this network namespace, any process's (the kernel's socket
+// diagnostics, else /proc/net/tcp{,6}).
+ListenSockets all_listening_tcp_sockets();
+// The addresses of those of `among` that this process holds (its sockets from /proc/self/fd: a
+// readlink per descriptor, skipped when `among` is empty).
+std::vector<std::string> held_here(const ListenSockets& among);
+// The TCP sockets this process listens on, as "address:port": what a port scan of the process
+// finds. Empty when /proc cannot be read.
 std::vector<std::string> listening_tcp_sockets();
 
 }  // namespace sluice::detail

@@ -280,6 +280,8 @@ bool Worker::arm() {
   return w->inbox.empty() && w->completions.empty() && w->errors.empty();
 }
 
+void Worker::drain_wakeups() {}  // the fake's wake-ups are the event fd itself (arm reads it)
+
 void Worker::signal() { wake(worker_of(worker_)); }
 
 absl::Status Worker::wait_request(void* request, std::chrono::steady_clock::time_point) {

@@ -276,6 +276,12 @@ class Worker {
   // already pending (progress again instead of sleeping).
   int event_fd() const { return efd_; }
   bool arm();
+  // Reads the wake-up datagrams local senders left on the worker's shared-memory sockets
+  // (ucx_wake.cpp: unread, they fill the senders' socket buffers, and UCX then drops their
+  // wake-ups to every other process). After a sleep, and now and then while the worker runs
+  // without sleeping. armed(): armed since the last drain (a sender's wake-up may come).
+  void drain_wakeups();
+  bool armed() const { return armed_; }
   // Wakes a thread sleeping on the event fd (any thread).
   void signal();
   // Progresses until `request` (from Endpoint::start_close) completes or `deadline`.
@@ -301,9 +307,13 @@ class Worker {
   void release_streams();
   bool progress_with_streams();
   void* lend_request();
+  void find_wake_sockets();
   void* worker_ = nullptr;
   const TransportContext* ctx_ = nullptr;  // the context the worker belongs to (check_fifo)
   int efd_ = -1;
+  std::vector<int> wake_sockets_;  // drain_wakeups': UCX's, in the event set, as last read
+  std::chrono::steady_clock::time_point next_wake_scan_{};
+  bool armed_ = false;
   std::string address_;
   FifoWatch* fifo_ = nullptr;           // owned: check_fifo's probe, once made
   bool no_fifo_ = false;                // check_fifo found no shared-memory FIFO to watch

@@ -434,7 +434,10 @@ bool Worker::progress_with_streams() {
   return stream_progress() || any;
 }
 
-bool Worker::arm() { return ucp_worker_arm(worker_of(worker_)) == UCS_OK; }
+bool Worker::arm() {
+  armed_ = ucp_worker_arm(worker_of(worker_)) == UCS_OK;
+  return armed_;
+}
 
 void Worker::signal() { ucp_worker_signal(worker_of(worker_)); }
 

@@ -201,6 +201,46 @@ TEST_F(Loopback, TheFifoProbePassesAHealthyFifoAndTouchesNoMessageOfTheWorker) {
   EXPECT_EQ(worker_->take_unexpected(0, 0).message, nullptr) << "a second message waits unexpected";
 }
 
+// A local sender wakes a worker armed to sleep with a datagram on the worker's socket, which UCX
+// reads only at the next arm (refusing that arm for it) and which until then takes room in the
+// sender's socket buffer. drain_wakeups reads it while the worker is awake: the next arm is not
+// refused. Without the drain it is, every time.
+TEST_F(Loopback, AWakeUpReadWhileAwakeNoLongerRefusesTheNextArm) {
+  auto sender = Worker::create(*ctx_);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  auto ep = (*sender)->connect(
+      worker_->address(), [](void*, int) {}, nullptr);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  if (!through_shared_fifo(ep->transports())) GTEST_SKIP() << "no shared-memory FIFO between workers here";
+  constexpr Tag kTag = 99;
+  for (bool drain : {false, true, false, true}) {
+    auto until = Clock::now() + std::chrono::seconds(5);
+    while (!worker_->arm()) {  // armed, with nothing pending
+      ASSERT_LT(Clock::now(), until);
+      worker_->progress();
+    }
+    std::uint64_t v = 1;
+    Done s;
+    s.on_complete = record;
+    PostResult sent = ep->post_send(&s, &v, sizeof v, kTag, nullptr);  // wakes the armed worker
+    ASSERT_NE(sent.kind, Post::kError);
+    std::uint64_t got = 0;
+    Done d;
+    d.on_complete = record;
+    PostResult r = worker_->post_recv(*ep, &d, &got, sizeof got, kTag, kFullMask, nullptr);
+    ASSERT_NE(r.kind, Post::kError);
+    while (r.kind == Post::kPending && d.calls == 0) {  // received while awake (polling, no sleep)
+      ASSERT_LT(Clock::now(), until) << "the message never arrived";
+      (*sender)->progress();
+      worker_->progress();
+    }
+    while (sent.kind == Post::kPending && s.calls == 0) (*sender)->progress();
+    if (drain) worker_->drain_wakeups();
+    EXPECT_EQ(worker_->arm(), drain) << (drain ? "drained, yet the arm was refused" : "the arm read no wake-up");
+  }
+  (void)(*sender)->wait_request(ep->start_close(true), Clock::now() + std::chrono::seconds(2));
+}
+
 // Without a shared-memory transport there is no FIFO to watch.
 TEST(FifoProbe, NoSharedMemoryNoFifo) {
   Config config;
