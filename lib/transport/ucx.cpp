@@ -435,8 +435,8 @@ bool Worker::progress_with_streams() {
 }
 
 bool Worker::arm() {
-  armed_ = ucp_worker_arm(worker_of(worker_)) == UCS_OK;
-  return armed_;
+  armed_ = true;  // a refused arm may have armed the FIFO too (refused for a datagram it read)
+  return ucp_worker_arm(worker_of(worker_)) == UCS_OK;
 }
 
 void Worker::signal() { ucp_worker_signal(worker_of(worker_)); }

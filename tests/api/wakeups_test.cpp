@@ -43,7 +43,7 @@ TEST(Wakeups, ClientsThatPollWithoutSleepingDoNotKeepTheServerFromWakingASleepin
   if (files.rlim_cur < static_cast<rlim_t>(16 * idle_count)) GTEST_SKIP() << "too few file descriptors allowed";
   Config c = *Config::from_env();
   c.cs_transport = CsTransport::kAuto;           // UCX over shared memory: the same host
-  c.connect_timeout = std::chrono::seconds(60);  // connects slowed by missed wake-ups (without the fix) still pass
+  c.connect_timeout = std::chrono::seconds(60);  // connects whose wake-ups are dropped end, slowly
   c.spin = Duration::zero();  // every wait sleeps; and no thread spins beside the connects on a busy machine
   testing_support::SingleEngine server(c);
   auto port = server.engine->listen("127.0.0.1:0");
