@@ -103,7 +103,7 @@ class TransportContext {
   const std::string& fifo_size() const { return fifo_size_; }
   // The most credits a peer sending through that FIFO may hold (shm_fifo_credits), or 0 when
   // Sluice did not size it (UCX_MM_FIFO_SIZE or UCX_{SYSV,POSIX}_FIFO_SIZE set: the user's).
-  std::uint32_t fifo_credits() const { return fifo_credits_; }
+  std::uint32_t fifo_credits() const;
   // The shared-memory transports (sysv, posix) this context may use, as a UCX_TLS list; empty
   // when none: a FIFO probe of another context opens no more than these.
   const std::string& shm_tls() const { return shm_tls_; }
@@ -113,7 +113,6 @@ class TransportContext {
   void* context_ = nullptr;
   bool ucx_tcp_ = true;
   std::string fifo_size_;
-  std::uint32_t fifo_credits_ = 0;
   std::string shm_tls_;
   std::vector<std::string> settings_;  // "UCX_NAME=value", as applied
 };

@@ -127,7 +127,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   // `shown` is how `ucx_info -c` names the setting.
   std::vector<std::string> settings;
   std::string fifo_size;
-  std::uint32_t fifo_credits = 0;
   auto set = [&](const char* name, const std::string& value, const char* shown) {
     ucs_status_t s = ucp_config_modify(cfg, name, value.c_str());
     if (s == UCS_OK) {
@@ -143,7 +142,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     // this process can leave in it. A size the user gave UCX is left alone.
     if (!env.ucx_fifo_size_set) {
       fifo_size = std::to_string(shm_fifo_size(config.credits));
-      fifo_credits = shm_fifo_credits(shm_fifo_size(config.credits));
       set("MM_FIFO_SIZE", fifo_size, "UCX_{SYSV,POSIX}_FIFO_SIZE");
     }
   }
@@ -180,7 +178,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
   out->settings_ = std::move(settings);
   out->ucx_tcp_ = ucx_tcp;
   out->fifo_size_ = std::move(fifo_size);
-  out->fifo_credits_ = fifo_credits;
   // The shared-memory FIFOs this context's workers may have: what the final list allows.
   for (const char* shm : {"sysv", "posix"})
     if (used.may_use(shm)) out->shm_tls_ += out->shm_tls_.empty() ? shm : std::string(",") + shm;

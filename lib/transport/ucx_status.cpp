@@ -50,6 +50,11 @@ std::uint32_t shm_fifo_size(std::uint32_t credits) {
 
 std::uint32_t shm_fifo_credits(std::uint32_t fifo) { return fifo / 2 > 16 ? (fifo / 2 - 16) / 3 : 0; }
 
+// Here, not in ucx_context.cpp: the fake transport's engines ask it too (0: no UCX FIFO).
+std::uint32_t TransportContext::fifo_credits() const {
+  return fifo_size_.empty() ? 0 : shm_fifo_credits(static_cast<std::uint32_t>(std::stoul(fifo_size_)));
+}
+
 std::string ucx_library_version() {
   unsigned major, minor, release;
   ucp_get_version(&major, &minor, &release);
