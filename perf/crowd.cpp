@@ -28,12 +28,18 @@ struct BusyRun {
   double total() const { return std::accumulate(rates.begin(), rates.end(), 0.0); }
 };
 
-// One round: each (K, size)'s solo run and its run among the idle clients, the server's receive
-// high-water mark after each of the latter, and the idle clients' figures.
+// One round: each (K, size)'s solo runs (before the idle clients connect and after they have
+// gone) and its run among the idle clients, the server's receive high-water mark after each of
+// the latter, and the idle clients' figures.
 struct Round {
-  std::vector<BusyRun> solo, crowded;
+  std::vector<BusyRun> solo, crowded, solo_after;
   std::vector<double> hwm;
   CrowdFigures figures;
+
+  // Run i's baseline: the mean of its solo runs, which bracket the crowded one (a machine that
+  // speeds up or slows down during the round moves both sides alike).
+  double solo_rate(std::size_t i) const { return (solo[i].total() + solo_after[i].total()) / 2; }
+  double solo_p50(std::size_t i) const { return (solo[i].p50 + solo_after[i].p50) / 2; }
 };
 
 // Jain's fairness index: 1 when every rate is the same, 1/K when one client has it all.
@@ -101,12 +107,17 @@ absl::Status Crowd::start() {
   return Children::expect(*busy_, "connected", std::chrono::seconds(30 + 10 * most)).status();
 }
 
-// Solo runs, the idle clients' connects, their idle CPU, the runs among them, their exit.
+// Solo runs, the idle clients' connects, their idle CPU, the runs among them, their exit, and
+// the solo runs again.
 absl::Status Crowd::round(Round& r) {
-  for (auto [k, size] : runs_) {
-    SLUICE_ASSIGN_OR_RETURN(BusyRun b, run_busy(k, size));
-    r.solo.push_back(b);
-  }
+  auto solo = [&](std::vector<BusyRun>& into) -> absl::Status {
+    for (auto [k, size] : runs_) {
+      SLUICE_ASSIGN_OR_RETURN(BusyRun b, run_busy(k, size));
+      into.push_back(b);
+    }
+    return absl::OkStatus();
+  };
+  SLUICE_RETURN_IF_ERROR(solo(r.solo));
   SLUICE_RETURN_IF_ERROR(connect_idle(r.figures));
   measure_idle_cpu(r.figures);
   for (auto [k, size] : runs_) {
@@ -115,7 +126,8 @@ absl::Status Crowd::round(Round& r) {
     SLUICE_ASSIGN_OR_RETURN(double h, recv_hwm());
     r.hwm.push_back(h);
   }
-  return stop_idle(r.figures);
+  SLUICE_RETURN_IF_ERROR(stop_idle(r.figures));
+  return solo(r.solo_after);
 }
 
 // The idle clients, --per-process engines a process. One after another (--connects seq): a
@@ -227,7 +239,6 @@ absl::Status Crowd::stop() {
 Row Crowd::row(std::size_t i, const std::vector<Round>& rounds) const {
   auto [k, size] = runs_[i];
   auto crowded = [i](auto f) { return [i, f](const Round& r) { return f(r.crowded[i]); }; };
-  auto solo = [i](auto f) { return [i, f](const Round& r) { return f(r.solo[i]); }; };
   Row row{"crowd", size, 0, window(), {}, {}, "solo", NAN, "", o_.mode, {}};
   Figures& a = row.sluice;
   a.rate = median_over(rounds, crowded([](const BusyRun& b) { return b.total(); }));
@@ -235,16 +246,18 @@ Row Crowd::row(std::size_t i, const std::vector<Round>& rounds) const {
   a.lat_p99_us = median_over(rounds, crowded([](const BusyRun& b) { return b.p99; }));
   a.lat_avg_us = median_over(rounds, crowded([](const BusyRun& b) { return b.avg; }));
   a.bw_mbps = a.rate * static_cast<double>(size) / 1e6;
-  row.base.rate = median_over(rounds, solo([](const BusyRun& b) { return b.total(); }));
-  row.base.lat_p50_us = median_over(rounds, solo([](const BusyRun& b) { return b.p50; }));
+  row.base.rate = median_over(rounds, [i](const Round& r) { return r.solo_rate(i); });
+  row.base.lat_p50_us = median_over(rounds, [i](const Round& r) { return r.solo_p50(i); });
   row.base.bw_mbps = row.base.rate * static_cast<double>(size) / 1e6;
   row.iters = static_cast<int>(a.rate * o_.seconds);
-  row.ratio = median_over(rounds, [i](const Round& r) { return r.crowded[i].total() / r.solo[i].total(); });
+  row.ratio = median_over(rounds, [i](const Round& r) { return r.crowded[i].total() / r.solo_rate(i); });
   CrowdFigures& c = row.crowd;
   c.peers = o_.peers, c.busy = k;
   c.fairness = median_over(rounds, crowded([](const BusyRun& b) { return jain(b.rates); }));
   c.connect_s = median_over(rounds, [](const Round& r) { return r.figures.connect_s; });
   c.server_cpu = median_over(rounds, [](const Round& r) { return r.figures.server_cpu; });
+  c.solo_before = median_over(rounds, [i](const Round& r) { return r.solo[i].total(); });
+  c.solo_after = median_over(rounds, [i](const Round& r) { return r.solo_after[i].total(); });
   c.idle_clients_cpu = median_over(rounds, [](const Round& r) { return r.figures.idle_clients_cpu; });
   c.recv_hwm = c.connect_max_s = 0;
   c.alive = o_.peers;
@@ -255,7 +268,7 @@ Row Crowd::row(std::size_t i, const std::vector<Round>& rounds) const {
     c.failed_connects += r.figures.failed_connects;
     c.idle_calls += r.figures.idle_calls;
     c.idle_calls_failed += r.figures.idle_calls_failed;
-    c.errors += static_cast<int>(r.solo[i].errors + r.crowded[i].errors);
+    c.errors += static_cast<int>(r.solo[i].errors + r.crowded[i].errors + r.solo_after[i].errors);
   }
   row.note = crowd_note(row, o_);
   return row;

@@ -13,8 +13,9 @@
 // another (each connect timed), or with --connects all every engine of every process at once
 // (the time from the word to the last connect's end); the server's CPU time is read from /proc over --seconds with
 // every client idle; then the same K busy engines call again, among the N idle ones; then the
-// idle clients exit. Each (K, size) makes one row, of medians over the rounds (report.h's
-// CrowdFigures beside the usual figures).
+// idle clients exit, and the K busy engines call alone once more. Each (K, size) makes one row,
+// of medians over the rounds (report.h's CrowdFigures beside the usual figures), its baseline
+// the mean of the two solo runs that bracket the crowded one.
 #pragma once
 
 #include <sys/types.h>

@@ -34,6 +34,9 @@ struct CrowdFigures {
   double connect_max_s = NAN, idle_clients_cpu = NAN;
   int alive = 0, errors = 0, failed_connects = 0;
   int idle_calls = 0, idle_calls_failed = 0;
+  // The solo rates before the idle clients connect and after they have gone (their mean is
+  // the baseline).
+  double solo_before = NAN, solo_after = NAN;
 };
 
 struct Row {

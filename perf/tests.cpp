@@ -181,7 +181,7 @@ void print_baselines(FILE* out, const char* prefix) {
       {Baseline::kEngineAlone, "engine", "the engine thread sending the same messages alone"},
       {Baseline::kIdle, "idle", "the same calls without the other traffic"},
       {Baseline::kBudget, "budget", "the receive budget (with --baseline ucx, raw UCX's run is described beside)"},
-      {Baseline::kSolo, "solo", "the same busy clients before any idle one connects, in the same run"},
+      {Baseline::kSolo, "solo", "the same busy clients alone, before the idle ones connect and after they have gone"},
   };
   for (const auto& b : kOwn)
     for (const Test& t : kTests)

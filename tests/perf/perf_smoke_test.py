@@ -283,6 +283,15 @@ class PerfSmoke(unittest.TestCase):
         self.assertIn("4 connects at once in", r.stdout)
         self.assertIn(", 0 failed)", r.stdout)
         self.assertIn("4 of 4 idle still alive", r.stdout)
+        # The baseline is the mean of the solo runs before the idle clients connect and after
+        # they have gone (one round: no median in between).
+        row = next(line for line in r.stdout.splitlines() if line.startswith("crowd "))
+        solo = re.search(r"of solo \((\d+) before, (\d+) after\)", row)
+        self.assertIsNotNone(solo, row)
+        before, after = int(solo[1]), int(solo[2])
+        self.assertTrue(before > 0 and after > 0, row)
+        baseline = float(row.split("|")[2].split()[-1])  # the baseline's rate/s
+        self.assertAlmostEqual(baseline, (before + after) / 2, delta=1, msg=row)
 
     def test_bad_flags_exit_2_with_usage(self):
         for args in (["-t", "nope"], ["-s", "12Q"], ["--baseline", "mpich"], ["--format", "xml"], ["-n", "0"], ["--what"],
