@@ -263,7 +263,10 @@ class StalledFifo(unittest.TestCase):
     the local clients it carried, and serves every later client over Sluice's TCP transport."""
 
     def test_a_client_killed_mid_write_into_the_fifo_stops_neither_the_server_nor_its_clients(self):
-        env = dict(os.environ, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms")
+        # The killed client's connect lasts while gdb steps it to its claim, over 10 s on a loaded
+        # machine: a server that failed it at its connect deadline first no longer watches its
+        # link, and so never learns that its process ended.
+        env = dict(os.environ, SLUICE_PEER_TIMEOUT="2s", SLUICE_HEARTBEAT="200ms", SLUICE_CONNECT_TIMEOUT="60s")
         server, port = serve_blockstore(self, "127.0.0.1", dict(env, SLUICE_LOG_LEVEL="debug"))
         address = "127.0.0.1:%d" % port
         # A client writing blocks until the server fails it, then reconnecting and checking
