@@ -52,9 +52,6 @@ class RpcClient {
   void on_reply_rx_done(Op* op, absl::StatusCode code, std::size_t length);
   // The server declined the reply's payload (`why`): the call fails, its place in the window is free.
   void reply_declined(PeerData& p, CallId id, const std::string& why);
-  // A request in the window ended without a reply (its send was dropped): its place is free
-  // and a waiting request may go.
-  void window_freed(PeerData& p);
 
   // The peer's HELLO granted `window` (a restarted peer's: 0 until then); its GRANT's window
   // (a loan, or a recall: kept, and said, once our outstanding calls fit it).
@@ -80,6 +77,9 @@ class RpcClient {
  private:
   Result refusal(const PeerData& p, HandlerId method, bool has_cb, std::size_t header, std::size_t payload);
   void finish(CallId id, absl::Status status);
+  // A call in the window ended (replied, or its reply declined): its place is free and a
+  // waiting request may go.
+  void window_freed(PeerData& p);
   // Its callback is about to run: the method's counters (and its latency, when timed).
   void ended(const Call& c, bool ok);
   // The reply-buffer receive of call `id`, posted before its request leaves.
