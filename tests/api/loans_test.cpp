@@ -261,7 +261,7 @@ int keep_calling(Engine& e, Peer* to, int window, const std::function<bool()>& e
   std::uint32_t v = 7;
   for (auto until = Clock::now() + std::chrono::seconds(10); !enough() && Clock::now() < until;) {
     while (outstanding < window &&
-           to->call(kEcho, {}, std::as_bytes(std::span(&v, 1)), {}, [&](absl::Status s, Message&) {
+           to->call(kEcho, {}, std::as_bytes(std::span(&v, 1)), {}, [&](const absl::Status& s, Message&) {
              --outstanding;
              failed += s.ok() ? 0 : 1;
            }) == Result::kOk)

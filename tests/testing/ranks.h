@@ -36,9 +36,9 @@ struct SingleEngine {
 
 class RankPair {
  public:
-  explicit RankPair(std::optional<Config> config = std::nullopt) : RankPair(config, config) {}
+  explicit RankPair(const std::optional<Config>& config = std::nullopt) : RankPair(config, config) {}
   // Each rank with a configuration of its own.
-  RankPair(std::optional<Config> config0, std::optional<Config> config1) {
+  RankPair(const std::optional<Config>& config0, const std::optional<Config>& config1) {
     auto boots = make_in_process_group(2);
     std::thread other([&] { make(1, std::move(boots[1]), config1); });
     make(0, std::move(boots[0]), config0);
