@@ -123,9 +123,9 @@ std::string crowd_note(const Row& r, const Options& o) {
   char note[512];
   std::snprintf(
       note, sizeof(note),
-      "%d busy among %d idle: %s of solo (%s before, %s after), fairness %s; recv pool high-water %s of budget; %d connects%s in "
-      "%s s (slowest %s s, %d failed); idle server %s%% of a core, idle clients %s%%; %d of %d idle "
-      "still alive; %d failed calls",
+      "%d busy among %d idle: %s of solo (%s before, %s after), fairness %s; recv pool high-water %s of budget; "
+      "%d connects%s in %s s (slowest %s s, %d failed); idle server %s%% of a core, idle clients %s%%; %d of %d "
+      "idle still alive; %d failed calls",
       c.busy, c.peers, fmt_ratio(r.ratio).c_str(), fmt(c.solo_before, 0).c_str(), fmt(c.solo_after, 0).c_str(),
       fmt(c.fairness).c_str(), fmt_ratio(c.recv_hwm).c_str(), c.peers, o.connects == "all" ? " at once" : "",
       fmt(c.connect_s, 2).c_str(), fmt(c.connect_max_s).c_str(), c.failed_connects, fmt(c.server_cpu, 2).c_str(),
