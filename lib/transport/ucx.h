@@ -43,4 +43,8 @@ std::uint32_t shm_fifo_size(std::uint32_t credits);
 // Loans to a peer that sends through our FIFO stop there (CreditBank::credit_cap).
 std::uint32_t shm_fifo_credits(std::uint32_t fifo);
 
+// Whether `fd` is a Unix datagram socket: UCX's shared-memory wake-up sockets are
+// (Worker::drain_wakeups, ucx_wake.cpp).
+bool unix_datagram(int fd);
+
 }  // namespace sluice::detail

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "transport/transport.h"
+#include "transport/ucx.h"
 
 namespace sluice::detail {
 namespace {
@@ -23,8 +24,10 @@ namespace {
 // A wake-up send buffer for about 20,000 unread wake-ups (the kernel doubles it).
 constexpr int kWakeSendBuffer = 8 << 20;
 
-// Whether `fd` is a Unix datagram socket: the mm transport's wake-up socket (the worker's
-// event set holds the other transports' event fds too, which are not ours to read).
+}  // namespace
+
+// The mm transport's wake-up socket is one (the worker's event set holds the other transports'
+// event fds too, which are not ours to read).
 bool unix_datagram(int fd) {
   int domain = 0, type = 0;
   socklen_t len = sizeof domain;
@@ -32,8 +35,6 @@ bool unix_datagram(int fd) {
   len = sizeof type;
   return ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_DGRAM;
 }
-
-}  // namespace
 
 void Worker::find_wake_sockets() {
   // The epoll set's members, as /proc/self/fdinfo lists them ("tfd: <fd> events: ...").

@@ -31,13 +31,8 @@ void count(TransportOp* op, absl::StatusCode, std::size_t, Tag) { ++static_cast<
 // The process's Unix datagram sockets (UCX's shared-memory wake-up sockets among them).
 std::vector<int> unix_datagram_sockets() {
   std::vector<int> out;
-  for (int fd = 0; fd < 4096; ++fd) {
-    int domain = 0, type = 0;
-    socklen_t len = sizeof domain;
-    if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) continue;
-    len = sizeof type;
-    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_DGRAM) out.push_back(fd);
-  }
+  for (int fd = 0; fd < 4096; ++fd)
+    if (unix_datagram(fd)) out.push_back(fd);
   return out;
 }
 
