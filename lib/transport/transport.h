@@ -306,6 +306,9 @@ class Worker {
   void release_streams();
   bool progress_with_streams();
   void* lend_request();
+  // post_recv_exact() on a stream, or an op's first post (its request memory lent first).
+  [[gnu::noinline]] absl::StatusCode post_recv_exact_first(const Endpoint& from, TransportOp* op, void* buf,
+                                                           std::size_t len, Tag tag, void* memh);
   void find_wake_sockets();
   void* worker_ = nullptr;
   const TransportContext* ctx_ = nullptr;  // the context the worker belongs to (check_fifo)

@@ -374,10 +374,10 @@ PostResult Worker::post_recv(const Endpoint& from, TransportOp* op, void* buf, s
 
 absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, void* buf, std::size_t len, Tag tag,
                                          void* memh) {
-  if (from.stream_ != nullptr) [[unlikely]]
-    return from.stream_->post_recv(op, buf, len, tag, kFullMask).code;
-  if (op->own_request == nullptr) [[unlikely]]
-    op->own_request = lend_request();
+  // The first post (no request memory yet) and streams out of line: what stays here keeps
+  // only `op` across UCX's call, so it saves one register where it saved six.
+  if (from.stream_ != nullptr || op->own_request == nullptr) [[unlikely]]
+    return post_recv_exact_first(from, op, buf, len, tag, memh);
   ucp_request_param_t p = recv_param(op, memh, op->own_request);
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_of(worker_), buf, len, tag, kFullMask, &p);
   if (UCS_PTR_IS_ERR(r)) [[unlikely]] {
@@ -388,6 +388,13 @@ absl::StatusCode Worker::post_recv_exact(const Endpoint& from, TransportOp* op, 
   // pending with its request. (NO_IMM_CMPL: never nullptr.)
   if (op->request != nullptr) op->request = r;
   return absl::StatusCode::kOk;
+}
+
+absl::StatusCode Worker::post_recv_exact_first(const Endpoint& from, TransportOp* op, void* buf, std::size_t len,
+                                               Tag tag, void* memh) {
+  if (from.stream_ != nullptr) return from.stream_->post_recv(op, buf, len, tag, kFullMask).code;
+  op->own_request = lend_request();
+  return post_recv_exact(from, op, buf, len, tag, memh);
 }
 
 Worker::Unexpected Worker::take_unexpected(Tag tag, Tag mask) {

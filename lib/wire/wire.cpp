@@ -15,6 +15,15 @@ const char* to_string(Parse p) {
   return "?";
 }
 
+Parse decode_other(std::span<const std::byte> bytes, Header* out) {
+  const std::byte* p = bytes.data();
+  auto flags = get<std::uint8_t>(p + 3);
+  if (!(flags & kFlagCompact)) return decode_full(bytes, out);
+  if (get<std::uint16_t>(p) != kMagic) return Parse::kBadMagic;
+  if (get<std::uint8_t>(p + 2) != kVersion) return Parse::kBadVersion;
+  return Parse::kBadFlags;  // compact, but with flags other than none, REQUEST or REPLY
+}
+
 Parse decode_full(std::span<const std::byte> bytes, Header* out) {
   if (bytes.size() < kHeaderSize) return Parse::kTooShort;
   const std::byte* p = bytes.data();

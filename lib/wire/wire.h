@@ -255,17 +255,27 @@ inline std::size_t inline_payload(const Header& h, std::size_t total) {
 // never trusts a length before checking it against bytes.size(). A compact header decodes
 // with flags = COMPACT, payload_len from the bytes, and the sequence's low 32 bits in seq.
 Parse decode_full(std::span<const std::byte> bytes, Header* out);
+// decode() of what does not open like a good compact header: the full form, or the first
+// failed check of the compact one (magic, version, flags).
+Parse decode_other(std::span<const std::byte> bytes, Header* out);
+// A compact header's first four bytes (magic, version, flags) as one little-endian word.
+constexpr std::uint32_t compact_lead(std::uint8_t flags) {
+  return kMagic | (std::uint32_t{kVersion} << 16) |
+         (std::uint32_t{static_cast<std::uint8_t>(flags | kFlagCompact)} << 24);
+}
 inline Parse decode(std::span<const std::byte> bytes, Header* out) {
-  // The compact form inline (every small message takes it); the full one out of line.
+  // The compact form inline (every small message takes it), its magic, version and flags
+  // checked as one word; the full one out of line.
   if (bytes.size() < kCompactHeaderSize) [[unlikely]]
     return Parse::kTooShort;
   const std::byte* p = bytes.data();
-  auto flags = get<std::uint8_t>(p + 3);
-  if (!(flags & kFlagCompact)) return decode_full(bytes, out);
-  if (get<std::uint16_t>(p) != kMagic) return Parse::kBadMagic;
-  if (get<std::uint8_t>(p + 2) != kVersion) return Parse::kBadVersion;
-  auto rest = static_cast<std::uint8_t>(flags & ~kFlagCompact);
-  if (rest != 0 && rest != kFlagRequest && rest != kFlagReply) return Parse::kBadFlags;
+  std::uint8_t rest;
+  if (const auto lead = get<std::uint32_t>(p); lead == compact_lead(0)) [[likely]]
+    rest = 0;
+  else if (lead == compact_lead(kFlagRequest)) rest = kFlagRequest;
+  else if (lead == compact_lead(kFlagReply)) rest = kFlagReply;
+  else return decode_other(bytes, out);
+  auto flags = static_cast<std::uint8_t>(rest | kFlagCompact);
   std::size_t hs = compact_size(flags);
   if (bytes.size() < hs) return Parse::kTooShort;
   std::uint16_t uh = get<std::uint16_t>(p + 6);
