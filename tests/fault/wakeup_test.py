@@ -189,7 +189,8 @@ class WakeUpSockets(unittest.TestCase):
                   "docs/security.md should say so")
 
     def test_a_flood_at_every_wakeup_socket_of_server_and_client_loses_no_block(self):
-        client = subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % self.port, "600"], stdout=subprocess.PIPE,
+        # 1,200 blocks: about 6 s here, longer than the flood (600 once took 1.2 s and ended first).
+        client = subprocess.Popen([BLOCKSTORE, "check", "127.0.0.1:%d" % self.port, "1200"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: client.poll() is None and (client.kill(), client.communicate()))
         deadline = time.monotonic() + 10
@@ -227,11 +228,11 @@ class WakeUpSockets(unittest.TestCase):
         log = self.server_log()
         self.assertIsNone(re.search(r"error|failed|wakeup", log, re.I), log[-2000:])
 
-    def rank_job_under_empty_datagrams(self, env):
-        """A short two-rank am_lat job (5 rounds of 200,000) under sluice-run, sent empty datagrams
+    def rank_job_under_empty_datagrams(self, env, iters=200000):
+        """A short two-rank am_lat job (5 rounds of `iters`) under sluice-run, sent empty datagrams
         at its ranks' wake-up sockets from its start to its end: its exit status, output, the
         sockets found and the TCP ports its processes listened on meanwhile (`ss -ltnp`)."""
-        job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", "200000"],
+        job = subprocess.Popen([SLUICE_RUN, "-n", "2", SLUICE_PERF, "-t", "am_lat", "-s", "8", "-n", str(iters)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.addCleanup(lambda: job.poll() is None and (job.kill(), job.communicate()))
         names, listening, deadline = set(), set(), time.monotonic() + 60
@@ -263,16 +264,18 @@ class WakeUpSockets(unittest.TestCase):
     def test_a_rank_mode_job_with_ucx_tcp_can_be_ended_by_empty_datagrams(self):
         # With UCX's TCP (SLUICE_UCX_TCP=y here; a job across hosts by default), adaptive progress
         # stays on (docs/security.md): empty datagrams from the job's start to its end end it, a
-        # rank aborting in UCX (2 of 3 jobs here). Up to 6 jobs: one ends.
-        for attempt in range(6):
-            code, out, _, listening = self.rank_job_under_empty_datagrams(dict(os.environ, SLUICE_UCX_TCP="y"))
+        # rank aborting in UCX (2 of 3 jobs when this was written; none of 6 in one run whose jobs
+        # lasted under 2 s each). Up to 8 jobs of three times the other test's length: one ends.
+        for attempt in range(8):
+            code, out, _, listening = self.rank_job_under_empty_datagrams(dict(os.environ, SLUICE_UCX_TCP="y"),
+                                                                           iters=600000)
             fatal = next((line for line in out.splitlines() if "Fatal" in line), "")
             print("attempt %d: the job ended with %d: %s" % (attempt + 1, code, fatal or "completed"))
             self.assertTrue(listening, "UCX's TCP ports")
             if code != 0:
                 self.assertIn("failed to arm iface", out)
                 return
-        self.fail("6 rank-mode jobs lived through empty datagrams: UCX no longer aborts; docs/security.md should say so")
+        self.fail("8 rank-mode jobs lived through empty datagrams: UCX no longer aborts; docs/security.md should say so")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
