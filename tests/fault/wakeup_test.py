@@ -264,8 +264,8 @@ class WakeUpSockets(unittest.TestCase):
     def test_a_rank_mode_job_with_ucx_tcp_can_be_ended_by_empty_datagrams(self):
         # With UCX's TCP (SLUICE_UCX_TCP=y here; a job across hosts by default), adaptive progress
         # stays on (docs/security.md): empty datagrams from the job's start to its end end it, a
-        # rank aborting in UCX (2 of 3 jobs when this was written; none of 6 in one run whose jobs
-        # lasted under 2 s each). Up to 8 jobs of three times the other test's length: one ends.
+        # rank aborting in UCX (in the first or second job of each of three runs; in one run, 6 jobs
+        # of under 2 s each all lived). Up to 8 jobs of three times the other test's length: one ends.
         for attempt in range(8):
             code, out, _, listening = self.rank_job_under_empty_datagrams(dict(os.environ, SLUICE_UCX_TCP="y"),
                                                                            iters=600000)
