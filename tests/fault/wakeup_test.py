@@ -264,18 +264,23 @@ class WakeUpSockets(unittest.TestCase):
     def test_a_rank_mode_job_with_ucx_tcp_can_be_ended_by_empty_datagrams(self):
         # With UCX's TCP (SLUICE_UCX_TCP=y here; a job across hosts by default), adaptive progress
         # stays on (docs/security.md): empty datagrams from the job's start to its end end it, a
-        # rank aborting in UCX (in the first or second job of each of three runs; in one run, 6 jobs
-        # of under 2 s each all lived). Up to 8 jobs of three times the other test's length: one ends.
+        # rank aborting in UCX (within the first three jobs in each of five runs; in one run, 6 jobs
+        # of under 2 s each all lived). Up to 8 jobs of twice the other test's length, within 150 s
+        # (a loaded machine slows a ping-pong many times over): one ends.
+        started = time.monotonic()
         for attempt in range(8):
+            if time.monotonic() - started > 150:
+                break
             code, out, _, listening = self.rank_job_under_empty_datagrams(dict(os.environ, SLUICE_UCX_TCP="y"),
-                                                                           iters=600000)
+                                                                           iters=400000)
             fatal = next((line for line in out.splitlines() if "Fatal" in line), "")
             print("attempt %d: the job ended with %d: %s" % (attempt + 1, code, fatal or "completed"))
             self.assertTrue(listening, "UCX's TCP ports")
             if code != 0:
                 self.assertIn("failed to arm iface", out)
                 return
-        self.fail("8 rank-mode jobs lived through empty datagrams: UCX no longer aborts; docs/security.md should say so")
+        self.fail("%d rank-mode jobs (up to 8, within 150 s) lived through empty datagrams: UCX no longer aborts; "
+                  "docs/security.md should say so" % (attempt + 1))
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
