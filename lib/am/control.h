@@ -44,6 +44,8 @@ class Control {
   // Returns owed credits in a CREDIT message once enough are due (the test inline, in
   // engine_core.h: every released message asks).
   void maybe_return_credits(PeerData& p);
+  // A CREDIT message with what is owed now (that test passed, or a timer tick found some owed).
+  void return_credits(PeerData& p);
   // A GRANT with both sides' loan counts: the credit bank's (what we lent the peer, its
   // target) and the sender's (what we gave back of its loan, our messages waiting for credits).
   void send_grant(PeerData& p);
@@ -51,8 +53,6 @@ class Control {
   std::size_t inflight() const { return inflight_; }
 
  private:
-  // maybe_return_credits()'s CREDIT message, due.
-  void return_credits(PeerData& p);
   EngineCore& engine() const;  // the engine holding this (EngineCore::of)
   std::size_t inflight_ = 0;
 };

@@ -184,10 +184,7 @@ void EngineCore::timers(Clock::time_point now) {
     sender_.watch_starved(p, now);
     // Credits owed but below the explicit threshold go back on the next tick: a sender that
     // spent its window must not wait for traffic that may never come (delayed-ack timer).
-    if (p.rx.owed().owed() != 0) {
-      c_.credit_msgs->add();
-      control_.send(p, wire::kCredit, {});
-    }
+    if (p.rx.owed().owed() != 0) control_.return_credits(p);
     link_.keep_alive(p, now);
     return p.rx.unreleased() == 0 && p.rx.owed().owed() == 0 && p.tx.queued() == 0;
   });

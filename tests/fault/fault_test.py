@@ -45,7 +45,13 @@ class PeerFailure(FaultHarness):
         # its exit status 86 proves it got there. Rank 0's sends may all be complete when it dies
         # (on shared memory an eager send is complete once in the victim's FIFO), so rank 0 also
         # keeps a call open to it, which must fail with Unavailable.
-        self.start("kill", tls, extra, victim={"SLUICE_FAULT_AT": point},
+        victim = {"SLUICE_FAULT_AT": point}
+        if point == "credit-return":
+            # Credits ride back on the victim's own messages; sent every millisecond, they can
+            # carry all it owes, and no explicit return ever comes due (seen once in 60 s over
+            # TCP). Every 50 ms, half a window is handled between two of them.
+            victim["PEER_FAULT_SEND_MS"] = "50"
+        self.start("kill", tls, extra, victim=victim,
                    rank_env=lambda rank: {"PEER_FAULT_HOLD_CALL": "1"} if rank == 0 else {})
         _, err1 = self.procs[1].communicate(timeout=60)
         self.assertEqual(self.procs[1].returncode, 86, "rank 1 did not die at fault point %s: %s" % (point, err1))

@@ -162,13 +162,15 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   if (me == 1) {
-    // The victim: receives, and sends to rank 0 every millisecond, every 8th time (or every
-    // PEER_FAULT_LARGE_EVERY-th; 0: never) a 1 MiB rendezvous payload, so it dies with payloads
-    // half sent. It starts sending once rank 0's
-    // first message is in: the handshake is then rank 0's to start, so a victim dying in it
-    // (SLUICE_FAULT_AT=hello) leaves rank 0 with sends waiting on it.
+    // The victim: receives, and sends to rank 0 every millisecond (PEER_FAULT_SEND_MS), every
+    // 8th time (or every PEER_FAULT_LARGE_EVERY-th; 0: never) a 1 MiB rendezvous payload, so it
+    // dies with payloads half sent. It starts sending once rank 0's first message is in: the
+    // handshake is then rank 0's to start, so a victim dying in it (SLUICE_FAULT_AT=hello)
+    // leaves rank 0 with sends waiting on it.
     const char* every_env = std::getenv("PEER_FAULT_LARGE_EVERY");
     long every = every_env ? std::atol(every_env) : 8;
+    const char* ms_env = std::getenv("PEER_FAULT_SEND_MS");
+    auto gap = std::chrono::milliseconds(ms_env ? std::max(1L, std::atol(ms_env)) : 1);
     auto next = Clock::now();
     long n = 0;
     while (true) {
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
       if (from0 > 0 && Clock::now() >= next) {
         bool large = every > 0 && ++n % every == 0;
         (void)send_seq(0, large ? std::span<const std::byte>(big) : std::span<const std::byte>(small));
-        next += std::chrono::milliseconds(1);
+        next += gap;
       }
       if (finish) {
         std::printf("rank 1 received %d misordered %ld\n", from0, misordered);
