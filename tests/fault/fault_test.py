@@ -47,9 +47,9 @@ class PeerFailure(FaultHarness):
         # keeps a call open to it, which must fail with Unavailable.
         victim = {"SLUICE_FAULT_AT": point}
         if point == "credit-return":
-            # Credits ride back on the victim's own messages; sent every millisecond, they can
-            # carry all it owes, and no explicit return ever comes due (seen once in 60 s over
-            # TCP). Every 50 ms, half a window is handled between two of them.
+            # Credits ride back on the victim's own messages: sent every millisecond, over TCP
+            # they can carry all it owes, and no explicit return comes due within the wait.
+            # Sent every 50 ms, more than half a window arrives between two of them.
             victim["PEER_FAULT_SEND_MS"] = "50"
         self.start("kill", tls, extra, victim=victim,
                    rank_env=lambda rank: {"PEER_FAULT_HOLD_CALL": "1"} if rank == 0 else {})
