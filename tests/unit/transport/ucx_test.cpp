@@ -332,23 +332,6 @@ TEST(TransportChoice, AliasesGetTheSettingsOfTheTransportsTheyStandFor) {
   }
 }
 
-// UCX's keepalive is off (its check ran in every progress call; Sluice's heartbeat judges
-// peers' silence), unless the user set UCX_KEEPALIVE_INTERVAL: then it is left as given.
-TEST(TransportChoice, KeepaliveIsOffUnlessTheUserSetIt) {
-  for (const char* tls : {"shm", "tcp", "^sm"}) {
-    Config config;
-    config.tls = tls;
-    auto ours = TransportContext::create(config, ProcessEnv{}, true);
-    ASSERT_TRUE(ours.ok()) << tls << ": " << ours.status();
-    EXPECT_NE((*ours)->describe().find("UCX_KEEPALIVE_INTERVAL=inf"), std::string::npos) << (*ours)->describe();
-  }
-  ProcessEnv env;
-  env.ucx_keepalive_set = true;
-  auto ctx = TransportContext::create(Config{}, env, false);
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  EXPECT_EQ((*ctx)->describe().find("KEEPALIVE"), std::string::npos) << (*ctx)->describe();
-}
-
 // A UCX_ADAPTIVE_PROGRESS of the user's is left as given.
 TEST(TransportChoice, AdaptiveProgressTheUserSetIsLeftAlone) {
   ProcessEnv env;
