@@ -141,7 +141,6 @@ absl::Status read_table(Settings& s, bool process_only) {
   for (const char* ucx : {"UCX_MM_FIFO_SIZE", "UCX_SYSV_FIFO_SIZE", "UCX_POSIX_FIFO_SIZE"})
     if (config_lookup(ucx)) s.ucx_fifo_size_set = true;
   s.ucx_adaptive_progress_set = config_lookup("UCX_ADAPTIVE_PROGRESS").has_value();
-  s.ucx_keepalive_set = config_lookup("UCX_KEEPALIVE_INTERVAL").has_value();
   s.ucx_tls = config_lookup("UCX_TLS").value_or("");
   s.ucx_posix_dir = config_lookup("UCX_POSIX_DIR").value_or("");
   if (s.rank >= 0 && s.size >= 0 && s.rank >= s.size) {

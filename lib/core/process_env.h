@@ -25,7 +25,6 @@ struct ProcessEnv {
   // UCX_POSIX_FIFO_SIZE): Sluice leaves it as given instead of deriving it from the credits.
   bool ucx_fifo_size_set = false;
   bool ucx_adaptive_progress_set = false;  // UCX_ADAPTIVE_PROGRESS was given: left as given
-  bool ucx_keepalive_set = false;          // UCX_KEEPALIVE_INTERVAL was given: left as given
   std::string ucx_tls;                     // UCX_TLS as given: what SLUICE_TLS overrides
   std::string ucx_posix_dir;               // UCX_POSIX_DIR as given: where UCX's posix segments live (empty: /dev/shm)
 

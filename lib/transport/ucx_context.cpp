@@ -146,10 +146,6 @@ absl::StatusOr<std::unique_ptr<TransportContext>> TransportContext::create(const
     }
   }
   if (list.may_use("cma")) set("MEMORY_INVALIDATE", "y", "UCX_CMA_MEMORY_INVALIDATE");
-  // UCX's keepalive (peer error mode) runs a check in every progress call, about 18 of an empty
-  // poll's instructions, and finds no dead shared-memory peer; Sluice's heartbeat judges every
-  // peer's silence (SLUICE_PEER_TIMEOUT). A value the user gave UCX is left alone.
-  if (!env.ucx_keepalive_set) set("KEEPALIVE_INTERVAL", "inf", "UCX_KEEPALIVE_INTERVAL");
   // Worker addresses in UCX's default format, the one check_ucx_address knows (unified mode
   // packs them differently).
   set("UNIFIED_MODE", "n", "UCX_UNIFIED_MODE");
