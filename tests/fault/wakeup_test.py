@@ -279,7 +279,7 @@ class WakeUpSockets(unittest.TestCase):
             if code != 0:
                 self.assertIn("failed to arm iface", out)
                 return
-        # Not reproduced this time: the abort is a race (every job of a clean-clone run lived once).
+        # Not reproduced: the abort is a race that a run can miss entirely.
         # test_with_ucx_tcp_allowed_an_empty_datagram_can_still_end_the_server shows it each time.
         self.skipTest("%d rank-mode jobs (up to 8, within 150 s) lived through empty datagrams: the abort was "
                       "not reproduced; if it never is, UCX may no longer abort (docs/security.md)" % (attempt + 1))
